@@ -1,0 +1,11 @@
+# Environment for running kvgrid under Open MPI on a workstation or CI box. Source it:
+#   . jobs/env.sh
+# Root containers need the two ALLOW_RUN_AS_ROOT variables; more ranks than cores need
+# oversubscription; a blocked rank yields its core (DESIGN §2 "Waiting"); traces stay readable
+# while written (DESIGN §6).
+export OMPI_ALLOW_RUN_AS_ROOT=1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_mpi_yield_when_idle=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+export HDF5_USE_FILE_LOCKING=FALSE

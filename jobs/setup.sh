@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs what kvgrid needs (Debian 12 packages), skipping what is installed, then configures and
+# builds into build/. Idempotent: a second run only rebuilds what changed.
+#   jobs/setup.sh                     # Release-with-debug-info build in build/
+#   KVGRID_CMAKE_ARGS="-DKVGRID_SANITIZE=ON" KVGRID_BUILD_DIR=build-asan jobs/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  g++ make cmake git pkg-config
+  openmpi-bin libopenmpi-dev
+  libhdf5-openmpi-dev hdf5-tools
+  libtrilinos-kokkos-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libssl-dev
+  libgtest-dev libbenchmark-dev
+  python3-matplotlib python3-h5py python3-numpy
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "# setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null; then SUDO=sudo; else
+      echo "setup: need root (or sudo) to install: ${missing[*]}" >&2
+      exit 2
+    fi
+  fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "# setup: all ${#packages[@]} packages present"
+fi
+
+build_dir=${KVGRID_BUILD_DIR:-build}
+jobs=$(nproc 2>/dev/null || echo 2)
+if [ ! -f "$build_dir/CMakeCache.txt" ] || [ -n "${KVGRID_CMAKE_ARGS:-}" ]; then
+  # shellcheck disable=SC2086
+  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${KVGRID_CMAKE_ARGS:-} >"$build_dir.configure.log" 2>&1 \
+    || { cat "$build_dir.configure.log"; exit 1; }
+fi
+cmake --build "$build_dir" -j "$jobs" 2>&1 | grep -Ev '^\[ *[0-9]+%\]' || true
+test "${PIPESTATUS[0]}" -eq 0
+[ -x "$build_dir/kvgrid" ] || { echo "setup: build failed ($build_dir/kvgrid missing)" >&2; exit 1; }
+echo "# setup: built $build_dir/kvgrid"

@@ -1,0 +1,189 @@
+// `kvgrid run`: one process per rank under mpirun / srun.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <kvgrid/build_info.hpp>
+#include <sstream>
+
+#include "app/commands.hpp"
+#include "core/check.hpp"
+#include "core/decision_log.hpp"
+#include "core/failpoint.hpp"
+#include "core/log.hpp"
+#include "core/topology.hpp"
+#include "core/wait.hpp"
+#include "runtime/experiment.hpp"
+#include "runtime/run_dir.hpp"
+#include "runtime/trace.hpp"
+#include "runtime/tree_run.hpp"
+
+namespace kvgrid::app {
+
+std::string version_string() {
+  return std::string("kvgrid ") + build::kVersion + " (git " + build::kGitRevision + ")";
+}
+
+namespace {
+
+// Every rank learns whether any rank failed; rank 0's own message wins, else a generic one.
+void agree_or_throw(MPI_Comm world, const std::string& local_error) {
+  int bad = local_error.empty() ? 0 : 1, any = 0;
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Iallreduce(&bad, &any, 1, MPI_INT, MPI_MAX, world, &req));
+  wait_mpi(&req, "Iallreduce of start-up errors");
+  if (any) throw InputError(bad ? local_error : "another rank could not create its trace file (see its message)");
+}
+
+std::string utc_now() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::string& dir) {
+  std::ostringstream os;
+  os << "# " << version_string() << "\n";
+  os << "# experiment " << exp.name << " (" << exp.source << ")\n";
+  os << "# seed " << exp.engine.seed << "\n";
+  os << "# topology " << exp.topology.str() << ", world " << grid.world_size() << " ranks\n";
+  os << "# workload " << exp.workload.kind << ": " << exp.workload.steps << " steps x " << exp.workload.requests_per_step
+     << " requests; cache: page_size " << exp.cache.page_size << " tokens, device_pages " << exp.cache.device_pages << "\n";
+  os << "# faults:";
+  if (exp.faults.empty()) os << " none";
+  for (const auto& f : exp.faults) os << " " << f.name << "(p=" << f.probability << ")";
+  os << "\n# watchdog deadline " << exp.engine.deadline_s << " s\n";
+  os << "# output " << dir << "\n# effective configuration:";
+  std::istringstream cfg(exp.effective_toml);
+  for (std::string line; std::getline(cfg, line);) os << "\n#" << (line.empty() ? "" : "   " + line);
+  log0(os.str());
+}
+
+int run_body(const RunOptions& opt, int world_rank, int world_size) {
+  ExperimentConfig exp = load_experiment(opt.experiment, opt.sets, opt.seed);
+  exp.validate_for_world(world_size);
+  set_wait_deadline(std::chrono::duration<double>(exp.engine.deadline_s));
+  set_debug_checks(exp.engine.debug_checks);
+  RankGrid grid(exp.topology, MPI_COMM_WORLD);
+  const std::string dir = prepare_run_dir(opt.out, exp.output.dir, exp.name, exp.engine.seed, grid.world());
+
+  FailpointRegistry faults(exp.engine.seed, world_rank);
+  for (const auto& f : exp.faults) faults.configure(f);
+  DecisionLog log;
+
+  RunMeta meta;
+  meta.experiment = exp.name;
+  meta.source = exp.source;
+  meta.config_toml = exp.effective_toml;
+  meta.topology = exp.topology.str();
+  meta.started = utc_now();
+  meta.seed = static_cast<std::int64_t>(exp.engine.seed);
+  meta.world_size = world_size;
+  std::unique_ptr<TraceWriter> trace;
+  std::string err;
+  try {
+    trace = std::make_unique<TraceWriter>(dir, grid, meta);
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  agree_or_throw(grid.world(), err);
+  print_header(exp, grid, dir);
+
+  // A passed deadline: report, keep what the trace has, stop the whole job with exit 1.
+  set_watchdog_handler([&](const WatchdogReport& r) {
+    log_all(r.message() + "\n  " + log.recent_text());
+    try {
+      trace->decisions(log.take_new());
+      trace->faults(faults.take_new());
+      trace->flush();
+    } catch (const std::exception& e) {
+      log_all(std::string("trace flush failed: ") + e.what());
+    }
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  });
+
+  TreeRunResult res = run_tree_workload(exp, grid, faults, log, trace.get(), /*print=*/true);
+  trace.reset();  // close the rank file before rank 0 declares the run complete
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Ibarrier(grid.world(), &req));
+  wait_mpi(&req, "Ibarrier before the summary");
+
+  if (world_rank == 0) {
+    bool logs_agree = true;
+    for (const auto& r : res.all)
+      logs_agree = logs_agree && r.decision_digest == res.all[0].decision_digest && r.decisions == res.all[0].decisions;
+    RunSummary s;
+    s.verdict = res.ok() ? "OK" : "FAILED";
+    s.steps = res.steps;
+    s.verify_failures = res.verify_failures;
+    s.tree_divergences = res.tree_divergences;
+    s.decision_divergences = res.decision_divergences;
+    s.checks = res.checks;
+    s.wall_s = res.wall_s;
+    s.ranks = res.all;
+    TraceWriter::write_summary(dir, s);
+    std::ostringstream os;
+    char digest[32];
+    std::snprintf(digest, sizeof(digest), "0x%016llx", static_cast<unsigned long long>(res.all[0].decision_digest));
+    os << "# checks " << res.checks << " (every " << exp.engine.check_every << " steps and at the end), wall "
+       << res.wall_s << " s\n";
+    os << "# decision log: " << res.all[0].decisions << " decisions per rank, digest " << digest
+       << (logs_agree ? " on every rank" : " on rank 0 (ranks differ)") << "\n";
+    os << "# verify failures: " << res.verify_failures << (res.verify_failures ? " FAILED" : " OK") << "\n";
+    os << "# tree digest divergences: " << res.tree_divergences << (res.tree_divergences ? " FAILED" : " OK") << "\n";
+    os << "# decision log divergences: " << res.decision_divergences << (res.decision_divergences ? " FAILED" : " OK")
+       << "\n";
+    os << "# trace " << dir << "/run.h5\n";
+    os << "# verdict: " << s.verdict;
+    log0(os.str());
+  }
+  set_watchdog_handler({});
+  return res.ok() ? 0 : 1;
+}
+
+}  // namespace
+
+int cmd_run(const RunOptions& opt, int argc, char** argv) {
+  if (opt.list_keys) {
+    std::cout << schema_help();
+    return 0;
+  }
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+    std::cerr << "kvgrid: MPI_Init_thread failed\n";
+    return 2;
+  }
+  int world_rank = 0, world_size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  log_set_rank(world_rank);
+  if (provided < MPI_THREAD_MULTIPLE) {
+    if (world_rank == 0)
+      std::cerr << "kvgrid: the MPI library does not provide MPI_THREAD_MULTIPLE (got level " << provided
+                << "); kvgrid's transfer threads need it. Use an MPI built with thread support (Open MPI 4 does).\n";
+    MPI_Finalize();
+    return 2;
+  }
+  int rc = 0;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    try {
+      rc = run_body(opt, world_rank, world_size);
+    } catch (const InputError& e) {
+      if (world_rank == 0) std::cerr << "kvgrid run: error: " << e.what() << "\n";
+      rc = 2;
+    } catch (const std::exception& e) {
+      log_all(std::string("internal error: ") + e.what());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  MPI_Finalize();
+  return rc;
+}
+
+}  // namespace kvgrid::app

@@ -1,0 +1,22 @@
+// The CLI's commands; each returns the process exit code.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvgrid::app {
+
+struct RunOptions {
+  std::string experiment, out;
+  std::int64_t seed = -1;
+  std::vector<std::string> sets;
+  bool list_keys = false;
+};
+
+std::string version_string();
+int cmd_run(const RunOptions& opt, int argc, char** argv);
+int cmd_report(const std::string& run, bool json);
+int cmd_check(const std::string& run);
+
+}  // namespace kvgrid::app

@@ -1,0 +1,59 @@
+// kvgrid — research testbed for the cache protocols of parallel LLM serving.
+//
+//   kvgrid run EXPERIMENT.toml [--out DIR] [--seed N] [--set key=value]...   (under mpirun)
+//   kvgrid report RUN [--json]
+//   kvgrid check RUN
+//
+// Exit codes: 0 success, 1 FAILED verdict (or a watchdog / internal error), 2 bad input.
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "app/commands.hpp"
+
+int main(int argc, char** argv) {
+  // Live and network-filesystem runs must be readable while they are written (DESIGN §6).
+  setenv("HDF5_USE_FILE_LOCKING", "FALSE", 0);
+
+  CLI::App app{"kvgrid: cache protocols of parallel LLM serving, one MPI rank per GPU rank"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", kvgrid::app::version_string());
+
+  kvgrid::app::RunOptions run;
+  auto* run_cmd = app.add_subcommand("run", "run an experiment (start it with mpirun -np <ranks>)");
+  run_cmd->add_option("experiment", run.experiment, "experiment file (TOML)");
+  run_cmd->add_option("--out", run.out, "run directory (default results/<experiment>/<seed>-<time>/)");
+  run_cmd->add_option("--seed", run.seed, "run seed (overrides engine.seed)")->check(CLI::NonNegativeNumber);
+  run_cmd->add_option("--set", run.sets, "override a key: section.key=value (repeatable)");
+  run_cmd->add_flag("--keys", run.list_keys, "list every experiment key with its type and meaning, then exit");
+
+  std::string report_run;
+  bool report_as_json = false;
+  auto* report_cmd = app.add_subcommand("report", "summarise a run from its trace");
+  report_cmd->add_option("run", report_run, "run directory or its run.h5")->required();
+  report_cmd->add_flag("--json", report_as_json, "print JSON instead of text");
+
+  std::string check_run;
+  auto* check_cmd = app.add_subcommand("check", "find the first decision on which ranks that must agree differ");
+  check_cmd->add_option("run", check_run, "run directory or its run.h5")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  if (*run_cmd) {
+    if (run.experiment.empty() && !run.list_keys) {
+      std::cerr << "kvgrid run: error: an experiment file is required (see kvgrid run --help)\n";
+      return 2;
+    }
+    return kvgrid::app::cmd_run(run, argc, argv);
+  }
+  if (*report_cmd) return kvgrid::app::cmd_report(report_run, report_as_json);
+  if (*check_cmd) return kvgrid::app::cmd_check(check_run);
+  return 2;
+}

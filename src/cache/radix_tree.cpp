@@ -1,0 +1,330 @@
+#include "cache/radix_tree.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+
+#include "core/check.hpp"
+#include "core/hash.hpp"
+
+namespace kvgrid::cache {
+
+NodeExt NodeExt::split_prefix(Pages) {
+  NodeExt prefix;
+  prefix.hit_count = hit_count;  // every match that reached the suffix also crossed the prefix
+  return prefix;
+}
+
+RadixTree::RadixTree(TreeConfig cfg) : cfg_(cfg), root_(std::make_unique<TreeNode>()) {
+  KVGRID_CHECK(cfg_.page_size.value() >= 1, "page_size ", cfg_.page_size);
+  root_->id = 0;
+  components_.push_back(std::make_unique<FullComponent>());
+}
+
+RadixTree::~RadixTree() {
+  // Tear down iteratively: a deep chain of unique_ptr destructors could overflow the stack.
+  std::vector<std::unique_ptr<TreeNode>> stack;
+  stack.push_back(std::move(root_));
+  while (!stack.empty()) {
+    auto n = std::move(stack.back());
+    stack.pop_back();
+    for (auto& c : n->children) stack.push_back(std::move(c));
+  }
+}
+
+void RadixTree::add_component(std::unique_ptr<TreeComponent> c) { components_.push_back(std::move(c)); }
+
+std::uint64_t RadixTree::page_hash(std::span<const TokenId> page) const { return hash_u32(page); }
+
+TreeNode* RadixTree::find_child(TreeNode* node, std::span<const TokenId> first_page, std::uint64_t h) const {
+  auto& ch = node->children;
+  auto it = std::lower_bound(ch.begin(), ch.end(), h,
+                             [](const std::unique_ptr<TreeNode>& c, std::uint64_t v) { return c->first_page_hash < v; });
+  const std::size_t bytes = first_page.size() * sizeof(TokenId);
+  for (; it != ch.end() && (*it)->first_page_hash == h; ++it)
+    if (std::memcmp((*it)->key.data(), first_page.data(), bytes) == 0) return it->get();
+  return nullptr;
+}
+
+void RadixTree::add_child(TreeNode* parent, std::unique_ptr<TreeNode> child) {
+  child->parent = parent;
+  const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
+  child->first_page_hash = page_hash(std::span<const TokenId>(child->key.data(), p));
+  auto& ch = parent->children;
+  auto pos = std::lower_bound(ch.begin(), ch.end(), child.get(), [p](const std::unique_ptr<TreeNode>& a, const TreeNode* b) {
+    if (a->first_page_hash != b->first_page_hash) return a->first_page_hash < b->first_page_hash;
+    return std::lexicographical_compare(a->key.begin(), a->key.begin() + static_cast<std::ptrdiff_t>(p),
+                                        b->key.begin(), b->key.begin() + static_cast<std::ptrdiff_t>(p));
+  });
+  ch.insert(pos, std::move(child));
+}
+
+std::size_t RadixTree::common_pages_tokens(const TreeNode* node, std::span<const TokenId> tokens) const {
+  const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
+  std::size_t n = std::min(node->key.size(), tokens.size() / p * p);
+  // Fast path: the whole overlap matches (the common case on a long cached prompt).
+  if (std::memcmp(node->key.data(), tokens.data(), n * sizeof(TokenId)) == 0) return n;
+  std::size_t m = 0;
+  while (m + p <= n && std::memcmp(node->key.data() + m, tokens.data() + m, p * sizeof(TokenId)) == 0) m += p;
+  return m;
+}
+
+void RadixTree::touch(TreeNode* node) {
+  if (node->in_evictable) {
+    evictable_.erase(EvictKey{node->last_access, node->id, node});
+    node->last_access = clock_;
+    evictable_.insert(EvictKey{node->last_access, node->id, node});
+  } else {
+    node->last_access = clock_;
+  }
+}
+
+bool RadixTree::is_candidate(const TreeNode* node) const {
+  return node != root_.get() && node->lock_ref == 0 && node->children.empty() && !node->device.empty();
+}
+
+void RadixTree::refresh(TreeNode* node) {
+  const bool want = is_candidate(node);
+  if (want == node->in_evictable) return;
+  if (want) evictable_.insert(EvictKey{node->last_access, node->id, node});
+  else evictable_.erase(EvictKey{node->last_access, node->id, node});
+  node->in_evictable = want;
+}
+
+TreeNode* RadixTree::split(TreeNode* child, std::size_t split_tokens) {
+  const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
+  KVGRID_CHECK(split_tokens > 0 && split_tokens < child->key.size() && split_tokens % p == 0,
+               "split of a ", child->key.size(), "-token node at ", split_tokens);
+  TreeNode* parent = child->parent;
+  auto& ch = parent->children;
+  auto it = std::find_if(ch.begin(), ch.end(), [&](const std::unique_ptr<TreeNode>& c) { return c.get() == child; });
+  KVGRID_CHECK(it != ch.end(), "node ", child->id, " missing from its parent");
+
+  auto mid = std::make_unique<TreeNode>();
+  mid->id = next_id_++;
+  mid->parent = parent;
+  mid->key.assign(child->key.begin(), child->key.begin() + static_cast<std::ptrdiff_t>(split_tokens));
+  mid->device.assign(child->device.begin(), child->device.begin() + static_cast<std::ptrdiff_t>(split_tokens / p));
+  mid->first_page_hash = child->first_page_hash;  // same first page
+  mid->lock_ref = child->lock_ref;
+  mid->last_access = child->last_access;
+  mid->ext = child->ext.split_prefix(Pages(static_cast<std::int64_t>(split_tokens / p)));
+  ++node_count_;
+
+  std::unique_ptr<TreeNode> owned = std::move(*it);
+  owned->key.erase(owned->key.begin(), owned->key.begin() + static_cast<std::ptrdiff_t>(split_tokens));
+  owned->device.erase(owned->device.begin(), owned->device.begin() + static_cast<std::ptrdiff_t>(split_tokens / p));
+  TreeNode* mid_raw = mid.get();
+  *it = std::move(mid);  // same first page, so the parent's order is unchanged
+  add_child(mid_raw, std::move(owned));
+  return mid_raw;
+}
+
+MatchResult RadixTree::match_prefix(std::span<const TokenId> tokens) {
+  const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
+  MatchResult r;
+  r.last_node = root_.get();
+  if (tokens.size() <= 1) return r;
+  const std::size_t limit = (tokens.size() - 1) / p * p;  // reuse at most prompt - 1 tokens
+  ++clock_;
+
+  std::vector<PathStep> path;
+  TreeNode* node = root_.get();
+  std::size_t pos = 0;
+  while (pos < limit) {
+    auto first = tokens.subspan(pos, p);
+    TreeNode* child = find_child(node, first, page_hash(first));
+    if (!child) break;
+    std::size_t n = common_pages_tokens(child, tokens.subspan(pos, limit - pos));
+    const bool partial = n < child->key.size();
+    if (partial) child = split(child, n);  // only the matched part counts as accessed
+    touch(child);
+    path.push_back({child, Tokens(static_cast<std::int64_t>(pos))});
+    node = child;
+    pos += n;
+    if (partial) break;
+  }
+
+  // Components may only shorten the match, to a boundary they can serve.
+  Tokens accepted(static_cast<std::int64_t>(pos));
+  for (const auto& c : components_) {
+    Tokens a = c->accept_boundary(path, accepted);
+    KVGRID_CHECK(a <= accepted && a.value() >= 0 && a.value() % static_cast<std::int64_t>(p) == 0,
+                 "component ", c->name(), " returned boundary ", a, " for candidate ", accepted);
+    accepted = a;
+  }
+  const std::size_t acc = static_cast<std::size_t>(accepted.value());
+  while (!path.empty() && static_cast<std::size_t>(path.back().start.value()) >= acc) path.pop_back();
+  if (!path.empty()) {
+    auto* last = const_cast<TreeNode*>(path.back().node);
+    const std::size_t end = static_cast<std::size_t>(path.back().start.value()) + last->key.size();
+    if (end > acc) last = split(last, acc - static_cast<std::size_t>(path.back().start.value()));
+    path.back().node = last;
+  }
+
+  r.matched = accepted;
+  r.device_pages.reserve(acc / p);
+  for (const auto& s : path) {
+    auto* n = const_cast<TreeNode*>(s.node);
+    r.device_pages.insert(r.device_pages.end(), n->device.begin(), n->device.end());
+    ++n->ext.hit_count;
+  }
+  r.last_node = path.empty() ? root_.get() : const_cast<TreeNode*>(path.back().node);
+  return r;
+}
+
+InsertResult RadixTree::insert(std::span<const TokenId> tokens, std::span<const PageId> pages) {
+  const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
+  KVGRID_CHECK(tokens.size() % p == 0, "insert of ", tokens.size(), " tokens, not a multiple of page size ", p);
+  KVGRID_CHECK(pages.size() == tokens.size() / p, "insert of ", tokens.size(), " tokens with ", pages.size(), " pages");
+  ++clock_;
+  InsertResult r;
+  TreeNode* node = root_.get();
+  std::size_t pos = 0;
+  while (pos < tokens.size()) {
+    auto first = tokens.subspan(pos, p);
+    const std::uint64_t h = page_hash(first);
+    TreeNode* child = find_child(node, first, h);
+    if (!child) {
+      auto leaf = std::make_unique<TreeNode>();
+      leaf->id = next_id_++;
+      leaf->key.assign(tokens.begin() + static_cast<std::ptrdiff_t>(pos), tokens.end());
+      leaf->device.assign(pages.begin() + static_cast<std::ptrdiff_t>(pos / p), pages.end());
+      leaf->last_access = clock_;
+      TreeNode* raw = leaf.get();
+      evictable_pages_ += raw->pages();
+      ++node_count_;
+      add_child(node, std::move(leaf));
+      refresh(node);
+      refresh(raw);
+      r.prefix_len = Tokens(static_cast<std::int64_t>(pos));
+      r.last_node = raw;
+      return r;
+    }
+    std::size_t n = common_pages_tokens(child, tokens.subspan(pos));
+    if (n < child->key.size()) child = split(child, n);
+    touch(child);
+    node = child;
+    pos += n;
+  }
+  r.prefix_len = Tokens(static_cast<std::int64_t>(pos));
+  r.last_node = node;
+  return r;
+}
+
+void RadixTree::lock(TreeNode* node) {
+  for (TreeNode* n = node; n != root_.get(); n = n->parent) {
+    if (n->lock_ref == 0) {
+      evictable_pages_ -= n->pages();
+      protected_pages_ += n->pages();
+    }
+    ++n->lock_ref;
+    refresh(n);
+  }
+}
+
+void RadixTree::unlock(TreeNode* node) {
+  for (TreeNode* n = node; n != root_.get(); n = n->parent) {
+    KVGRID_CHECK(n->lock_ref > 0, "unlock of node ", n->id, " with lock_ref 0");
+    --n->lock_ref;
+    if (n->lock_ref == 0) {
+      protected_pages_ -= n->pages();
+      evictable_pages_ += n->pages();
+    }
+    refresh(n);
+  }
+}
+
+std::vector<PageId> RadixTree::evict(Pages n) {
+  std::vector<PageId> freed;
+  while (static_cast<std::int64_t>(freed.size()) < n.value() && !evictable_.empty()) {
+    TreeNode* victim = evictable_.begin()->node;
+    evictable_.erase(evictable_.begin());
+    victim->in_evictable = false;
+    freed.insert(freed.end(), victim->device.begin(), victim->device.end());
+    evictable_pages_ -= victim->pages();
+    TreeNode* parent = victim->parent;
+    auto& ch = parent->children;
+    auto it = std::find_if(ch.begin(), ch.end(), [&](const std::unique_ptr<TreeNode>& c) { return c.get() == victim; });
+    KVGRID_CHECK(it != ch.end(), "evicted node ", victim->id, " missing from its parent");
+    ch.erase(it);
+    --node_count_;
+    refresh(parent);
+  }
+  return freed;
+}
+
+void RadixTree::verify() const {
+  const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
+  KVGRID_CHECK(root_->key.empty() && root_->device.empty() && root_->parent == nullptr && root_->lock_ref == 0,
+               "root state");
+  std::unordered_set<std::uint32_t> pages;
+  std::size_t nodes = 0, candidates = 0;
+  std::int64_t evictable = 0, prot = 0;
+  std::vector<const TreeNode*> stack{root_.get()};
+  while (!stack.empty()) {
+    const TreeNode* n = stack.back();
+    stack.pop_back();
+    std::int64_t child_locks = 0;
+    for (std::size_t i = 0; i < n->children.size(); ++i) {
+      const TreeNode* c = n->children[i].get();
+      KVGRID_CHECK(c->parent == n, "node ", c->id, " has a wrong parent pointer");
+      KVGRID_CHECK(!c->key.empty() && c->key.size() % p == 0, "node ", c->id, " key of ", c->key.size(), " tokens");
+      KVGRID_CHECK(c->device.size() == c->key.size() / p, "node ", c->id, " has ", c->device.size(),
+                   " pages for ", c->key.size(), " tokens");
+      KVGRID_CHECK(c->first_page_hash == hash_u32(std::span<const TokenId>(c->key.data(), p)),
+                   "node ", c->id, " has a stale first-page hash");
+      if (i > 0) {
+        const TreeNode* prev = n->children[i - 1].get();
+        KVGRID_CHECK(prev->first_page_hash <= c->first_page_hash, "children of node ", n->id, " out of order");
+        KVGRID_CHECK(!std::equal(prev->key.begin(), prev->key.begin() + static_cast<std::ptrdiff_t>(p), c->key.begin()),
+                     "children of node ", n->id, " share a first page");
+      }
+      KVGRID_CHECK(c->lock_ref >= 0, "node ", c->id, " lock_ref ", c->lock_ref);
+      child_locks += c->lock_ref;
+      for (PageId pg : c->device) {
+        KVGRID_CHECK(pg.value() != 0, "node ", c->id, " holds the padding page");
+        KVGRID_CHECK(pages.insert(pg.value()).second, "device page ", pg, " appears twice in the tree");
+      }
+      (c->lock_ref > 0 ? prot : evictable) += c->pages().value();
+      KVGRID_CHECK(c->in_evictable == is_candidate(c), "node ", c->id, " eviction-candidate flag is stale");
+      if (c->in_evictable) {
+        ++candidates;
+        KVGRID_CHECK(evictable_.count(EvictKey{c->last_access, c->id, nullptr}) == 1,
+                     "candidate node ", c->id, " missing from the eviction set");
+      }
+      ++nodes;
+      stack.push_back(c);
+    }
+    if (n != root_.get())
+      KVGRID_CHECK(n->lock_ref >= child_locks, "node ", n->id, " lock_ref ", n->lock_ref, " < children's ", child_locks);
+  }
+  KVGRID_CHECK(nodes == node_count_, "node count ", node_count_, " but ", nodes, " reachable");
+  KVGRID_CHECK(candidates == evictable_.size(), "eviction set holds ", evictable_.size(), " but ", candidates,
+               " candidates exist");
+  KVGRID_CHECK(evictable == evictable_pages_.value() && prot == protected_pages_.value(), "page counters: evictable ",
+               evictable_pages_, "/", evictable, " protected ", protected_pages_, "/", prot);
+}
+
+std::uint64_t RadixTree::digest() const {
+  const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
+  std::uint64_t acc = mix64(p);
+  struct Item {
+    const TreeNode* node;
+    std::uint64_t chain;
+  };
+  std::vector<Item> stack{{root_.get(), 0}};
+  while (!stack.empty()) {
+    auto [n, chain] = stack.back();
+    stack.pop_back();
+    for (std::size_t i = 0; i < n->device.size(); ++i) {
+      chain = hash_combine(chain, hash_u32(std::span<const TokenId>(n->key.data() + i * p, p)));
+      // wrapping sum: independent of traversal order and of where nodes are split
+      acc += mix64(chain ^ mix64(static_cast<std::uint64_t>(n->lock_ref) + 0x5bd1e995ULL));
+    }
+    for (const auto& c : n->children) stack.push_back({c.get(), chain});
+  }
+  return acc;
+}
+
+}  // namespace kvgrid::cache

@@ -1,0 +1,169 @@
+// Paged radix tree of cached prefixes (the FULL component).
+//
+// What it is: a token-keyed trie whose edges hold whole pages of tokens. Each node's key is a
+// multiple of `page_size` tokens and its `device` vector holds one device page per page of key.
+// The tree answers "how much of this prompt is cached, and in which pages?" (`match_prefix`),
+// records new prefixes (`insert`), protects prefixes in use (`lock`/`unlock`) and gives pages back
+// under pressure (`evict`).
+//
+// Invariants (checked by `verify()`):
+//  * every non-root key is a non-empty page multiple; children of a node start with distinct
+//    first pages and are kept sorted by (first-page hash, first page);
+//  * a node's lock_ref = locks ending at it + the sum of its children's lock_ref (a lock protects
+//    the whole path to the root); locked pages are "protected", the others "evictable";
+//  * a node is an eviction candidate iff it is a non-root leaf with lock_ref == 0;
+//  * every device page appears at most once in the tree.
+// Eviction order is LRU on a logical access counter bumped by every match and insert, ties broken
+// by node id — never wall time — so ranks that take the same calls evict the same nodes.
+//
+// Extension points: per-node state for later tiers lives in `NodeExt` (split with the node); a
+// match boundary is accepted only where every `TreeComponent` accepts it (FULL accepts all;
+// SWA/MAMBA components will veto boundaries they cannot serve).
+//
+// Not thread-safe: one tree per rank, used from the scheduler thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "core/ids.hpp"
+
+namespace kvgrid::cache {
+
+// Per-node state owned by components beyond the device tier. Later tiers add host pages, storage
+// hashes and the CP rotation base here; `split_prefix` says how each field divides on a split.
+struct NodeExt {
+  std::uint64_t hit_count = 0;  // matches that reached this node (write_through_selective uses it)
+  // The state of the first `prefix_pages` pages, for the new parent created by a split; `*this`
+  // keeps the rest.
+  NodeExt split_prefix(Pages prefix_pages);
+};
+
+struct TreeNode {
+  std::uint64_t id = 0;
+  TreeNode* parent = nullptr;
+  std::vector<TokenId> key;
+  std::vector<PageId> device;
+  std::vector<std::unique_ptr<TreeNode>> children;  // sorted by (first_page_hash, first page)
+  std::uint64_t first_page_hash = 0;
+  std::int64_t lock_ref = 0;
+  std::uint64_t last_access = 0;
+  NodeExt ext;
+  bool in_evictable = false;
+
+  Pages pages() const { return Pages(static_cast<std::int64_t>(device.size())); }
+  bool is_leaf() const { return children.empty(); }
+};
+
+// One node of a candidate match path, with the token offset where its key starts.
+struct PathStep {
+  const TreeNode* node;
+  Tokens start;
+};
+
+// Decides which match boundaries a component can serve. `candidate` is a page multiple; the
+// result must be a page multiple <= candidate.
+class TreeComponent {
+ public:
+  virtual ~TreeComponent() = default;
+  virtual std::string_view name() const = 0;
+  virtual Tokens accept_boundary(std::span<const PathStep> path, Tokens candidate) const = 0;
+};
+
+// FULL attention: every cached page is usable, so every boundary is accepted.
+class FullComponent final : public TreeComponent {
+ public:
+  std::string_view name() const override { return "full"; }
+  Tokens accept_boundary(std::span<const PathStep>, Tokens candidate) const override { return candidate; }
+};
+
+struct MatchResult {
+  Tokens matched{0};                 // page multiple, <= prompt - 1
+  std::vector<PageId> device_pages;  // matched / page_size pages, in prefix order
+  TreeNode* last_node = nullptr;     // deepest matched node (the root when nothing matched)
+};
+
+struct InsertResult {
+  Tokens prefix_len{0};              // tokens that were already present
+  TreeNode* last_node = nullptr;     // the node ending the inserted key
+};
+
+struct TreeConfig {
+  Tokens page_size{16};
+};
+
+class RadixTree {
+ public:
+  explicit RadixTree(TreeConfig cfg);
+  ~RadixTree();
+  RadixTree(const RadixTree&) = delete;
+  RadixTree& operator=(const RadixTree&) = delete;
+
+  // Adds a component (FULL is always present). Components are asked in order.
+  void add_component(std::unique_ptr<TreeComponent> c);
+
+  // Longest cached prefix of `tokens`, reusing at most tokens.size() - 1 tokens (the last prompt
+  // token must be computed to produce logits), rounded down to whole pages. Splits a node when
+  // the match ends inside it. Bumps the access counter of the matched path.
+  MatchResult match_prefix(std::span<const TokenId> tokens);
+
+  // Inserts a page-aligned key with one device page per page. The pages for the part already
+  // present are NOT taken: the caller frees those of `pages[0 : prefix_len/page_size]` that are
+  // not the tree's own (duplicates). Bumps the access counter of the path.
+  InsertResult insert(std::span<const TokenId> tokens, std::span<const PageId> pages);
+
+  // Protects the path from `node` to the root from eviction (counted).
+  void lock(TreeNode* node);
+  void unlock(TreeNode* node);
+
+  // Evicts unlocked leaves in LRU order until at least `n` pages are freed or no candidate is
+  // left; returns the freed device pages (the caller returns them to its pool).
+  std::vector<PageId> evict(Pages n);
+
+  Tokens page_size() const { return cfg_.page_size; }
+  Pages total_pages() const { return evictable_pages_ + protected_pages_; }
+  Pages evictable_pages() const { return evictable_pages_; }
+  Pages protected_pages() const { return protected_pages_; }
+  std::size_t node_count() const { return node_count_; }  // excluding the root
+  std::size_t eviction_candidates() const { return evictable_.size(); }
+  const TreeNode* root() const { return root_.get(); }
+  TreeNode* root() { return root_.get(); }
+
+  // Throws InternalError naming the first broken invariant.
+  void verify() const;
+  // Digest of the logical content: the set of cached page prefixes with their lock counts.
+  // Independent of split points, node ids and child order.
+  std::uint64_t digest() const;
+
+ private:
+  struct EvictKey {
+    std::uint64_t last_access, id;
+    TreeNode* node;
+    bool operator<(const EvictKey& o) const {
+      return last_access != o.last_access ? last_access < o.last_access : id < o.id;
+    }
+  };
+
+  TreeNode* find_child(TreeNode* node, std::span<const TokenId> first_page, std::uint64_t h) const;
+  void add_child(TreeNode* parent, std::unique_ptr<TreeNode> child);
+  TreeNode* split(TreeNode* child, std::size_t split_tokens);
+  std::size_t common_pages_tokens(const TreeNode* node, std::span<const TokenId> tokens) const;
+  void touch(TreeNode* node);
+  bool is_candidate(const TreeNode* node) const;
+  void refresh(TreeNode* node);
+  std::uint64_t page_hash(std::span<const TokenId> page) const;
+
+  TreeConfig cfg_;
+  std::unique_ptr<TreeNode> root_;
+  std::vector<std::unique_ptr<TreeComponent>> components_;
+  std::set<EvictKey> evictable_;
+  std::uint64_t clock_ = 0, next_id_ = 1;
+  std::size_t node_count_ = 0;
+  Pages evictable_pages_{0}, protected_pages_{0};
+};
+
+}  // namespace kvgrid::cache

@@ -1,0 +1,59 @@
+#include "core/failpoint.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/check.hpp"
+
+namespace kvgrid {
+
+const std::vector<FailpointSpec>& failpoint_catalogue() {
+  static const std::vector<FailpointSpec> catalogue = {
+      {"rank.stall",
+       "the rank stops working for duration_ms of wall time at the start of a step (a slow or hung rank)",
+       {{"duration_ms", 1000.0, 0.0, 3.6e6, "stall length, wall milliseconds"}}},
+  };
+  return catalogue;
+}
+
+FailpointRegistry::FailpointRegistry(std::uint64_t seed, int world_rank)
+    : base_(rank_stream(seed, world_rank).fork("failpoints")), rank_(world_rank) {}
+
+void FailpointRegistry::configure(const FailpointConfig& cfg) {
+  const auto& cat = failpoint_catalogue();
+  auto it = std::find_if(cat.begin(), cat.end(), [&](const FailpointSpec& s) { return s.name == cfg.name; });
+  KVGRID_CHECK(it != cat.end(), "unknown failpoint '", cfg.name, "'");
+  Point p{cfg, base_.fork(cfg.name)};
+  for (const auto& ps : it->params)
+    if (!p.cfg.params.count(ps.name)) p.cfg.params[ps.name] = ps.default_value;
+  points_.erase(cfg.name);
+  points_.emplace(cfg.name, std::move(p));
+}
+
+std::optional<FailpointHit> FailpointRegistry::evaluate(const std::string& name, std::uint64_t step) {
+  auto it = points_.find(name);
+  if (it == points_.end()) return std::nullopt;
+  Point& p = it->second;
+  if (step < p.cfg.from_step) return std::nullopt;
+  if (!p.cfg.ranks.empty() &&
+      std::find(p.cfg.ranks.begin(), p.cfg.ranks.end(), static_cast<std::int64_t>(rank_)) == p.cfg.ranks.end())
+    return std::nullopt;
+  if (!p.rng.bernoulli(p.cfg.probability)) return std::nullopt;
+  std::ostringstream os;
+  bool first = true;
+  for (const auto& [k, v] : p.cfg.params) {
+    os << (first ? "" : " ") << k << "=" << v;
+    first = false;
+  }
+  pending_.push_back({step, name, os.str()});
+  ++fired_;
+  return FailpointHit{&p.cfg.params};
+}
+
+std::vector<FailpointFiring> FailpointRegistry::take_new() {
+  std::vector<FailpointFiring> out;
+  out.swap(pending_);
+  return out;
+}
+
+}  // namespace kvgrid

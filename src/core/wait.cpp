@@ -1,0 +1,114 @@
+#include "core/wait.hpp"
+
+#include <atomic>
+#include <sstream>
+#include <thread>
+
+#include "core/check.hpp"
+
+namespace kvgrid {
+
+namespace {
+std::atomic<double> g_deadline_s{120.0};
+std::mutex g_handler_mu;
+WatchdogHandler g_handler;
+
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void fire(std::string_view what, Clock::time_point start) {
+  WatchdogReport r;
+  r.world_rank = check_rank();
+  r.awaited = std::string(what);
+  r.waited_s = std::chrono::duration<double>(Clock::now() - start).count();
+  r.deadline_s = g_deadline_s.load();
+  WatchdogHandler h;
+  {
+    std::lock_guard<std::mutex> g(g_handler_mu);
+    h = g_handler;
+  }
+  if (h) h(r);
+  throw WatchdogTimeout(r);
+}
+
+// Back-off schedule: ~200 spins, then yields, then sleeps growing to 1 ms.
+class Backoff {
+ public:
+  void pause() {
+    ++n_;
+    if (n_ < 200) return;
+    if (n_ < 400) {
+      std::this_thread::yield();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
+    if (sleep_us_ < 1000) sleep_us_ *= 2;
+  }
+
+ private:
+  int n_ = 0;
+  int sleep_us_ = 20;
+};
+}  // namespace
+
+std::string WatchdogReport::message() const {
+  std::ostringstream os;
+  os << "watchdog: rank " << world_rank << " waited " << waited_s << " s (deadline " << deadline_s
+     << " s) for " << awaited;
+  return os.str();
+}
+
+void set_wait_deadline(std::chrono::duration<double> d) { g_deadline_s.store(d.count()); }
+std::chrono::duration<double> wait_deadline() { return std::chrono::duration<double>(g_deadline_s.load()); }
+
+void set_watchdog_handler(WatchdogHandler h) {
+  std::lock_guard<std::mutex> g(g_handler_mu);
+  g_handler = std::move(h);
+}
+
+void wait_mpi(MPI_Request* req, std::string_view what, MPI_Status* status) {
+  const auto start = Clock::now();
+  const auto limit = start + std::chrono::duration_cast<Clock::duration>(wait_deadline());
+  Backoff b;
+  for (;;) {
+    int flag = 0;
+    KVGRID_MPI_CHECK(MPI_Test(req, &flag, status));
+    if (flag) return;
+    if (Clock::now() > limit) fire(what, start);
+    b.pause();
+  }
+}
+
+void wait_mpi_all(std::span<MPI_Request> reqs, std::string_view what) {
+  const auto start = Clock::now();
+  const auto limit = start + std::chrono::duration_cast<Clock::duration>(wait_deadline());
+  Backoff b;
+  for (;;) {
+    int flag = 0;
+    KVGRID_MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE));
+    if (flag) return;
+    if (Clock::now() > limit) fire(what, start);
+    b.pause();
+  }
+}
+
+void wait_until(const std::function<bool()>& done, std::string_view what) {
+  const auto start = Clock::now();
+  const auto limit = start + std::chrono::duration_cast<Clock::duration>(wait_deadline());
+  Backoff b;
+  while (!done()) {
+    if (Clock::now() > limit) fire(what, start);
+    b.pause();
+  }
+}
+
+void wait_cv(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+             const std::function<bool()>& done, std::string_view what) {
+  const auto start = Clock::now();
+  const auto limit = start + std::chrono::duration_cast<Clock::duration>(wait_deadline());
+  if (!cv.wait_until(lock, limit, done)) {
+    lock.unlock();
+    fire(what, start);
+  }
+}
+
+}  // namespace kvgrid

@@ -1,0 +1,246 @@
+#include "runtime/experiment.hpp"
+
+#include <filesystem>
+#include <sstream>
+
+#include "core/check.hpp"
+
+namespace kvgrid {
+
+namespace {
+
+KeySpec ikey(std::vector<std::string> path, std::int64_t def, double min, double max, std::string doc) {
+  KeySpec k;
+  k.path = std::move(path);
+  k.type = ValueType::Integer;
+  k.default_value = def;
+  k.min = min;
+  k.max = max;
+  k.doc = std::move(doc);
+  return k;
+}
+KeySpec fkey(std::vector<std::string> path, double def, double min, double max, std::string doc) {
+  KeySpec k;
+  k.path = std::move(path);
+  k.type = ValueType::Float;
+  k.default_value = def;
+  k.min = min;
+  k.max = max;
+  k.doc = std::move(doc);
+  return k;
+}
+KeySpec skey(std::vector<std::string> path, std::vector<std::string> choices, std::string doc, std::string def = "") {
+  KeySpec k;
+  k.path = std::move(path);
+  k.type = ValueType::String;
+  k.default_value = choices.empty() ? def : choices.front();
+  k.choices = std::move(choices);
+  k.doc = std::move(doc);
+  return k;
+}
+KeySpec bkey(std::vector<std::string> path, bool def, std::string doc) {
+  KeySpec k;
+  k.path = std::move(path);
+  k.type = ValueType::Bool;
+  k.default_value = def;
+  k.doc = std::move(doc);
+  return k;
+}
+KeySpec optional(KeySpec k) {
+  k.optional_table = true;
+  return k;
+}
+
+constexpr double kBig = 9.0e15;
+
+Schema build_schema() {
+  Schema s;
+  for (const char* d : {"tp", "cp", "pp"})
+    s.add(ikey({"topology", d}, 1, 1, 4096, std::string(d) + " degree of the single group"));
+  for (const char* g : {"prefill", "decode"})
+    for (const char* d : {"tp", "cp", "pp"})
+      s.add(optional(ikey({"topology", g, d}, 1, 1, 4096, std::string(d) + " degree of the " + g + " group")));
+  s.add(ikey({"model", "layers"}, 8, 1, 4096, "transformer layers, split contiguously over PP stages"));
+  s.add(ikey({"model", "kv_heads"}, 8, 1, 4096, "KV heads (MHA: split over TP)"));
+  s.add(ikey({"model", "head_dim"}, 128, 1, 65536, "elements per head"));
+  s.add(skey({"model", "attention"}, {"mha", "mla"}, "mha: heads split over TP; mla: one latent per token, replicated"));
+  s.add(ikey({"cache", "page_size"}, 16, 1, 65536, "tokens per KV page"));
+  s.add(ikey({"cache", "device_pages"}, 4096, 1, 2147483647.0, "device (L1) pool capacity, pages, same on every stage"));
+  s.add_table({"protocol"});
+  s.add(skey({"workload", "kind"}, {"tree"}, "tree: shared-prefix prompts with multi-turn follow-ups"));
+  s.add(ikey({"workload", "steps"}, 200, 1, kBig, "scheduler steps"));
+  s.add(ikey({"workload", "requests_per_step"}, 4, 1, 1e6, "requests arriving per step"));
+  s.add(ikey({"workload", "prompt_tokens_min"}, 64, 1, 1e9, "shortest prompt, tokens"));
+  s.add(ikey({"workload", "prompt_tokens_max"}, 512, 1, 1e9, "longest prompt, tokens"));
+  s.add(ikey({"workload", "prefixes"}, 8, 1, 1e6, "shared-prefix families (system prompts)"));
+  s.add(ikey({"workload", "prefix_tokens"}, 256, 0, 1e9, "length of a family's shared prefix, tokens"));
+  s.add(fkey({"workload", "followup_prob"}, 0.3, 0.0, 1.0, "probability that a request extends an earlier one (next turn)"));
+  s.add(ikey({"workload", "hold_steps_max"}, 4, 1, 1e6, "a request keeps its prefix locked for 1..hold_steps_max steps"));
+  s.add(ikey({"workload", "vocab"}, 32000, 2, 4294967295.0, "vocabulary size (token ids are < vocab)"));
+  s.add(ikey({"engine", "seed"}, 1, 0, kBig, "run seed (--seed overrides); rank streams use seed ^ world_rank"));
+  s.add(fkey({"engine", "deadline_s"}, 120.0, 0.01, 864000.0, "watchdog deadline of every blocking wait, wall seconds"));
+  s.add(bkey({"engine", "debug_checks"}, false, "run costly invariant checks (tree verify()) after every operation"));
+  s.add(ikey({"engine", "check_every"}, 16, 1, kBig, "steps between cross-rank tree checks (verify + digest)"));
+  s.add_table({"cost"});
+  for (const auto& fp : failpoint_catalogue()) {
+    s.add(optional(fkey({"faults", fp.name, "probability"}, 0.0, 0.0, 1.0, "chance per evaluation: " + fp.doc)));
+    KeySpec ranks;
+    ranks.path = {"faults", fp.name, "ranks"};
+    ranks.type = ValueType::IntArray;
+    ranks.default_value = std::vector<std::int64_t>{};
+    ranks.min = 0;
+    ranks.max = 1e7;
+    ranks.doc = "world ranks where it may fire (empty: all)";
+    s.add(optional(ranks));
+    s.add(optional(ikey({"faults", fp.name, "from_step"}, 0, 0, kBig, "first step at which it may fire")));
+    for (const auto& p : fp.params) s.add(optional(fkey({"faults", fp.name, p.name}, p.default_value, p.min, p.max, p.doc)));
+  }
+  s.add(skey({"output", "dir"}, {}, "run directory (empty: results/<experiment>/<seed>-<time>; --out overrides)"));
+  s.add(ikey({"output", "flush_every"}, 8, 1, kBig, "steps between trace flushes"));
+  s.add(ikey({"output", "report_every"}, 50, 1, kBig, "steps between console rows"));
+  s.add(ikey({"debug", "plant_divergence_rank"}, -1, -1, 1e7, "testing: this world rank inserts one extra prompt (-1: off)"));
+  s.add(ikey({"debug", "plant_divergence_step"}, 0, 0, kBig, "testing: step of the planted divergence"));
+  s.add(ikey({"debug", "kill_rank"}, -1, -1, 1e7, "testing: this world rank dies by SIGKILL (-1: off)"));
+  s.add(ikey({"debug", "kill_at_step"}, 0, 0, kBig, "testing: step at which kill_rank dies"));
+  return s;
+}
+
+}  // namespace
+
+const Schema& experiment_schema() {
+  static const Schema s = build_schema();
+  return s;
+}
+
+std::string schema_help() {
+  std::ostringstream os;
+  for (const auto& k : experiment_schema().keys()) {
+    os << key_path_string(k.path) << "  (" << value_type_name(k.type);
+    if (!k.choices.empty()) {
+      os << ":";
+      for (const auto& c : k.choices) os << " " << c;
+    }
+    os << ")  " << k.doc << "\n";
+  }
+  return os.str();
+}
+
+namespace {
+ExperimentConfig from_config(const Config& c, const std::string& name) {
+  ExperimentConfig e;
+  e.name = name;
+  e.source = c.source();
+  const bool split = c.table_given("topology.prefill") || c.table_given("topology.decode");
+  if (split) {
+    for (const char* d : {"tp", "cp", "pp"})
+      if (c.given(std::string("topology.") + d))
+        throw InputError(c.source() + ": key 'topology." + d +
+                         "': a P/D world sets its degrees in [topology.prefill] and [topology.decode], not [topology]");
+    for (const char* g : {"prefill", "decode"}) {
+      if (!c.table_given(std::string("topology.") + g))
+        throw InputError(c.source() + ": table 'topology." + g +
+                         "' is missing: a P/D world needs both [topology.prefill] and [topology.decode]");
+      GridShape sh;
+      auto get = [&](const char* d) {
+        std::string k = std::string("topology.") + g + "." + d;
+        return c.given(k) ? static_cast<int>(c.get_int(k)) : 1;
+      };
+      sh.tp = get("tp");
+      sh.cp = get("cp");
+      sh.pp = get("pp");
+      e.topology.groups.push_back({g, sh});
+    }
+  } else {
+    GridShape sh{static_cast<int>(c.get_int("topology.tp")), static_cast<int>(c.get_int("topology.cp")),
+                 static_cast<int>(c.get_int("topology.pp"))};
+    e.topology.groups.push_back({"main", sh});
+  }
+  e.model.layers = c.get_int("model.layers");
+  e.model.kv_heads = c.get_int("model.kv_heads");
+  e.model.head_dim = c.get_int("model.head_dim");
+  e.model.attention = c.get_string("model.attention");
+  e.cache.page_size = Tokens(c.get_int("cache.page_size"));
+  e.cache.device_pages = Pages(c.get_int("cache.device_pages"));
+  auto& w = e.workload;
+  w.kind = c.get_string("workload.kind");
+  w.steps = c.get_int("workload.steps");
+  w.requests_per_step = c.get_int("workload.requests_per_step");
+  w.prompt_tokens_min = c.get_int("workload.prompt_tokens_min");
+  w.prompt_tokens_max = c.get_int("workload.prompt_tokens_max");
+  w.prefixes = c.get_int("workload.prefixes");
+  w.prefix_tokens = c.get_int("workload.prefix_tokens");
+  w.followup_prob = c.get_float("workload.followup_prob");
+  w.hold_steps_max = c.get_int("workload.hold_steps_max");
+  w.vocab = c.get_int("workload.vocab");
+  e.engine.seed = static_cast<std::uint64_t>(c.get_int("engine.seed"));
+  e.engine.deadline_s = c.get_float("engine.deadline_s");
+  e.engine.debug_checks = c.get_bool("engine.debug_checks");
+  e.engine.check_every = c.get_int("engine.check_every");
+  e.output.dir = c.get_string("output.dir");
+  e.output.flush_every = c.get_int("output.flush_every");
+  e.output.report_every = c.get_int("output.report_every");
+  e.debug.plant_divergence_rank = c.get_int("debug.plant_divergence_rank");
+  e.debug.plant_divergence_step = c.get_int("debug.plant_divergence_step");
+  e.debug.kill_rank = c.get_int("debug.kill_rank");
+  e.debug.kill_at_step = c.get_int("debug.kill_at_step");
+  for (const auto& fp : failpoint_catalogue()) {
+    const std::string base = key_path_string({"faults", fp.name});
+    if (!c.table_given(base)) continue;
+    FailpointConfig f;
+    f.name = fp.name;
+    auto key = [&](const std::string& leaf) { return key_path_string({"faults", fp.name, leaf}); };
+    f.probability = c.given(key("probability")) ? c.get_float(key("probability")) : 0.0;
+    if (c.given(key("ranks"))) f.ranks = c.get_int_array(key("ranks"));
+    if (c.given(key("from_step"))) f.from_step = static_cast<std::uint64_t>(c.get_int(key("from_step")));
+    for (const auto& p : fp.params) f.params[p.name] = c.given(key(p.name)) ? c.get_float(key(p.name)) : p.default_value;
+    e.faults.push_back(std::move(f));
+  }
+
+  // Relations between keys.
+  const auto& src = c.source();
+  for (const auto& g : e.topology.groups) {
+    if (g.shape.pp > e.model.layers)
+      throw InputError(src + ": topology " + g.name + " has pp = " + std::to_string(g.shape.pp) +
+                       " stages but model.layers = " + std::to_string(e.model.layers) + " (each stage needs a layer)");
+    if (e.model.attention == "mha" && e.model.kv_heads % g.shape.tp != 0)
+      throw InputError(src + ": model.kv_heads = " + std::to_string(e.model.kv_heads) +
+                       " is not divisible by the " + g.name + " group's tp = " + std::to_string(g.shape.tp) +
+                       " (MHA splits heads over TP)");
+  }
+  if (w.prompt_tokens_min > w.prompt_tokens_max)
+    throw InputError(src + ": workload.prompt_tokens_min = " + std::to_string(w.prompt_tokens_min) +
+                     " exceeds workload.prompt_tokens_max = " + std::to_string(w.prompt_tokens_max));
+  e.effective_toml = c.effective_toml();
+  return e;
+}
+
+std::vector<std::string> with_seed(std::vector<std::string> ov, std::int64_t seed) {
+  if (seed >= 0) ov.push_back("engine.seed=" + std::to_string(seed));
+  return ov;
+}
+}  // namespace
+
+void ExperimentConfig::validate_for_world(int world_size) const {
+  auto rank_ok = [&](std::int64_t r, const std::string& key) {
+    if (r >= world_size)
+      throw InputError(source + ": key '" + key + "': rank " + std::to_string(r) + " does not exist in a world of " +
+                       std::to_string(world_size) + " ranks");
+  };
+  rank_ok(debug.plant_divergence_rank, "debug.plant_divergence_rank");
+  rank_ok(debug.kill_rank, "debug.kill_rank");
+  for (const auto& f : faults)
+    for (auto r : f.ranks) rank_ok(r, key_path_string({"faults", f.name, "ranks"}));
+}
+
+ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides, std::int64_t seed) {
+  Config c = Config::load(experiment_schema(), path, with_seed(overrides, seed));
+  return from_config(c, std::filesystem::path(path).stem().string());
+}
+
+ExperimentConfig parse_experiment(std::string_view toml, const std::string& name,
+                                  const std::vector<std::string>& overrides, std::int64_t seed) {
+  Config c = Config::parse(experiment_schema(), toml, name, with_seed(overrides, seed));
+  return from_config(c, name);
+}
+
+}  // namespace kvgrid

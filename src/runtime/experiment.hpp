@@ -1,0 +1,81 @@
+// The experiment file: its schema (every key kvgrid accepts, with defaults, ranges and units) and
+// the typed configuration structs the components read. `load_experiment` is the one validation
+// pass: schema checks (config.hpp) plus the checks that relate keys to each other. The schema is
+// also what the README's configuration table documents (`kvgrid run --help-config` prints it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "core/failpoint.hpp"
+#include "core/ids.hpp"
+#include "core/topology.hpp"
+
+namespace kvgrid {
+
+struct ModelConfig {
+  std::int64_t layers = 8, kv_heads = 8, head_dim = 128;
+  std::string attention = "mha";
+};
+
+struct CacheConfig {
+  Tokens page_size{16};
+  Pages device_pages{4096};
+};
+
+struct WorkloadConfig {
+  std::string kind = "tree";
+  std::int64_t steps = 200, requests_per_step = 4;
+  std::int64_t prompt_tokens_min = 64, prompt_tokens_max = 512;
+  std::int64_t prefixes = 8, prefix_tokens = 256;
+  double followup_prob = 0.3;
+  std::int64_t hold_steps_max = 4;
+  std::int64_t vocab = 32000;
+};
+
+struct EngineConfig {
+  std::uint64_t seed = 1;
+  double deadline_s = 120.0;
+  bool debug_checks = false;
+  std::int64_t check_every = 16;
+};
+
+struct OutputConfig {
+  std::string dir;  // empty: results/<experiment>/<seed>-<time>
+  std::int64_t flush_every = 8, report_every = 50;
+};
+
+struct DebugConfig {
+  std::int64_t plant_divergence_rank = -1, plant_divergence_step = 0;
+  std::int64_t kill_rank = -1, kill_at_step = 0;
+};
+
+struct ExperimentConfig {
+  std::string name;    // file stem
+  std::string source;  // path as given
+  TopologySpec topology;
+  ModelConfig model;
+  CacheConfig cache;
+  WorkloadConfig workload;
+  EngineConfig engine;
+  OutputConfig output;
+  DebugConfig debug;
+  std::vector<FailpointConfig> faults;
+  std::string effective_toml;
+
+  // Checks that need the world size (rank lists); throws InputError.
+  void validate_for_world(int world_size) const;
+};
+
+const Schema& experiment_schema();
+// Throws InputError (file, key, expected, found). `seed` overrides engine.seed when >= 0.
+ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
+                                 std::int64_t seed = -1);
+ExperimentConfig parse_experiment(std::string_view toml, const std::string& name,
+                                  const std::vector<std::string>& overrides, std::int64_t seed = -1);
+// One line per key: "section.key  type  default  doc".
+std::string schema_help();
+
+}  // namespace kvgrid

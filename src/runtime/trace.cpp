@@ -1,0 +1,208 @@
+#include "runtime/trace.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include <kvgrid/build_info.hpp>
+
+#include "core/check.hpp"
+
+namespace kvgrid {
+
+using h5::Handle;
+
+namespace {
+Handle compound(std::size_t size) {
+  return Handle(KVGRID_HDF5_CHECK(H5Tcreate(H5T_COMPOUND, size)), Handle::Kind::Datatype);
+}
+void insert(hid_t t, const char* name, std::size_t off, hid_t member) {
+  KVGRID_HDF5_CHECK(H5Tinsert(t, name, off, member));
+}
+Handle create_file(const std::string& path) {
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+  if (f < 0) throw InputError(path + ": cannot create trace file (exists already, or the directory is not writable)");
+  return Handle(f, Handle::Kind::File);
+}
+}  // namespace
+
+void copy_fixed(char* dst, std::size_t cap, const std::string& src) {
+  std::memset(dst, 0, cap);
+  std::memcpy(dst, src.data(), std::min(cap, src.size()));
+}
+
+std::string read_fixed(const char* src, std::size_t cap) {
+  std::size_t n = 0;
+  while (n < cap && src[n] != '\0') ++n;
+  return std::string(src, n);
+}
+
+Handle event_type() {
+  Handle t = compound(sizeof(EventRow));
+  insert(t.get(), "step", offsetof(EventRow, step), H5T_NATIVE_UINT64);
+  insert(t.get(), "wall_ns", offsetof(EventRow, wall_ns), H5T_NATIVE_UINT64);
+  insert(t.get(), "model_ns", offsetof(EventRow, model_ns), H5T_NATIVE_UINT64);
+  insert(t.get(), "request", offsetof(EventRow, request), H5T_NATIVE_UINT64);
+  Handle s = h5::string_type(sizeof(EventRow::op));
+  insert(t.get(), "op", offsetof(EventRow, op), s.get());
+  hsize_t three[1] = {3};
+  Handle arr(KVGRID_HDF5_CHECK(H5Tarray_create2(H5T_NATIVE_INT64, 1, three)), Handle::Kind::Datatype);
+  insert(t.get(), "args", offsetof(EventRow, args), arr.get());
+  insert(t.get(), "status", offsetof(EventRow, status), H5T_NATIVE_INT32);
+  return t;
+}
+
+Handle decision_type() {
+  Handle t = compound(sizeof(DecisionRow));
+  insert(t.get(), "seq", offsetof(DecisionRow, seq), H5T_NATIVE_UINT64);
+  insert(t.get(), "step", offsetof(DecisionRow, step), H5T_NATIVE_UINT64);
+  Handle s = h5::string_type(sizeof(DecisionRow::name));
+  insert(t.get(), "name", offsetof(DecisionRow, name), s.get());
+  insert(t.get(), "args_digest", offsetof(DecisionRow, args_digest), H5T_NATIVE_UINT64);
+  insert(t.get(), "result_digest", offsetof(DecisionRow, result_digest), H5T_NATIVE_UINT64);
+  return t;
+}
+
+Handle fault_type() {
+  Handle t = compound(sizeof(FaultRow));
+  insert(t.get(), "step", offsetof(FaultRow, step), H5T_NATIVE_UINT64);
+  Handle s = h5::string_type(sizeof(FaultRow::name));
+  insert(t.get(), "name", offsetof(FaultRow, name), s.get());
+  Handle p = h5::string_type(sizeof(FaultRow::params));
+  insert(t.get(), "params", offsetof(FaultRow, params), p.get());
+  return t;
+}
+
+Handle rank_summary_type() {
+  Handle t = compound(sizeof(RankSummaryRow));
+#define KVGRID_FIELD(name, type) insert(t.get(), #name, offsetof(RankSummaryRow, name), type)
+  KVGRID_FIELD(rank, H5T_NATIVE_INT32);
+  KVGRID_FIELD(group, H5T_NATIVE_INT32);
+  KVGRID_FIELD(tp, H5T_NATIVE_INT32);
+  KVGRID_FIELD(cp, H5T_NATIVE_INT32);
+  KVGRID_FIELD(pp, H5T_NATIVE_INT32);
+  KVGRID_FIELD(verify_failures, H5T_NATIVE_INT32);
+  KVGRID_FIELD(tree_digest, H5T_NATIVE_UINT64);
+  KVGRID_FIELD(decision_digest, H5T_NATIVE_UINT64);
+  KVGRID_FIELD(decisions, H5T_NATIVE_UINT64);
+  KVGRID_FIELD(faults_fired, H5T_NATIVE_UINT64);
+  KVGRID_FIELD(tree_pages, H5T_NATIVE_INT64);
+  KVGRID_FIELD(tree_nodes, H5T_NATIVE_INT64);
+  KVGRID_FIELD(requests, H5T_NATIVE_INT64);
+  KVGRID_FIELD(admitted, H5T_NATIVE_INT64);
+  KVGRID_FIELD(matched_tokens, H5T_NATIVE_INT64);
+  KVGRID_FIELD(prompt_tokens, H5T_NATIVE_INT64);
+#undef KVGRID_FIELD
+  return t;
+}
+
+std::string rank_file_name(int world_rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "rank_%05d.h5", world_rank);
+  return buf;
+}
+
+TraceWriter::TraceWriter(const std::string& dir, const RankGrid& grid, const RunMeta& meta)
+    : ev_type_(event_type()), dec_type_(decision_type()), fault_type_(fault_type()) {
+  namespace fs = std::filesystem;
+  h5::silence_errors();  // failures are reported by our own messages and checks
+  if (grid.world_rank() == 0) {
+    Handle run = create_file((fs::path(dir) / "run.h5").string());
+    Handle g(KVGRID_HDF5_CHECK(H5Gcreate2(run.get(), "meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), Handle::Kind::Group);
+    h5::write_attr(g.get(), "experiment", meta.experiment);
+    h5::write_attr(g.get(), "source", meta.source);
+    h5::write_attr(g.get(), "config", meta.config_toml);
+    h5::write_attr(g.get(), "topology", meta.topology);
+    h5::write_attr(g.get(), "started", meta.started);
+    h5::write_attr(g.get(), "seed", meta.seed);
+    h5::write_attr(g.get(), "world_size", meta.world_size);
+    h5::write_attr(g.get(), "kvgrid_version", std::string(build::kVersion));
+    h5::write_attr(g.get(), "git_revision", std::string(build::kGitRevision));
+    h5::write_attr(g.get(), "hdf5_version", std::string(build::kHdf5Version));
+    char mpi_ver[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    KVGRID_MPI_CHECK(MPI_Get_library_version(mpi_ver, &len));
+    std::string mv(mpi_ver, static_cast<std::size_t>(len));
+    h5::write_attr(g.get(), "mpi_version", mv.substr(0, mv.find('\n')));
+    h5::write_attr(g.get(), "schema_version", static_cast<std::int64_t>(1));
+    Handle ranks(KVGRID_HDF5_CHECK(H5Gcreate2(run.get(), "ranks", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                 Handle::Kind::Group);
+    for (int r = 0; r < grid.world_size(); ++r) {
+      char name[16];
+      std::snprintf(name, sizeof(name), "%05d", r);
+      KVGRID_HDF5_CHECK(H5Lcreate_external(rank_file_name(r).c_str(), "/", ranks.get(), name, H5P_DEFAULT, H5P_DEFAULT));
+    }
+  }
+  file_ = create_file((fs::path(dir) / rank_file_name(grid.world_rank())).string());
+  const auto& c = grid.coord();
+  h5::write_attr(file_.get(), "world_rank", static_cast<std::int64_t>(grid.world_rank()));
+  h5::write_attr(file_.get(), "group", static_cast<std::int64_t>(c.group));
+  h5::write_attr(file_.get(), "tp", static_cast<std::int64_t>(c.tp));
+  h5::write_attr(file_.get(), "cp", static_cast<std::int64_t>(c.cp));
+  h5::write_attr(file_.get(), "pp", static_cast<std::int64_t>(c.pp));
+  events_tbl_ = h5::AppendTable(file_.get(), "events", ev_type_.get(), 1024);
+  decisions_tbl_ = h5::AppendTable(file_.get(), "decisions", dec_type_.get(), 1024);
+  faults_tbl_ = h5::AppendTable(file_.get(), "faults", fault_type_.get(), 64);
+  KVGRID_HDF5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_LOCAL));
+}
+
+TraceWriter::~TraceWriter() {
+  try {
+    flush();
+  } catch (...) {
+  }
+}
+
+void TraceWriter::decisions(std::vector<DecisionRecord> d) {
+  for (const auto& r : d) {
+    DecisionRow row;
+    row.seq = r.seq;
+    row.step = r.step;
+    copy_fixed(row.name, sizeof(row.name), r.name);
+    row.args_digest = r.args_digest;
+    row.result_digest = r.result_digest;
+    decisions_.push_back(row);
+  }
+}
+
+void TraceWriter::faults(std::vector<FailpointFiring> f) {
+  for (const auto& r : f) {
+    FaultRow row;
+    row.step = r.step;
+    copy_fixed(row.name, sizeof(row.name), r.name);
+    copy_fixed(row.params, sizeof(row.params), r.params);
+    faults_.push_back(row);
+  }
+}
+
+void TraceWriter::flush() {
+  if (!file_) return;
+  events_tbl_.append(events_.data(), events_.size());
+  decisions_tbl_.append(decisions_.data(), decisions_.size());
+  faults_tbl_.append(faults_.data(), faults_.size());
+  events_.clear();
+  decisions_.clear();
+  faults_.clear();
+  KVGRID_HDF5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_LOCAL));
+}
+
+void TraceWriter::write_summary(const std::string& dir, const RunSummary& s) {
+  const std::string path = (std::filesystem::path(dir) / "run.h5").string();
+  Handle run(KVGRID_HDF5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT)), Handle::Kind::File);
+  Handle g(KVGRID_HDF5_CHECK(H5Gcreate2(run.get(), "summary", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), Handle::Kind::Group);
+  h5::write_attr(g.get(), "verdict", s.verdict);
+  h5::write_attr(g.get(), "steps", s.steps);
+  h5::write_attr(g.get(), "verify_failures", s.verify_failures);
+  h5::write_attr(g.get(), "tree_divergences", s.tree_divergences);
+  h5::write_attr(g.get(), "decision_divergences", s.decision_divergences);
+  h5::write_attr(g.get(), "checks", s.checks);
+  h5::write_attr(g.get(), "wall_s", s.wall_s);
+  Handle t = rank_summary_type();
+  hsize_t n[1] = {s.ranks.size()};
+  Handle space(KVGRID_HDF5_CHECK(H5Screate_simple(1, n, nullptr)), Handle::Kind::Dataspace);
+  Handle d(KVGRID_HDF5_CHECK(H5Dcreate2(g.get(), "ranks", t.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+           Handle::Kind::Dataset);
+  KVGRID_HDF5_CHECK(H5Dwrite(d.get(), t.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, s.ranks.data()));
+}
+
+}  // namespace kvgrid

@@ -1,0 +1,100 @@
+// The HDF5 trace (DESIGN §6; schema in the README).
+//
+//   <dir>/run.h5            written by world rank 0: /meta at start-up, /ranks/<NNNNN> external
+//                           links (relative paths) to the rank files, /summary at a clean end only
+//   <dir>/rank_<NNNNN>.h5   one per rank: tables events, decisions, faults (appendable, chunked)
+//
+// Rank files are written incrementally: records are buffered in memory and appended, then the file
+// is flushed, every `flush_every` steps and before any abort (watchdog). Between flushes the file
+// is not touched, so a rank killed at any moment leaves a file holding everything up to its last
+// flush. A run without /summary did not end cleanly.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/decision_log.hpp"
+#include "core/failpoint.hpp"
+#include "core/topology.hpp"
+#include "runtime/h5util.hpp"
+
+namespace kvgrid {
+
+struct EventRow {
+  std::uint64_t step = 0;
+  std::uint64_t wall_ns = 0;   // since the run started on this rank
+  std::uint64_t model_ns = 0;  // the rank's modelled clock
+  std::uint64_t request = 0;
+  char op[16] = {};
+  std::int64_t args[3] = {0, 0, 0};
+  std::int32_t status = 0;
+};
+
+struct DecisionRow {
+  std::uint64_t seq = 0, step = 0;
+  char name[32] = {};
+  std::uint64_t args_digest = 0, result_digest = 0;
+};
+
+struct FaultRow {
+  std::uint64_t step = 0;
+  char name[32] = {};
+  char params[96] = {};
+};
+
+struct RankSummaryRow {
+  std::int32_t rank = 0, group = 0, tp = 0, cp = 0, pp = 0, verify_failures = 0;
+  std::uint64_t tree_digest = 0, decision_digest = 0, decisions = 0, faults_fired = 0;
+  std::int64_t tree_pages = 0, tree_nodes = 0, requests = 0, admitted = 0, matched_tokens = 0, prompt_tokens = 0;
+};
+
+struct RunMeta {
+  std::string experiment, source, config_toml, topology, started;
+  std::int64_t seed = 0, world_size = 0;
+};
+
+struct RunSummary {
+  std::string verdict;  // "OK" or "FAILED"
+  std::int64_t steps = 0, verify_failures = 0, checks = 0;
+  std::int64_t tree_divergences = 0, decision_divergences = 0;  // checks with a disagreement
+  double wall_s = 0.0;
+  std::vector<RankSummaryRow> ranks;
+};
+
+// HDF5 compound types of the rows above (owned by the caller).
+h5::Handle event_type();
+h5::Handle decision_type();
+h5::Handle fault_type();
+h5::Handle rank_summary_type();
+
+std::string rank_file_name(int world_rank);
+void copy_fixed(char* dst, std::size_t cap, const std::string& src);
+std::string read_fixed(const char* src, std::size_t cap);
+
+class TraceWriter {
+ public:
+  // World rank 0 creates run.h5 with /meta and the links; every rank creates its rank file.
+  // Throws InputError when a file cannot be created.
+  TraceWriter(const std::string& dir, const RankGrid& grid, const RunMeta& meta);
+  ~TraceWriter();
+
+  void event(const EventRow& e) { events_.push_back(e); }
+  void decisions(std::vector<DecisionRecord> d);
+  void faults(std::vector<FailpointFiring> f);
+  // Appends the buffered rows and flushes the rank file.
+  void flush();
+
+  // World rank 0 only, after every rank's final flush: adds /summary to run.h5.
+  static void write_summary(const std::string& dir, const RunSummary& s);
+
+ private:
+  h5::Handle file_, ev_type_, dec_type_, fault_type_;
+  h5::AppendTable events_tbl_, decisions_tbl_, faults_tbl_;
+  std::vector<EventRow> events_;
+  std::vector<DecisionRow> decisions_;
+  std::vector<FaultRow> faults_;
+};
+
+}  // namespace kvgrid

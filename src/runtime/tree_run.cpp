@@ -1,0 +1,238 @@
+#include "runtime/tree_run.hpp"
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <deque>
+#include <thread>
+
+#include "cache/device_cache.hpp"
+#include "core/check.hpp"
+#include "core/log.hpp"
+#include "core/wait.hpp"
+#include "runtime/workload.hpp"
+
+namespace kvgrid {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Held {
+  cache::Admission admission;
+  std::uint64_t request = 0;
+  std::int64_t release_step = 0;
+};
+
+// Leader → group broadcast of one step's requests (size, then payload).
+std::vector<Request> receive_step(const RankGrid& grid, TreeWorkload* gen, std::int64_t step) {
+  std::vector<std::uint32_t> buf;
+  if (gen) buf = encode_requests(gen->next_step());
+  std::uint64_t n = buf.size();
+  MPI_Request req;
+  const std::string what = "Ibcast of step " + std::to_string(step) + " requests over the group";
+  KVGRID_MPI_CHECK(MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, grid.group(), &req));
+  wait_mpi(&req, what + " (size)");
+  buf.resize(n);
+  KVGRID_MPI_CHECK(MPI_Ibcast(buf.data(), static_cast<int>(n), MPI_UINT32_T, 0, grid.group(), &req));
+  wait_mpi(&req, what);
+  return decode_requests(buf);
+}
+
+struct CheckOutcome {
+  std::int64_t verify_failures = 0;       // summed over the world
+  std::vector<int> tree_differs;          // ranks whose tree digest differs from world rank 0's
+  std::vector<int> decisions_differ;      // ranks whose decision log digest differs from rank 0's
+};
+
+// One Iallgather of (tree digest, decision log digest and length, verify failures) per rank.
+CheckOutcome cross_check(const RankGrid& grid, std::uint64_t tree_digest, const DecisionLog& log,
+                         std::int64_t local_failures, std::int64_t step) {
+  constexpr int kWords = 4;
+  std::uint64_t mine[kWords] = {tree_digest, log.running_digest(), log.size(), static_cast<std::uint64_t>(local_failures)};
+  std::vector<std::uint64_t> all(kWords * static_cast<std::size_t>(grid.world_size()));
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Iallgather(mine, kWords, MPI_UINT64_T, all.data(), kWords, MPI_UINT64_T, grid.world(), &req));
+  wait_mpi(&req, "Iallgather of tree and decision digests at step " + std::to_string(step));
+  CheckOutcome out;
+  for (int r = 0; r < grid.world_size(); ++r) {
+    const std::uint64_t* row = &all[kWords * static_cast<std::size_t>(r)];
+    out.verify_failures += static_cast<std::int64_t>(row[3]);
+    if (row[0] != all[0]) out.tree_differs.push_back(r);
+    if (row[1] != all[1] || row[2] != all[2]) out.decisions_differ.push_back(r);
+  }
+  return out;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += " " + std::to_string(r);
+  return s;
+}
+
+void fill_op(EventRow& e, const char* op) { copy_fixed(e.op, sizeof(e.op), op); }
+
+}  // namespace
+
+TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults,
+                                DecisionLog& log, TraceWriter* trace, bool print) {
+  const auto start = Clock::now();
+  auto wall_ns = [&] {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+  };
+  const bool leader = grid.coord().tp == 0 && grid.coord().cp == 0 && grid.coord().pp == 0;
+  std::unique_ptr<TreeWorkload> gen;
+  if (leader) gen = std::make_unique<TreeWorkload>(exp.workload, exp.engine.seed);
+  cache::DeviceCache dc({exp.cache.page_size, exp.cache.device_pages}, log);
+  Rng plant_rng = rank_stream(exp.engine.seed, grid.world_rank()).fork("debug.plant");
+
+  TreeRunResult res;
+  std::deque<Held> held;
+  std::int64_t local_failures = 0, requests = 0, admitted = 0, matched = 0, prompt = 0, evicted = 0;
+  std::int64_t window_req = 0, window_admit = 0, window_matched = 0, window_prompt = 0, window_evicted = 0;
+
+  auto emit = [&](std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1,
+                  std::int64_t a2, std::int32_t status) {
+    if (!trace) return;
+    EventRow e;
+    e.step = static_cast<std::uint64_t>(step);
+    e.wall_ns = wall_ns();
+    e.request = request;
+    fill_op(e, op);
+    e.args[0] = a0;
+    e.args[1] = a1;
+    e.args[2] = a2;
+    e.status = status;
+    trace->event(e);
+  };
+  auto drain_to_trace = [&] {
+    if (!trace) return;
+    trace->decisions(log.take_new());
+    trace->faults(faults.take_new());
+  };
+  auto check = [&](std::int64_t step) {
+    try {
+      dc.verify();
+    } catch (const InternalError& e) {
+      ++local_failures;
+      log_all(std::string("verify failed at step ") + std::to_string(step) + ": " + e.what());
+    }
+    CheckOutcome c = cross_check(grid, dc.digest(), log, local_failures, step);
+    ++res.checks;
+    res.verify_failures = c.verify_failures;
+    const bool agree = c.tree_differs.empty() && c.decisions_differ.empty();
+    emit(step, 0, "check", static_cast<std::int64_t>(c.tree_differs.size()),
+         static_cast<std::int64_t>(c.decisions_differ.size()), c.verify_failures, agree ? 0 : 1);
+    if (!c.tree_differs.empty()) ++res.tree_divergences;
+    if (!c.decisions_differ.empty()) ++res.decision_divergences;
+    if (print && !c.tree_differs.empty())
+      log0("# step " + std::to_string(step) + ": tree digests differ from rank 0's on ranks" + rank_list(c.tree_differs));
+    if (print && !c.decisions_differ.empty())
+      log0("# step " + std::to_string(step) + ": decision logs differ from rank 0's on ranks" +
+           rank_list(c.decisions_differ));
+  };
+
+  if (print) log0("#  step    reqs   admit  reject    hit%   evicted   pages   nodes");
+  for (std::int64_t step = 0; step < exp.workload.steps; ++step) {
+    log.set_step(static_cast<std::uint64_t>(step));
+    if (grid.world_rank() == exp.debug.kill_rank && step == exp.debug.kill_at_step) std::raise(SIGKILL);
+    if (auto hit = faults.evaluate("rank.stall", static_cast<std::uint64_t>(step))) {
+      const double ms = hit->param("duration_ms");
+      emit(step, 0, "stall", static_cast<std::int64_t>(ms), 0, 0, 0);
+      if (trace) {  // a stalled rank may be aborted by its peers' watchdog: keep what it has
+        drain_to_trace();
+        trace->flush();
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+    }
+
+    std::vector<Request> reqs = receive_step(grid, gen.get(), step);
+    while (!held.empty() && held.front().release_step <= step) {
+      dc.release(held.front().admission);
+      emit(step, held.front().request, "release", 0, 0, 0, 0);
+      held.pop_front();
+    }
+    for (const auto& r : reqs) {
+      cache::Admission a = dc.admit(r.id, r.tokens);
+      ++requests;
+      ++window_req;
+      prompt += a.prompt.value();
+      window_prompt += a.prompt.value();
+      evicted += a.evicted.value();
+      window_evicted += a.evicted.value();
+      if (a.evicted.value() > 0) emit(step, r.id.value(), "evict", a.evicted.value(), 0, 0, 0);
+      emit(step, r.id.value(), "admit", a.prompt.value(), a.matched.value(), a.new_pages.value(), a.admitted ? 1 : 0);
+      if (!a.admitted) continue;
+      ++admitted;
+      ++window_admit;
+      matched += a.matched.value();
+      window_matched += a.matched.value();
+      // Requests are held in admission order; equal hold lengths release FIFO, so order is
+      // identical on every rank.
+      Held h{a, r.id.value(), step + r.hold_steps};
+      auto pos = held.end();
+      while (pos != held.begin() && std::prev(pos)->release_step > h.release_step) --pos;
+      held.insert(pos, h);
+    }
+    if (grid.world_rank() == exp.debug.plant_divergence_rank && step == exp.debug.plant_divergence_step) {
+      // Testing knob: one rank caches a prompt nobody else has.
+      std::vector<TokenId> extra(static_cast<std::size_t>(exp.cache.page_size.value() * 2 + 1));
+      for (auto& t : extra) t = static_cast<TokenId>(plant_rng.below(static_cast<std::uint64_t>(exp.workload.vocab)));
+      cache::Admission a = dc.admit(RequestId(~0ull), extra);
+      dc.release(a);
+      emit(step, ~0ull, "planted", a.prompt.value(), 0, a.new_pages.value(), a.admitted ? 1 : 0);
+    }
+
+    const bool last = step + 1 == exp.workload.steps;
+    if ((step + 1) % exp.engine.check_every == 0 || last) check(step);
+    if (print && ((step + 1) % exp.output.report_every == 0 || last)) {
+      char row[160];
+      std::snprintf(row, sizeof(row), "%7lld %7lld %7lld %7lld %7.2f %9lld %7lld %7zu", static_cast<long long>(step + 1),
+                    static_cast<long long>(window_req), static_cast<long long>(window_admit),
+                    static_cast<long long>(window_req - window_admit),
+                    window_prompt ? 100.0 * static_cast<double>(window_matched) / static_cast<double>(window_prompt) : 0.0,
+                    static_cast<long long>(window_evicted), static_cast<long long>(dc.tree().total_pages().value()),
+                    dc.tree().node_count());
+      log0(row);
+      window_req = window_admit = window_matched = window_prompt = window_evicted = 0;
+    }
+    if (trace && ((step + 1) % exp.output.flush_every == 0 || last)) {
+      drain_to_trace();
+      trace->flush();
+    }
+    res.steps = step + 1;
+  }
+  while (!held.empty()) {
+    dc.release(held.front().admission);
+    held.pop_front();
+  }
+  drain_to_trace();
+  if (trace) trace->flush();
+
+  auto& m = res.mine;
+  m.rank = grid.world_rank();
+  m.group = grid.coord().group;
+  m.tp = grid.coord().tp;
+  m.cp = grid.coord().cp;
+  m.pp = grid.coord().pp;
+  m.verify_failures = static_cast<std::int32_t>(local_failures);
+  m.tree_digest = dc.digest();
+  m.decision_digest = log.running_digest();
+  m.decisions = log.size();
+  m.faults_fired = faults.fired_count();
+  m.tree_pages = dc.tree().total_pages().value();
+  m.tree_nodes = static_cast<std::int64_t>(dc.tree().node_count());
+  m.requests = requests;
+  m.admitted = admitted;
+  m.matched_tokens = matched;
+  m.prompt_tokens = prompt;
+  (void)evicted;
+  if (grid.world_rank() == 0) res.all.resize(static_cast<std::size_t>(grid.world_size()));
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Igather(&m, sizeof(m), MPI_BYTE, res.all.data(), sizeof(m), MPI_BYTE, 0, grid.world(), &req));
+  wait_mpi(&req, "Igather of rank summaries");
+  res.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  return res;
+}
+
+}  // namespace kvgrid

@@ -1,0 +1,230 @@
+#!/usr/bin/python3
+"""End-to-end tests of the kvgrid CLI under mpirun: verdicts, exit codes, bad input, traces.
+
+Run one scenario: test_cli.py NAME (ctest registers each). Needs KVGRID_BIN, KVGRID_SOURCE, MPIEXEC.
+Ordering between processes is by exit and files, never by sleeping.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import h5py
+
+BIN = os.environ["KVGRID_BIN"]
+SRC = os.environ["KVGRID_SOURCE"]
+MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
+QUICK = os.path.join(SRC, "experiments", "quickstart.toml")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1",
+           HDF5_USE_FILE_LOCKING="FALSE")
+TMP = tempfile.mkdtemp(prefix="kvgrid-cli-")
+FAST = ["--set", "workload.steps=60", "--set", "output.report_every=30"]
+
+
+def run(np, *args, timeout=240):
+    cmd = [MPIEXEC, "-np", str(np), BIN, "run", *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def tool(*args):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, env=ENV, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def expect(cond, msg, *context):
+    if not cond:
+        print("FAILED:", msg)
+        for c in context:
+            print("----\n" + str(c)[-4000:])
+        sys.exit(1)
+
+
+def out(name):
+    return os.path.join(TMP, name)
+
+
+def write(name, text):
+    path = out(name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def quickstart_ok():
+    rc, so, se = run(8, QUICK, "--out", out("q"))
+    expect(rc == 0, f"quickstart exit {rc}", so, se)
+    for line in ["# seed 1", "# topology TP2xCP2xPP2, world 8 ranks", "# verify failures: 0 OK",
+                 "# tree digest divergences: 0 OK", "# verdict: OK"]:
+        expect(line in so, f"missing line {line!r}", so)
+    expect(so.count("# verdict") == 1, "rank 0 prints alone", so)
+    with h5py.File(out("q/run.h5"), "r") as f:
+        expect(f["summary"].attrs["verdict"] == b"OK", "summary verdict")
+        expect(int(f["meta"].attrs["world_size"]) == 8, "meta world size")
+        expect(b"[topology]" in f["meta"].attrs["config"], "effective config stored")
+        for r in range(8):
+            ev = f[f"ranks/{r:05d}/events"]
+            dec = f[f"ranks/{r:05d}/decisions"]
+            expect(ev.shape[0] > 0 and dec.shape[0] > 0, f"rank {r} tables empty")
+            expect(int(f[f"ranks/{r:05d}"].attrs["world_rank"]) == r, "rank attribute")
+        steps = f["ranks/00003/events"]["step"]
+        expect(int(steps.max()) == 199, "events cover all steps")
+        digests = set(int(x) for x in f["summary/ranks"]["tree_digest"])
+        expect(len(digests) == 1, "tree digests agree in the summary")
+    rc, so, _ = tool("check", out("q"))
+    expect(rc == 0 and "rank divergences: 0 OK" in so, "offline check of a clean run", so)
+
+
+def planted_divergence_fails():
+    rc, so, se = run(8, QUICK, "--out", out("p"), *FAST, "--set", "debug.plant_divergence_rank=5",
+                     "--set", "debug.plant_divergence_step=20")
+    expect(rc == 1, f"planted divergence must exit 1, got {rc}", so, se)
+    expect("# verdict: FAILED" in so, "FAILED verdict", so)
+    expect("decision log divergences: 0" not in so, "divergence counted", so)
+    expect(re.search(r"step 31: decision logs differ from rank 0's on ranks 5$", so, re.M), "names the planted rank", so)
+    with h5py.File(out("p/run.h5"), "r") as f:
+        expect(f["summary"].attrs["verdict"] == b"FAILED", "summary verdict FAILED")
+    rc, so, _ = tool("check", out("p"))
+    expect(rc == 1, "offline check finds it", so)
+    expect("rank 5" in so and "(step 20)" in so, "first divergence names rank 5 at step 20", so)
+
+
+def determinism():
+    def digest(seed, name):
+        rc, so, se = run(4, QUICK, "--out", out(name), "--seed", str(seed), *FAST,
+                         "--set", "topology.pp=1")
+        expect(rc == 0, f"seed {seed} run", so, se)
+        m = re.search(r"decision log: (\d+) decisions per rank, digest (0x[0-9a-f]+) on every rank", so)
+        expect(m, "decision digest line", so)
+        return m.group(2)
+    a, b, c = digest(7, "d1"), digest(7, "d2"), digest(8, "d3")
+    expect(a == b, f"same seed, same decisions: {a} vs {b}")
+    expect(a != c, "another seed, other decisions")
+
+
+def bad_input():
+    cases = [
+        (write("malformed.toml", "[cache]\npage_size = = 3\n"), [], r"malformed\.toml:2:\d+: malformed TOML"),
+        (write("unknown.toml", "[cache]\npage_sise = 4\n"), [], r"unknown\.toml:2:\d+: unknown key 'cache\.page_sise'"),
+        (write("type.toml", "[cache]\npage_size = \"x\"\n"), [], r"'cache\.page_size': expected integer.*found string"),
+        (write("range.toml", "[workload]\nfollowup_prob = 2.0\n"), [], r"followup_prob.*out of range"),
+        (QUICK, ["--set", "cache.bogus=1"], r"--set cache\.bogus=1: unknown key"),
+        (QUICK, ["--set", "cache.page_size=abc"], r"expected integer"),
+        (out("does-not-exist.toml"), [], r"cannot open experiment file"),
+        (TMP, [], r"is a directory"),
+        (QUICK, ["--set", "debug.kill_rank=99"], r"rank 99 does not exist"),
+    ]
+    for path, extra, pattern in cases:
+        target = out("never-" + os.path.basename(path))
+        rc, so, se = run(8, path, "--out", target, *extra)
+        expect(rc == 2, f"{path} {extra}: exit {rc}, expected 2", so, se)
+        expect(re.search(pattern, se), f"{path} {extra}: message {pattern!r}", se)
+        expect(se.count("kvgrid run: error:") == 1, "one message, from rank 0", se)
+        expect(not os.path.exists(os.path.join(target, "run.h5")), "no trace for bad input")
+
+
+def wrong_np():
+    rc, so, se = run(3, QUICK, "--out", out("np"))
+    expect(rc == 2, f"wrong -np exit {rc}", so, se)
+    expect("needs 8 ranks but the job has 3" in se, "names both numbers", se)
+    expect(se.count("needs 8 ranks") == 1, "printed once", se)
+    expect(not os.path.exists(out("np/run.h5")), "no trace")
+
+
+def out_dir_errors():
+    rc, so, se = run(8, QUICK, "--out", out("no/such/parent/run"))
+    expect(rc == 2 and "parent directory" in se and "does not exist" in se, "missing parent", se)
+    rc, so, se = run(8, QUICK, "--out", out("twice"), *FAST)
+    expect(rc == 0, "first run", so, se)
+    before = os.path.getmtime(out("twice/run.h5"))
+    rc, so, se = run(8, QUICK, "--out", out("twice"), *FAST)
+    expect(rc == 2 and "already holds a run" in se, "refuses to overwrite", se)
+    expect(os.path.getmtime(out("twice/run.h5")) == before, "earlier run untouched")
+    rc, so, se = tool("report", out("nothing-here"))
+    expect(rc == 2 and "no such run" in se, "report of a missing run", se)
+    bogus = write("bogus.h5", "not hdf5")
+    rc, so, se = tool("check", bogus)
+    expect(rc == 2 and "not an HDF5 file" in se, "check of a non-HDF5 file", se)
+
+
+def killed_run_readable():
+    rc, so, se = run(8, QUICK, "--out", out("k"), "--set", "debug.kill_rank=2", "--set", "debug.kill_at_step=60",
+                     "--set", "output.flush_every=8")
+    expect(rc != 0, "a killed rank fails the job", so, se)
+    with h5py.File(out("k/run.h5"), "r") as f:
+        expect("meta" in f and "summary" not in f, "meta written at start, no summary")
+        last = int(f["ranks/00002/decisions"]["step"].max())
+        expect(48 <= last < 60, f"rank 2 kept everything up to its last flush (last step {last})")
+        for r in range(8):
+            expect(f[f"ranks/{r:05d}/events"].shape[0] > 0, f"rank {r} readable")
+    rc, so, se = tool("report", out("k"))
+    expect(rc == 0 and "incomplete" in so, "report of an aborted run", so, se)
+    rc, so, se = tool("check", out("k"))
+    expect(rc == 0 and "incomplete run" in so, "check compares common prefixes", so, se)
+
+
+def watchdog_stall():
+    rc, so, se = run(4, QUICK, "--out", out("w"), "--set", "topology.pp=1", "--set", "engine.deadline_s=1",
+                     "--set", "faults.rank.stall.probability=1", "--set", "faults.rank.stall.ranks=[3]",
+                     "--set", "faults.rank.stall.from_step=30", "--set", "faults.rank.stall.duration_ms=60000",
+                     timeout=120)
+    expect(rc == 1, f"watchdog must end the run with exit 1, got {rc}", so, se)
+    expect(re.search(r"watchdog: rank [0-2] waited [0-9.]+ s \(deadline 1 s\) for .*step 30", se),
+           "names rank, wait and step", se)
+    expect("last decisions" in se and "match_prefix" in se, "prints last decisions", se)
+    with h5py.File(out("w/run.h5"), "r") as f:
+        expect("summary" not in f, "no summary after the watchdog")
+        steps = f["ranks/00000/decisions"]["step"]
+        expect(int(steps.max()) == 29, "decisions flushed up to the stall")
+        faults = f["ranks/00003/faults"]
+        expect(faults.shape[0] >= 1 and faults[0]["name"] == b"rank.stall", "stall recorded")
+
+
+def report_json():
+    rc, so, se = run(8, QUICK, "--out", out("j"), *FAST, "--set", "faults.rank.stall.probability=0.5",
+                     "--set", "faults.rank.stall.duration_ms=0")
+    expect(rc == 0, "run", so, se)
+    rc, so, se = tool("report", out("j/run.h5"), "--json")
+    expect(rc == 0, "report --json", so, se)
+    j = json.loads(so)
+    expect(j["verdict"] == "OK" and j["complete"] is True and j["world_size"] == 8, "fields", so)
+    expect(j["steps"] == 60 and len(j["ranks"]) == 8, "steps and ranks", so)
+    expect(j["faults"].get("rank.stall", 0) > 0, "fault counts", so)
+    expect(0.0 < j["device_hit_rate"] < 1.0, "hit rate", so)
+    rc, so, se = tool("report", out("j"))
+    expect(rc == 0 and "# verdict OK" in so, "text report", so)
+
+
+def pd_world():
+    pd = write("pd.toml", "[topology.prefill]\ntp = 2\npp = 2\n[topology.decode]\ntp = 2\ncp = 1\npp = 1\n"
+                          "[workload]\nsteps = 40\n")
+    rc, so, se = run(6, pd, "--out", out("pd"))
+    expect(rc == 0, "two-group world runs", so, se)
+    expect("# topology prefill TP2xCP1xPP2 + decode TP2xCP1xPP1, world 6 ranks" in so, "topology line", so)
+    with h5py.File(out("pd/run.h5"), "r") as f:
+        expect(int(f["ranks/00004"].attrs["group"]) == 1, "decode group starts at rank 4")
+
+
+def help_and_usage():
+    for args in (["--help"], ["run", "--help"], ["report", "--help"], ["check", "--help"]):
+        rc, so, se = tool(*args)
+        expect(rc == 0 and "Usage" in so + se or "usage" in (so + se).lower(), f"{args} help", so, se)
+    rc, so, se = tool("run", "--keys")
+    expect(rc == 0 and "cache.page_size" in so and 'faults."rank.stall".probability' in so, "key list", so)
+    rc, so, se = tool("frobnicate")
+    expect(rc == 2, f"unknown command exit {rc}", so, se)
+    rc, so, se = tool("report")
+    expect(rc == 2, "missing argument exit 2", so, se)
+
+
+if __name__ == "__main__":
+    name = sys.argv[1]
+    try:
+        globals()[name]()
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
+    print(f"cli {name}: 1 passed, 0 failed")

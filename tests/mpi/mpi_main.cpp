@@ -1,0 +1,55 @@
+// Shared main for MPI tests: MPI_Init_thread(MULTIPLE) -> Kokkos -> GoogleTest. Rank 0 prints the
+// usual report; other ranks report failures on stderr tagged with their rank. The exit code is
+// the MAX over ranks, so a failure on any rank fails the ctest entry.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdio>
+
+#include "core/check.hpp"
+#include "core/log.hpp"
+
+namespace {
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?", r.line_number(),
+                   r.summary());
+  }
+
+ private:
+  int rank_;
+};
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  kvgrid::log_set_rank(rank);
+  kvgrid::set_debug_checks(true);
+  int rc = 0;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    ::testing::InitGoogleTest(&argc, argv);
+    if (provided < MPI_THREAD_MULTIPLE) {
+      if (rank == 0) std::fprintf(stderr, "MPI_THREAD_MULTIPLE not provided\n");
+      rc = 1;
+    } else {
+      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+      if (rank != 0) {
+        delete listeners.Release(listeners.default_result_printer());
+        listeners.Append(new RankFailurePrinter(rank));
+      }
+      rc = RUN_ALL_TESTS();
+    }
+  }
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}

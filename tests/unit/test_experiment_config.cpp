@@ -1,0 +1,148 @@
+// Experiment files: one validation pass with messages that name file, key, expected and found.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/check.hpp"
+#include "runtime/experiment.hpp"
+
+namespace kvgrid {
+namespace {
+
+std::string error_of(std::string_view toml, std::vector<std::string> sets = {}) {
+  try {
+    parse_experiment(toml, "exp.toml", sets);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_contains(const std::string& s, const std::string& part) {
+  EXPECT_NE(s.find(part), std::string::npos) << "message: " << s << "\nexpected to contain: " << part;
+}
+
+TEST(ExperimentConfig, DefaultsFillEveryKey) {
+  auto e = parse_experiment("", "empty", {});
+  EXPECT_EQ(e.topology.str(), "TP1xCP1xPP1");
+  EXPECT_EQ(e.cache.page_size, Tokens(16));
+  EXPECT_EQ(e.engine.seed, 1u);
+  EXPECT_GE(e.engine.deadline_s, 60.0);
+  EXPECT_TRUE(e.faults.empty());
+}
+
+TEST(ExperimentConfig, ValuesAreRead) {
+  auto e = parse_experiment(R"(
+[topology]
+tp = 2
+pp = 2
+[cache]
+page_size = 32
+device_pages = 100
+[faults."rank.stall"]
+probability = 0.25
+ranks = [1, 3]
+duration_ms = 50
+)", "x", {});
+  EXPECT_EQ(e.topology.str(), "TP2xCP1xPP2");
+  EXPECT_EQ(e.cache.device_pages, Pages(100));
+  ASSERT_EQ(e.faults.size(), 1u);
+  EXPECT_EQ(e.faults[0].probability, 0.25);
+  EXPECT_EQ(e.faults[0].ranks, (std::vector<std::int64_t>{1, 3}));
+  EXPECT_EQ(e.faults[0].params.at("duration_ms"), 50.0);
+}
+
+TEST(ExperimentConfig, UnknownKeyNamesFileLineAndKey) {
+  auto m = error_of("[cache]\npage_size = 16\npage_sise = 4\n");
+  expect_contains(m, "exp.toml:3:");
+  expect_contains(m, "unknown key 'cache.page_sise'");
+  expect_contains(error_of("[cahce]\nx = 1\n"), "unknown key 'cahce'");
+  expect_contains(error_of("[faults.\"rank.stal\"]\nprobability = 1\n"), "unknown key 'faults.\"rank.stal\"'");
+}
+
+TEST(ExperimentConfig, WrongTypeNamesExpectedAndFound) {
+  auto m = error_of("[cache]\npage_size = \"big\"\n");
+  expect_contains(m, "exp.toml:2:");
+  expect_contains(m, "'cache.page_size'");
+  expect_contains(m, "expected integer");
+  expect_contains(m, "found string \"big\"");
+  expect_contains(error_of("[engine]\ndebug_checks = 1\n"), "expected boolean");
+  expect_contains(error_of("[model]\nattention = \"gqa\"\n"), "one of \"mha\" \"mla\"");
+}
+
+TEST(ExperimentConfig, OutOfRangeIsRejected) {
+  auto m = error_of("[topology]\ntp = 0\n");
+  expect_contains(m, "'topology.tp'");
+  expect_contains(m, "out of range");
+  expect_contains(error_of("[faults.\"rank.stall\"]\nprobability = 1.5\n"), "out of range");
+}
+
+TEST(ExperimentConfig, MalformedTomlGivesLineAndColumn) {
+  auto m = error_of("[cache]\npage_size = = 3\n");
+  expect_contains(m, "exp.toml:2:");
+  expect_contains(m, "malformed TOML");
+}
+
+TEST(ExperimentConfig, SetOverridesAreValidatedLikeTheFile) {
+  auto e = parse_experiment("[cache]\npage_size = 16\n", "x", {"cache.page_size=64", "model.attention=mla",
+                                                               "faults.rank.stall.probability=0.5"});
+  EXPECT_EQ(e.cache.page_size, Tokens(64));
+  EXPECT_EQ(e.model.attention, "mla");
+  ASSERT_EQ(e.faults.size(), 1u);
+  EXPECT_EQ(e.faults[0].probability, 0.5);
+  expect_contains(error_of("", {"cache.pagesize=3"}), "--set cache.pagesize=3: unknown key");
+  expect_contains(error_of("", {"cache.page_size=abc"}), "expected integer");
+  expect_contains(error_of("", {"cache.page_size"}), "expected key.path=value");
+  expect_contains(error_of("", {"model.attention=gqa"}), "--set model.attention=gqa");
+}
+
+TEST(ExperimentConfig, RelationsBetweenKeysAreChecked) {
+  expect_contains(error_of("[topology]\npp = 4\n[model]\nlayers = 2\n"), "model.layers = 2");
+  expect_contains(error_of("[topology]\ntp = 3\n[model]\nkv_heads = 8\n"), "not divisible");
+  EXPECT_EQ(error_of("[topology]\ntp = 3\n[model]\nkv_heads = 8\nattention = \"mla\"\n"), "");
+  expect_contains(error_of("[workload]\nprompt_tokens_min = 10\nprompt_tokens_max = 5\n"), "prompt_tokens_min");
+  auto e = parse_experiment("[debug]\nkill_rank = 8\n", "x", {});
+  EXPECT_THROW(e.validate_for_world(8), InputError);
+  EXPECT_NO_THROW(e.validate_for_world(9));
+}
+
+TEST(ExperimentConfig, TwoGroupWorld) {
+  auto e = parse_experiment("[topology.prefill]\ntp = 2\npp = 2\n[topology.decode]\ntp = 2\n", "pd", {});
+  ASSERT_EQ(e.topology.groups.size(), 2u);
+  EXPECT_EQ(e.topology.world_size(), 6);
+  EXPECT_EQ(e.topology.groups[0].name, "prefill");
+  expect_contains(error_of("[topology.prefill]\ntp = 2\n"), "needs both");
+  expect_contains(error_of("[topology]\ntp = 2\n[topology.decode]\ntp = 1\n[topology.prefill]\ntp = 1\n"),
+                  "a P/D world sets its degrees");
+}
+
+TEST(ExperimentConfig, EffectiveConfigurationRoundTrips) {
+  auto e = parse_experiment("[topology]\ntp = 2\n[workload]\nfollowup_prob = 0.35\n[faults.\"rank.stall\"]\nprobability = 0.1\n",
+                            "x", {"engine.seed=77"});
+  EXPECT_NE(e.effective_toml.find("followup_prob = 0.35\n"), std::string::npos) << e.effective_toml;
+  auto again = parse_experiment(e.effective_toml, "again", {});
+  EXPECT_EQ(again.effective_toml, e.effective_toml);
+  EXPECT_EQ(again.engine.seed, 77u);
+  EXPECT_EQ(again.faults.size(), 1u);
+}
+
+TEST(ExperimentConfig, FileErrors) {
+  EXPECT_THROW(load_experiment("/nonexistent/x.toml", {}), InputError);
+  try {
+    load_experiment("/", {});
+    FAIL() << "a directory is not an experiment file";
+  } catch (const InputError& e) {
+    expect_contains(e.what(), "/");
+  }
+}
+
+TEST(ExperimentConfig, ShippedExperimentsAreValid) {
+  for (const char* f : {"quickstart.toml"}) {
+    auto e = load_experiment(std::string(KVGRID_SOURCE_DIR) + "/experiments/" + f, {});
+    EXPECT_EQ(e.name, "quickstart");
+    EXPECT_EQ(e.topology.world_size(), 8);
+  }
+}
+
+}  // namespace
+}  // namespace kvgrid
