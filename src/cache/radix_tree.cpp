@@ -28,7 +28,7 @@ RadixTree::~RadixTree() {
   while (!stack.empty()) {
     auto n = std::move(stack.back());
     stack.pop_back();
-    for (auto& c : n->children) stack.push_back(std::move(c));
+    for (auto& [h, c] : n->children) stack.push_back(std::move(c));
   }
 }
 
@@ -37,26 +37,27 @@ void RadixTree::add_component(std::unique_ptr<TreeComponent> c) { components_.pu
 std::uint64_t RadixTree::page_hash(std::span<const TokenId> page) const { return hash_u32(page); }
 
 TreeNode* RadixTree::find_child(TreeNode* node, std::span<const TokenId> first_page, std::uint64_t h) const {
-  auto& ch = node->children;
-  auto it = std::lower_bound(ch.begin(), ch.end(), h,
-                             [](const std::unique_ptr<TreeNode>& c, std::uint64_t v) { return c->first_page_hash < v; });
   const std::size_t bytes = first_page.size() * sizeof(TokenId);
-  for (; it != ch.end() && (*it)->first_page_hash == h; ++it)
-    if (std::memcmp((*it)->key.data(), first_page.data(), bytes) == 0) return it->get();
+  auto [it, end] = node->children.equal_range(h);
+  for (; it != end; ++it)
+    if (std::memcmp(it->second->key.data(), first_page.data(), bytes) == 0) return it->second.get();
   return nullptr;
+}
+
+std::unordered_multimap<std::uint64_t, std::unique_ptr<TreeNode>>::iterator RadixTree::entry_of(TreeNode* child) {
+  auto [it, end] = child->parent->children.equal_range(child->first_page_hash);
+  for (; it != end; ++it)
+    if (it->second.get() == child) return it;
+  KVGRID_CHECK(false, "node ", child->id, " missing from its parent");
+  return end;
 }
 
 void RadixTree::add_child(TreeNode* parent, std::unique_ptr<TreeNode> child) {
   child->parent = parent;
   const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
   child->first_page_hash = page_hash(std::span<const TokenId>(child->key.data(), p));
-  auto& ch = parent->children;
-  auto pos = std::lower_bound(ch.begin(), ch.end(), child.get(), [p](const std::unique_ptr<TreeNode>& a, const TreeNode* b) {
-    if (a->first_page_hash != b->first_page_hash) return a->first_page_hash < b->first_page_hash;
-    return std::lexicographical_compare(a->key.begin(), a->key.begin() + static_cast<std::ptrdiff_t>(p),
-                                        b->key.begin(), b->key.begin() + static_cast<std::ptrdiff_t>(p));
-  });
-  ch.insert(pos, std::move(child));
+  const std::uint64_t h = child->first_page_hash;
+  parent->children.emplace(h, std::move(child));
 }
 
 std::size_t RadixTree::common_pages_tokens(const TreeNode* node, std::span<const TokenId> tokens) const {
@@ -96,9 +97,7 @@ TreeNode* RadixTree::split(TreeNode* child, std::size_t split_tokens) {
   KVGRID_CHECK(split_tokens > 0 && split_tokens < child->key.size() && split_tokens % p == 0,
                "split of a ", child->key.size(), "-token node at ", split_tokens);
   TreeNode* parent = child->parent;
-  auto& ch = parent->children;
-  auto it = std::find_if(ch.begin(), ch.end(), [&](const std::unique_ptr<TreeNode>& c) { return c.get() == child; });
-  KVGRID_CHECK(it != ch.end(), "node ", child->id, " missing from its parent");
+  auto it = entry_of(child);
 
   auto mid = std::make_unique<TreeNode>();
   mid->id = next_id_++;
@@ -111,11 +110,11 @@ TreeNode* RadixTree::split(TreeNode* child, std::size_t split_tokens) {
   mid->ext = child->ext.split_prefix(Pages(static_cast<std::int64_t>(split_tokens / p)));
   ++node_count_;
 
-  std::unique_ptr<TreeNode> owned = std::move(*it);
+  std::unique_ptr<TreeNode> owned = std::move(it->second);
   owned->key.erase(owned->key.begin(), owned->key.begin() + static_cast<std::ptrdiff_t>(split_tokens));
   owned->device.erase(owned->device.begin(), owned->device.begin() + static_cast<std::ptrdiff_t>(split_tokens / p));
   TreeNode* mid_raw = mid.get();
-  *it = std::move(mid);  // same first page, so the parent's order is unchanged
+  it->second = std::move(mid);  // same first page, so the same key in the parent
   add_child(mid_raw, std::move(owned));
   return mid_raw;
 }
@@ -244,10 +243,7 @@ std::vector<PageId> RadixTree::evict(Pages n) {
     freed.insert(freed.end(), victim->device.begin(), victim->device.end());
     evictable_pages_ -= victim->pages();
     TreeNode* parent = victim->parent;
-    auto& ch = parent->children;
-    auto it = std::find_if(ch.begin(), ch.end(), [&](const std::unique_ptr<TreeNode>& c) { return c.get() == victim; });
-    KVGRID_CHECK(it != ch.end(), "evicted node ", victim->id, " missing from its parent");
-    ch.erase(it);
+    parent->children.erase(entry_of(victim));
     --node_count_;
     refresh(parent);
   }
@@ -266,20 +262,19 @@ void RadixTree::verify() const {
     const TreeNode* n = stack.back();
     stack.pop_back();
     std::int64_t child_locks = 0;
-    for (std::size_t i = 0; i < n->children.size(); ++i) {
-      const TreeNode* c = n->children[i].get();
+    for (const auto& [h, owned] : n->children) {
+      const TreeNode* c = owned.get();
       KVGRID_CHECK(c->parent == n, "node ", c->id, " has a wrong parent pointer");
       KVGRID_CHECK(!c->key.empty() && c->key.size() % p == 0, "node ", c->id, " key of ", c->key.size(), " tokens");
       KVGRID_CHECK(c->device.size() == c->key.size() / p, "node ", c->id, " has ", c->device.size(),
                    " pages for ", c->key.size(), " tokens");
-      KVGRID_CHECK(c->first_page_hash == hash_u32(std::span<const TokenId>(c->key.data(), p)),
-                   "node ", c->id, " has a stale first-page hash");
-      if (i > 0) {
-        const TreeNode* prev = n->children[i - 1].get();
-        KVGRID_CHECK(prev->first_page_hash <= c->first_page_hash, "children of node ", n->id, " out of order");
-        KVGRID_CHECK(!std::equal(prev->key.begin(), prev->key.begin() + static_cast<std::ptrdiff_t>(p), c->key.begin()),
+      KVGRID_CHECK(c->first_page_hash == h && h == hash_u32(std::span<const TokenId>(c->key.data(), p)),
+                   "node ", c->id, " is filed under a stale first-page hash");
+      auto [same, end] = n->children.equal_range(h);
+      for (; same != end; ++same)
+        KVGRID_CHECK(same->second.get() == c ||
+                         !std::equal(c->key.begin(), c->key.begin() + static_cast<std::ptrdiff_t>(p), same->second->key.begin()),
                      "children of node ", n->id, " share a first page");
-      }
       KVGRID_CHECK(c->lock_ref >= 0, "node ", c->id, " lock_ref ", c->lock_ref);
       child_locks += c->lock_ref;
       for (PageId pg : c->device) {
@@ -322,7 +317,7 @@ std::uint64_t RadixTree::digest() const {
       // wrapping sum: independent of traversal order and of where nodes are split
       acc += mix64(chain ^ mix64(static_cast<std::uint64_t>(n->lock_ref) + 0x5bd1e995ULL));
     }
-    for (const auto& c : n->children) stack.push_back({c.get(), chain});
+    for (const auto& [h, c] : n->children) stack.push_back({c.get(), chain});
   }
   return acc;
 }

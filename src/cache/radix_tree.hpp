@@ -8,7 +8,7 @@
 //
 // Invariants (checked by `verify()`):
 //  * every non-root key is a non-empty page multiple; children of a node start with distinct
-//    first pages and are kept sorted by (first-page hash, first page);
+//    first pages and are filed under the hash of their first page;
 //  * a node's lock_ref = locks ending at it + the sum of its children's lock_ref (a lock protects
 //    the whole path to the root); locked pages are "protected", the others "evictable";
 //  * a node is an eviction candidate iff it is a non-root leaf with lock_ref == 0;
@@ -28,6 +28,7 @@
 #include <set>
 #include <span>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/ids.hpp"
@@ -48,7 +49,10 @@ struct TreeNode {
   TreeNode* parent = nullptr;
   std::vector<TokenId> key;
   std::vector<PageId> device;
-  std::vector<std::unique_ptr<TreeNode>> children;  // sorted by (first_page_hash, first page)
+  // Keyed by the hash of the child's first page; children of one node have distinct first pages.
+  // Iteration order carries no meaning: no decision depends on it (digest and verify are
+  // order-independent), so lookups, inserts and erases stay O(1) for wide nodes.
+  std::unordered_multimap<std::uint64_t, std::unique_ptr<TreeNode>> children;
   std::uint64_t first_page_hash = 0;
   std::int64_t lock_ref = 0;
   std::uint64_t last_access = 0;
@@ -149,6 +153,8 @@ class RadixTree {
   };
 
   TreeNode* find_child(TreeNode* node, std::span<const TokenId> first_page, std::uint64_t h) const;
+  // The parent's entry that owns `child`.
+  std::unordered_multimap<std::uint64_t, std::unique_ptr<TreeNode>>::iterator entry_of(TreeNode* child);
   void add_child(TreeNode* parent, std::unique_ptr<TreeNode> child);
   TreeNode* split(TreeNode* child, std::size_t split_tokens);
   std::size_t common_pages_tokens(const TreeNode* node, std::span<const TokenId> tokens) const;

@@ -120,7 +120,19 @@ std::string schema_help() {
       os << ":";
       for (const auto& c : k.choices) os << " " << c;
     }
-    os << ")  " << k.doc << "\n";
+    os << ")";
+    if (!k.optional_table) {
+      std::visit(
+          [&](const auto& v) {
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, std::string>) os << "  default \"" << v << "\"";
+            else if constexpr (std::is_same_v<T, bool>) os << "  default " << (v ? "true" : "false");
+            else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) os << "  default []";
+            else os << "  default " << v;
+          },
+          k.default_value);
+    }
+    os << "  " << k.doc << "\n";
   }
   return os.str();
 }

@@ -1,0 +1,14 @@
+#include <nccl.h>
+
+#include "cuda/device.hpp"
+
+namespace kvgrid::cuda {
+
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "";
+  // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
+  return std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." + std::to_string(v % 100);
+}
+
+}  // namespace kvgrid::cuda

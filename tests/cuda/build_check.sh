@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Configures and compiles the CUDA (+NCCL when found) build in a scratch folder and runs its tests,
+# which skip without a GPU. Exit 77 (ctest: skipped) when nvcc is not installed.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+nvcc=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+[ -x "$nvcc" ] || { echo "nvcc not found: CUDA build check skipped"; exit 77; }
+nccl=OFF
+if [ -f /usr/local/cuda/include/nccl.h ] || [ -f /usr/include/nccl.h ]; then nccl=ON; fi
+dir=${1:-$(mktemp -d /tmp/kvgrid-cuda-build.XXXXXX)}
+CUDACXX=$nvcc cmake -S "$src" -B "$dir" -DKVGRID_CUDA=ON -DKVGRID_NCCL=$nccl -DKVGRID_BENCH=OFF >"$dir.log" 2>&1 \
+  || { cat "$dir.log"; exit 1; }
+cmake --build "$dir" -j "$(nproc)" --target kvgrid_cuda_tests kvgrid 2>&1 | grep -Ev '^\[ *[0-9]+%\]' || true
+test "${PIPESTATUS[0]}" -eq 0
+"$dir/src/cuda/kvgrid_cuda_tests"
+echo "cuda build check: configured and compiled with NCCL=$nccl"
