@@ -2,7 +2,10 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <ctime>
 #include <iostream>
 #include <kvgrid/build_info.hpp>
@@ -28,13 +31,32 @@ std::string version_string() {
 
 namespace {
 
-// Every rank learns whether any rank failed; rank 0's own message wins, else a generic one.
+// Every rank learns whether any rank failed a start-up step, so that no rank walks on into a
+// collective alone. Rank 0's own message wins; otherwise the lowest failing rank is named.
 void agree_or_throw(MPI_Comm world, const std::string& local_error) {
-  int bad = local_error.empty() ? 0 : 1, any = 0;
+  int me = 0;
+  KVGRID_MPI_CHECK(MPI_Comm_rank(world, &me));
+  int mine = local_error.empty() ? INT32_MAX : me, first = INT32_MAX;
   MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Iallreduce(&bad, &any, 1, MPI_INT, MPI_MAX, world, &req));
+  KVGRID_MPI_CHECK(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world, &req));
   wait_mpi(&req, "Iallreduce of start-up errors");
-  if (any) throw InputError(bad ? local_error : "another rank could not create its trace file (see its message)");
+  if (first == INT32_MAX) return;
+  if (!local_error.empty() && me == first) throw InputError(local_error);
+  throw InputError("rank " + std::to_string(first) + " failed to start (see its message on stderr)");
+}
+
+// Runs a start-up step on every rank, then agrees on its outcome (one collective either way).
+template <typename F>
+auto on_every_rank(MPI_Comm world, F&& step) {
+  std::optional<decltype(step())> value;
+  std::string err;
+  try {
+    value.emplace(step());
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  agree_or_throw(world, err);
+  return std::move(*value);
 }
 
 std::string utc_now() {
@@ -65,8 +87,12 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
 }
 
 int run_body(const RunOptions& opt, int world_rank, int world_size) {
-  ExperimentConfig exp = load_experiment(opt.experiment, opt.sets, opt.seed);
-  exp.validate_for_world(world_size);
+  // The same file may be unreadable on some nodes only: agree before the first collective.
+  ExperimentConfig exp = on_every_rank(MPI_COMM_WORLD, [&] {
+    ExperimentConfig e = load_experiment(opt.experiment, opt.sets, opt.seed);
+    e.validate_for_world(world_size);
+    return e;
+  });
   set_wait_deadline(std::chrono::duration<double>(exp.engine.deadline_s));
   set_debug_checks(exp.engine.debug_checks);
   RankGrid grid(exp.topology, MPI_COMM_WORLD);
@@ -84,14 +110,8 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
   meta.started = utc_now();
   meta.seed = static_cast<std::int64_t>(exp.engine.seed);
   meta.world_size = world_size;
-  std::unique_ptr<TraceWriter> trace;
-  std::string err;
-  try {
-    trace = std::make_unique<TraceWriter>(dir, grid, meta);
-  } catch (const std::exception& e) {
-    err = e.what();
-  }
-  agree_or_throw(grid.world(), err);
+  std::unique_ptr<TraceWriter> trace =
+      on_every_rank(grid.world(), [&] { return std::make_unique<TraceWriter>(dir, grid, meta); });
   print_header(exp, grid, dir);
 
   // A passed deadline: report, keep what the trace has, stop the whole job with exit 1.
@@ -107,7 +127,19 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   });
 
-  TreeRunResult res = run_tree_workload(exp, grid, faults, log, trace.get(), /*print=*/true);
+  TreeRunResult res;
+  try {
+    res = run_tree_workload(exp, grid, faults, log, trace.get(), /*print=*/true);
+  } catch (const std::exception&) {
+    // Keep what this rank decided before the error; the caller aborts the job.
+    try {
+      trace->decisions(log.take_new());
+      trace->faults(faults.take_new());
+      trace->flush();
+    } catch (...) {
+    }
+    throw;
+  }
   trace.reset();  // close the rank file before rank 0 declares the run complete
   MPI_Request req;
   KVGRID_MPI_CHECK(MPI_Ibarrier(grid.world(), &req));
@@ -162,6 +194,9 @@ int cmd_run(const RunOptions& opt, int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   log_set_rank(world_rank);
+  // Failed MPI calls return their code to KVGRID_MPI_CHECK (file, line, rank) instead of aborting
+  // inside the library; communicators split from the world inherit this.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   if (provided < MPI_THREAD_MULTIPLE) {
     if (world_rank == 0)
       std::cerr << "kvgrid: the MPI library does not provide MPI_THREAD_MULTIPLE (got level " << provided

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   kvgrid::log_set_rank(rank);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   kvgrid::set_debug_checks(true);
   int rc = 0;
   {

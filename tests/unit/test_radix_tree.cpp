@@ -300,6 +300,7 @@ void run_differential(std::uint64_t seed, int ops) {
   DevicePool pool(Pages(48));
   Model model;
   std::vector<Held> held;
+  std::size_t evicted_pages = 0, rejected = 0, locks = 0, max_nodes = 0;
   std::vector<std::vector<TokenId>> bases;
   for (int i = 0; i < 6; ++i) {
     std::vector<TokenId> b(static_cast<std::size_t>(rng.between(4, 24)));
@@ -325,6 +326,7 @@ void run_differential(std::uint64_t seed, int ops) {
       ASSERT_EQ(m.device_pages, pg);
       if (n > 0 && rng.bernoulli(0.3)) {
         tree.lock(m.last_node);
+        ++locks;
         model.add_lock(t, n, +1);
         held.push_back({m.last_node, t, n});
       }
@@ -351,9 +353,11 @@ void run_differential(std::uint64_t seed, int ops) {
           model.pages.erase(k);
         }
         pool.free(freed);
+        evicted_pages += freed.size();
       }
       auto fresh = pool.alloc(need);
       if (!fresh) {
+        ++rejected;
         // Only legal when every remaining leaf page is locked.
         for (const auto& [k, e] : model.pages)
           if (!model.has_extension(k)) {
@@ -399,6 +403,7 @@ void run_differential(std::uint64_t seed, int ops) {
         model.pages.erase(k);
       }
       pool.free(freed);
+      evicted_pages += freed.size();
       if (static_cast<std::int64_t>(freed.size()) < want.value())
         for (const auto& [k, e] : model.pages)
           if (!model.has_extension(k)) {
@@ -410,7 +415,14 @@ void run_differential(std::uint64_t seed, int ops) {
     ASSERT_EQ(tree.total_pages(), pool.used_pages());
     ASSERT_EQ(tree.total_pages().value(), static_cast<std::int64_t>(model.pages.size()));
     ASSERT_EQ(tree.digest(), model.digest());
+    max_nodes = std::max(max_nodes, tree.node_count());
   }
+  std::printf("[ radix differential ] seed %llu: %zu pages evicted, %zu inserts rejected, %zu match locks, %zu nodes at most\n",
+              static_cast<unsigned long long>(seed), evicted_pages, rejected, locks, max_nodes);
+  // The run must have exercised what it claims to test.
+  EXPECT_GT(evicted_pages, 100u);
+  EXPECT_GT(locks, 50u);
+  EXPECT_GT(max_nodes, 10u);
   for (auto& h : held) tree.unlock(h.node);
   tree.verify();
 }
