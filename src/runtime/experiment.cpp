@@ -1,6 +1,7 @@
 #include "runtime/experiment.hpp"
 
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "core/check.hpp"
@@ -9,42 +10,30 @@ namespace kvgrid {
 
 namespace {
 
-KeySpec ikey(std::vector<std::string> path, std::int64_t def, double min, double max, std::string doc) {
+KeySpec key(std::vector<std::string> path, ValueType type, Config::Value def, std::string doc,
+            std::optional<double> min = std::nullopt, std::optional<double> max = std::nullopt) {
   KeySpec k;
   k.path = std::move(path);
-  k.type = ValueType::Integer;
-  k.default_value = def;
+  k.type = type;
+  k.default_value = std::move(def);
   k.min = min;
   k.max = max;
   k.doc = std::move(doc);
   return k;
+}
+KeySpec ikey(std::vector<std::string> path, std::int64_t def, double min, double max, std::string doc) {
+  return key(std::move(path), ValueType::Integer, def, std::move(doc), min, max);
 }
 KeySpec fkey(std::vector<std::string> path, double def, double min, double max, std::string doc) {
-  KeySpec k;
-  k.path = std::move(path);
-  k.type = ValueType::Float;
-  k.default_value = def;
-  k.min = min;
-  k.max = max;
-  k.doc = std::move(doc);
-  return k;
+  return key(std::move(path), ValueType::Float, def, std::move(doc), min, max);
 }
 KeySpec skey(std::vector<std::string> path, std::vector<std::string> choices, std::string doc, std::string def = "") {
-  KeySpec k;
-  k.path = std::move(path);
-  k.type = ValueType::String;
-  k.default_value = choices.empty() ? def : choices.front();
+  KeySpec k = key(std::move(path), ValueType::String, choices.empty() ? def : choices.front(), std::move(doc));
   k.choices = std::move(choices);
-  k.doc = std::move(doc);
   return k;
 }
 KeySpec bkey(std::vector<std::string> path, bool def, std::string doc) {
-  KeySpec k;
-  k.path = std::move(path);
-  k.type = ValueType::Bool;
-  k.default_value = def;
-  k.doc = std::move(doc);
-  return k;
+  return key(std::move(path), ValueType::Bool, def, std::move(doc));
 }
 KeySpec optional(KeySpec k) {
   k.optional_table = true;
@@ -84,14 +73,8 @@ Schema build_schema() {
   s.add_table({"cost"});
   for (const auto& fp : failpoint_catalogue()) {
     s.add(optional(fkey({"faults", fp.name, "probability"}, 0.0, 0.0, 1.0, "chance per evaluation: " + fp.doc)));
-    KeySpec ranks;
-    ranks.path = {"faults", fp.name, "ranks"};
-    ranks.type = ValueType::IntArray;
-    ranks.default_value = std::vector<std::int64_t>{};
-    ranks.min = 0;
-    ranks.max = 1e7;
-    ranks.doc = "world ranks where it may fire (empty: all)";
-    s.add(optional(ranks));
+    s.add(optional(key({"faults", fp.name, "ranks"}, ValueType::IntArray, std::vector<std::int64_t>{},
+                       "world ranks where it may fire (empty: all)", 0, 1e7)));
     s.add(optional(ikey({"faults", fp.name, "from_step"}, 0, 0, kBig, "first step at which it may fire")));
     for (const auto& p : fp.params) s.add(optional(fkey({"faults", fp.name, p.name}, p.default_value, p.min, p.max, p.doc)));
   }
