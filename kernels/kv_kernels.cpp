@@ -1,0 +1,110 @@
+#include "kv_kernels.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include "core/check.hpp"
+#include "kv_math.hpp"
+
+namespace kvgrid::kernels {
+
+namespace {
+using Exec = Kokkos::DefaultHostExecutionSpace;
+
+void check_layout(const PageLayout& g) {
+  KVGRID_CHECK(g.layers > 0 && g.heads > 0 && g.page_size > 0 && g.dims > 0 && g.head_ids != nullptr,
+               "bad page layout: layers ", g.layers, " heads ", g.heads, " page_size ", g.page_size, " dims ", g.dims);
+}
+void check_pages(const PageLayout& g, std::span<const std::uint32_t> pages) {
+  for (auto p : pages) KVGRID_CHECK(p >= 1 && p < g.pages, "page ", p, " outside a pool of ", g.pages, " rows");
+}
+}  // namespace
+
+void write_tokens_full(const PageLayout& g, std::uint64_t* pool, std::span<const std::uint32_t> page,
+                       std::span<const std::uint32_t> slot, std::span<const std::uint64_t> F) {
+  check_layout(g);
+  KVGRID_CHECK(page.size() == slot.size() && page.size() == F.size(), "write_tokens_full: ", page.size(), " pages, ",
+               slot.size(), " slots, ", F.size(), " features");
+  check_pages(g, page);
+  for (auto s : slot) KVGRID_CHECK(s < g.page_size, "slot ", s, " >= page_size ", g.page_size);
+  const std::size_t n = page.size() * g.layers * g.heads;
+  Kokkos::parallel_for(
+      "kvgrid::write_tokens_full", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(const std::size_t k) {
+        const std::size_t h = k % g.heads, l = (k / g.heads) % g.layers, i = k / (g.heads * g.layers);
+        const std::uint64_t layer = g.layer_base + l, head = g.head_ids[h];
+        std::uint64_t* v = pool + g.full_index(page[i], l, h, slot[i], 0);
+        std::uint64_t rest = 0;
+        for (std::size_t d = 0; d + 1 < g.dims; ++d) {
+          v[d] = kv_element(F[i], layer, head, d, g.dims);
+          rest += v[d];
+        }
+        v[g.dims - 1] = F[i] * kv_coeff(layer, head) - rest;
+      });
+  Kokkos::fence();
+}
+
+void write_tokens_digest(const PageLayout& g, std::uint64_t* pool, std::span<const std::uint32_t> page,
+                         std::span<const std::uint64_t> F) {
+  check_layout(g);
+  KVGRID_CHECK(page.size() == F.size(), "write_tokens_digest: ", page.size(), " pages, ", F.size(), " features");
+  check_pages(g, page);
+  const std::size_t n = page.size() * g.layers * g.heads;
+  Kokkos::parallel_for(
+      "kvgrid::write_tokens_digest", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(const std::size_t k) {
+        const std::size_t h = k % g.heads, l = (k / g.heads) % g.layers, i = k / (g.heads * g.layers);
+        // Tokens of one page add into one word: atomic on parallel backends, plain on Serial.
+        Kokkos::atomic_add(pool + g.digest_index(page[i], l, h), F[i] * kv_coeff(g.layer_base + l, g.head_ids[h]));
+      });
+  Kokkos::fence();
+}
+
+void fold_pages_full(const PageLayout& g, const std::uint64_t* pool, std::span<const std::uint32_t> pages,
+                     std::span<std::uint64_t> out) {
+  check_layout(g);
+  check_pages(g, pages);
+  KVGRID_CHECK(out.size() == g.layers * g.heads, "fold output of ", out.size(), " words");
+  Kokkos::parallel_for(
+      "kvgrid::fold_pages_full", Kokkos::RangePolicy<Exec>(0, g.layers * g.heads), KOKKOS_LAMBDA(const std::size_t k) {
+        const std::size_t h = k % g.heads, l = k / g.heads;
+        std::uint64_t acc = 0;
+        for (auto p : pages) {
+          const std::uint64_t* v = pool + g.full_index(p, l, h, 0, 0);
+          for (std::size_t e = 0; e < g.page_size * g.dims; ++e) acc += v[e];
+        }
+        out[k] += acc;
+      });
+  Kokkos::fence();
+}
+
+void fold_pages_digest(const PageLayout& g, const std::uint64_t* pool, std::span<const std::uint32_t> pages,
+                       std::span<std::uint64_t> out) {
+  check_layout(g);
+  check_pages(g, pages);
+  KVGRID_CHECK(out.size() == g.layers * g.heads, "fold output of ", out.size(), " words");
+  Kokkos::parallel_for(
+      "kvgrid::fold_pages_digest", Kokkos::RangePolicy<Exec>(0, g.layers * g.heads), KOKKOS_LAMBDA(const std::size_t k) {
+        const std::size_t h = k % g.heads, l = k / g.heads;
+        std::uint64_t acc = 0;
+        for (auto p : pages) acc += pool[g.digest_index(p, l, h)];
+        out[k] += acc;
+      });
+  Kokkos::fence();
+}
+
+void fold_tokens_full(const PageLayout& g, const std::uint64_t* pool, std::span<const std::uint32_t> page,
+                      std::span<const std::uint32_t> slot, std::span<std::uint64_t> out) {
+  check_layout(g);
+  check_pages(g, page);
+  KVGRID_CHECK(page.size() == slot.size() && out.size() == page.size() * g.layers * g.heads, "fold_tokens_full sizes");
+  const std::size_t n = page.size() * g.layers * g.heads;
+  Kokkos::parallel_for(
+      "kvgrid::fold_tokens_full", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(const std::size_t k) {
+        const std::size_t h = k % g.heads, l = (k / g.heads) % g.layers, i = k / (g.heads * g.layers);
+        const std::uint64_t* v = pool + g.full_index(page[i], l, h, slot[i], 0);
+        std::uint64_t acc = 0;
+        for (std::size_t d = 0; d < g.dims; ++d) acc += v[d];
+        out[k] = acc;
+      });
+  Kokkos::fence();
+}
+
+}  // namespace kvgrid::kernels

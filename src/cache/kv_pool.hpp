@@ -1,0 +1,63 @@
+// KV payload of the device pool: what a page holds, for the layers and heads this rank owns.
+//
+// Payload modes (DESIGN §2): `full` stores real KV elements (page_size × dims words per page,
+// layer and head); `digest` stores one 64-bit fold per page × layer × head. Both go through the
+// same calls, so every code path that moves or reads a page is exercised in both; `digest` needs
+// about page_size × dims times less memory, for production-sized traces. Page ids are those of
+// DevicePool (row 0 is the padding page).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/ids.hpp"
+#include "core/rng.hpp"
+#include "kernels/kv_kernels.hpp"
+
+namespace kvgrid::cache {
+
+enum class Payload { Full, Digest };
+Payload parse_payload(const std::string& name);  // "full" | "digest"
+
+struct KvPoolConfig {
+  Pages capacity{0};
+  Tokens page_size{16};
+  std::uint64_t layer_base = 0, layers = 1;  // this rank's contiguous layer slice
+  std::vector<std::uint32_t> heads;           // global ids of the KV heads this rank stores
+  std::uint64_t dims = 1;
+  Payload payload = Payload::Digest;
+};
+
+class KvPool {
+ public:
+  explicit KvPool(KvPoolConfig cfg);
+
+  // Token i goes to slot `slot[i]` of `page[i]`; F[i] is its token feature (kernels/kv_math.hpp).
+  void write(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot, std::span<const std::uint64_t> F);
+  // Adds the fold of each listed (complete) page to out[l * heads + h].
+  void fold_pages(std::span<const std::uint32_t> pages, std::span<std::uint64_t> out) const;
+  // The fold of tokens just written: full mode reads them back from the pool; digest mode has no
+  // per-token storage and takes them from the caller's scratch features F.
+  void fold_tokens(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot,
+                   std::span<const std::uint64_t> F, std::span<std::uint64_t> out) const;
+  // Prepares freshly allocated pages for new content (digest mode accumulates).
+  void reset(std::span<const PageId> pages);
+  // Flips one random bit of the page's storage (failpoint device.page.corrupt).
+  void corrupt(PageId page, Rng& rng);
+
+  Payload payload() const { return cfg_.payload; }
+  std::size_t layers() const { return layout_.layers; }
+  std::size_t heads() const { return layout_.heads; }
+  const std::vector<std::uint32_t>& head_ids() const { return cfg_.heads; }
+  std::uint64_t layer_base() const { return cfg_.layer_base; }
+  std::size_t bytes() const { return data_.size() * sizeof(std::uint64_t); }
+
+ private:
+  KvPoolConfig cfg_;
+  kernels::PageLayout layout_;
+  std::vector<std::uint64_t> data_;
+};
+
+}  // namespace kvgrid::cache
