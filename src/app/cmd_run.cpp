@@ -74,8 +74,9 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
   os << "# experiment " << exp.name << " (" << exp.source << ")\n";
   os << "# seed " << exp.engine.seed << "\n";
   os << "# topology " << exp.topology.str() << ", world " << grid.world_size() << " ranks\n";
-  os << "# workload " << exp.workload.kind << ": " << exp.workload.steps << " steps x " << exp.workload.requests_per_step
-     << " requests; cache: page_size " << exp.cache.page_size << " tokens, device_pages " << exp.cache.device_pages << "\n";
+  os << "# workload " << exp.workload.kind;
+  if (exp.workload.kind == "tree") os << ": " << exp.workload.tree.steps << " steps x " << exp.workload.tree.requests_per_step << " requests";
+  os << "; cache: page_size " << exp.cache.page_size << " tokens, device_pages " << exp.cache.device_pages << "\n";
   os << "# faults:";
   if (exp.faults.empty()) os << " none";
   for (const auto& f : exp.faults) os << " " << f.name << "(p=" << f.probability << ")";

@@ -53,24 +53,54 @@ Schema build_schema() {
   s.add(ikey({"model", "kv_heads"}, 8, 1, 4096, "KV heads (MHA: split over TP)"));
   s.add(ikey({"model", "head_dim"}, 128, 1, 65536, "elements per head"));
   s.add(skey({"model", "attention"}, {"mha", "mla"}, "mha: heads split over TP; mla: one latent per token, replicated"));
+  s.add(skey({"model", "cp_split"}, {"interleave", "zigzag"}, "how CP ranks split a prefill chunk's query tokens"));
   s.add(ikey({"cache", "page_size"}, 16, 1, 65536, "tokens per KV page"));
   s.add(ikey({"cache", "device_pages"}, 4096, 1, 2147483647.0, "device (L1) pool capacity, pages, same on every stage"));
   s.add_table({"protocol"});
-  s.add(skey({"workload", "kind"}, {"tree"}, "tree: shared-prefix prompts with multi-turn follow-ups"));
-  s.add(ikey({"workload", "steps"}, 200, 1, kBig, "scheduler steps"));
-  s.add(ikey({"workload", "requests_per_step"}, 4, 1, 1e6, "requests arriving per step"));
-  s.add(ikey({"workload", "prompt_tokens_min"}, 64, 1, 1e9, "shortest prompt, tokens"));
-  s.add(ikey({"workload", "prompt_tokens_max"}, 512, 1, 1e9, "longest prompt, tokens"));
-  s.add(ikey({"workload", "prefixes"}, 8, 1, 1e6, "shared-prefix families (system prompts)"));
-  s.add(ikey({"workload", "prefix_tokens"}, 256, 0, 1e9, "length of a family's shared prefix, tokens"));
-  s.add(fkey({"workload", "followup_prob"}, 0.3, 0.0, 1.0, "probability that a request extends an earlier one (next turn)"));
-  s.add(ikey({"workload", "hold_steps_max"}, 4, 1, 1e6, "a request keeps its prefix locked for 1..hold_steps_max steps"));
-  s.add(ikey({"workload", "vocab"}, 32000, 2, 4294967295.0, "vocabulary size (token ids are < vocab)"));
+  s.add(skey({"workload", "kind"}, {"tree", "gsp", "multiturn", "mooncake"},
+             "tree: cache-only loop; gsp, multiturn, mooncake: the serving loop with the synthetic model"));
+  s.add(ikey({"workload", "vocab"}, 32000, 2, 4294967295.0, "vocabulary size (prompt and generated token ids are < vocab)"));
+  s.add(fkey({"workload", "request_rate"}, 0.0, 0.0, 1e9, "gsp/multiturn: Poisson arrivals per modelled second (0: all at t = 0)"));
+  s.add(ikey({"workload", "tree", "steps"}, 200, 1, kBig, "scheduler steps"));
+  s.add(ikey({"workload", "tree", "requests_per_step"}, 4, 1, 1e6, "requests arriving per step"));
+  s.add(ikey({"workload", "tree", "prompt_tokens_min"}, 64, 1, 1e9, "shortest prompt, tokens"));
+  s.add(ikey({"workload", "tree", "prompt_tokens_max"}, 512, 1, 1e9, "longest prompt, tokens"));
+  s.add(ikey({"workload", "tree", "prefixes"}, 8, 1, 1e6, "shared-prefix families (system prompts)"));
+  s.add(ikey({"workload", "tree", "prefix_tokens"}, 256, 0, 1e9, "length of a family's shared prefix, tokens"));
+  s.add(fkey({"workload", "tree", "followup_prob"}, 0.3, 0.0, 1.0, "probability that a request extends an earlier one"));
+  s.add(ikey({"workload", "tree", "hold_steps_max"}, 4, 1, 1e6, "a request keeps its prefix locked for 1..N steps"));
+  s.add(ikey({"workload", "gsp", "groups"}, 8, 1, 1e6, "groups sharing a system prompt"));
+  s.add(ikey({"workload", "gsp", "prompts_per_group"}, 4, 1, 1e6, "prompts per group"));
+  s.add(ikey({"workload", "gsp", "system_prompt_len"}, 512, 0, 1e8, "system prompt tokens"));
+  s.add(ikey({"workload", "gsp", "question_len"}, 64, 1, 1e8, "question tokens per turn"));
+  s.add(ikey({"workload", "gsp", "output_len"}, 16, 1, 1e6, "generated tokens per request"));
+  s.add(fkey({"workload", "gsp", "range_ratio"}, 1.0, 0.0, 1.0, "lengths drawn in [ratio * L, L]"));
+  s.add(ikey({"workload", "gsp", "turns"}, 1, 1, 1e4, "turns per prompt (a turn arrives when the previous one finishes)"));
+  s.add(bkey({"workload", "gsp", "ordered"}, false, "keep prompts in group order instead of shuffling"));
+  s.add(ikey({"workload", "multiturn", "clients"}, 8, 1, 1e6, "conversations"));
+  s.add(ikey({"workload", "multiturn", "rounds"}, 3, 1, 1e4, "rounds per client"));
+  s.add(ikey({"workload", "multiturn", "request_length"}, 256, 1, 1e8, "first-round prompt tokens"));
+  s.add(ikey({"workload", "multiturn", "output_length"}, 16, 1, 1e6, "generated tokens per round"));
+  s.add(ikey({"workload", "multiturn", "sub_question_length"}, 0, 0, 1e8, "new tokens per later round (0: request_length)"));
+  s.add(ikey({"workload", "multiturn", "max_in_flight"}, 8, 1, 1e6, "requests outstanding at once"));
+  s.add(bkey({"workload", "multiturn", "round_barrier"}, false, "round r+1 starts when every client finished round r"));
+  KeySpec trace = skey({"workload", "mooncake", "trace"}, {}, "Mooncake JSONL trace (relative paths: to the experiment file)");
+  s.add(trace);
+  s.add(ikey({"workload", "mooncake", "first_n"}, 0, 0, kBig, "replay only the first N requests (0: all)"));
+  s.add(fkey({"workload", "mooncake", "time_scale"}, 1.0, 0.0, 1e9, "multiplies the trace's timestamps"));
   s.add(ikey({"engine", "seed"}, 1, 0, kBig, "run seed (--seed overrides); rank streams use seed ^ world_rank"));
   s.add(fkey({"engine", "deadline_s"}, 120.0, 0.01, 864000.0, "watchdog deadline of every blocking wait, wall seconds"));
   s.add(bkey({"engine", "debug_checks"}, false, "run costly invariant checks (tree verify()) after every operation"));
-  s.add(ikey({"engine", "check_every"}, 16, 1, kBig, "steps between cross-rank tree checks (verify + digest)"));
-  s.add_table({"cost"});
+  s.add(ikey({"engine", "check_every"}, 16, 1, kBig, "steps between cross-rank checks (verify + digests)"));
+  s.add(ikey({"engine", "chunk_size"}, 512, 1, 1e9, "prefill tokens per step (chunked prefill budget)"));
+  s.add(ikey({"engine", "max_running"}, 64, 1, 1e6, "requests in prefill or decode at once"));
+  s.add(skey({"engine", "payload"}, {"digest", "full"}, "full: real KV elements; digest: one word per page, layer and head"));
+  s.add(bkey({"engine", "strict"}, false, "an oracle mismatch stops the run (also --strict)"));
+  s.add(fkey({"cost", "prefill_ns_per_token_layer"}, 1250.0, 0.0, 1e12, "prefill compute per token per layer at TP·CP = 1"));
+  s.add(fkey({"cost", "attention_ns_per_context_token_layer"}, 0.041, 0.0, 1e12, "attention per (query, context) token pair per layer"));
+  s.add(fkey({"cost", "decode_ns_per_layer"}, 150000.0, 0.0, 1e12, "one decode step per layer (weight reads)"));
+  s.add(fkey({"cost", "pp_link_ns"}, 10000.0, 0.0, 1e12, "activation hop between PP stages"));
+  s.add(fkey({"cost", "allreduce_ns"}, 20000.0, 0.0, 1e12, "one stage all-reduce of per-request checksums"));
   for (const auto& fp : failpoint_catalogue()) {
     s.add(optional(fkey({"faults", fp.name, "probability"}, 0.0, 0.0, 1.0, "chance per evaluation: " + fp.doc)));
     s.add(optional(key({"faults", fp.name, "ranks"}, ValueType::IntArray, std::vector<std::int64_t>{},
@@ -85,6 +115,8 @@ Schema build_schema() {
   s.add(ikey({"debug", "plant_divergence_step"}, 0, 0, kBig, "testing: step of the planted divergence"));
   s.add(ikey({"debug", "kill_rank"}, -1, -1, 1e7, "testing: this world rank dies by SIGKILL (-1: off)"));
   s.add(ikey({"debug", "kill_at_step"}, 0, 0, kBig, "testing: step at which kill_rank dies"));
+  s.add(ikey({"debug", "shrink_stage"}, -1, -1, 4096, "testing: this PP stage gets debug.shrink_device_pages (-1: off)"));
+  s.add(ikey({"debug", "shrink_device_pages"}, 0, 0, 2147483647.0, "testing: the shrunk stage's device pool capacity"));
   return s;
 }
 
@@ -156,21 +188,57 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.model.attention = c.get_string("model.attention");
   e.cache.page_size = Tokens(c.get_int("cache.page_size"));
   e.cache.device_pages = Pages(c.get_int("cache.device_pages"));
+  e.model.cp_split = c.get_string("model.cp_split");
   auto& w = e.workload;
   w.kind = c.get_string("workload.kind");
-  w.steps = c.get_int("workload.steps");
-  w.requests_per_step = c.get_int("workload.requests_per_step");
-  w.prompt_tokens_min = c.get_int("workload.prompt_tokens_min");
-  w.prompt_tokens_max = c.get_int("workload.prompt_tokens_max");
-  w.prefixes = c.get_int("workload.prefixes");
-  w.prefix_tokens = c.get_int("workload.prefix_tokens");
-  w.followup_prob = c.get_float("workload.followup_prob");
-  w.hold_steps_max = c.get_int("workload.hold_steps_max");
   w.vocab = c.get_int("workload.vocab");
+  w.request_rate = c.get_float("workload.request_rate");
+  w.tree.steps = c.get_int("workload.tree.steps");
+  w.tree.requests_per_step = c.get_int("workload.tree.requests_per_step");
+  w.tree.prompt_tokens_min = c.get_int("workload.tree.prompt_tokens_min");
+  w.tree.prompt_tokens_max = c.get_int("workload.tree.prompt_tokens_max");
+  w.tree.prefixes = c.get_int("workload.tree.prefixes");
+  w.tree.prefix_tokens = c.get_int("workload.tree.prefix_tokens");
+  w.tree.followup_prob = c.get_float("workload.tree.followup_prob");
+  w.tree.hold_steps_max = c.get_int("workload.tree.hold_steps_max");
+  w.gsp.groups = c.get_int("workload.gsp.groups");
+  w.gsp.prompts_per_group = c.get_int("workload.gsp.prompts_per_group");
+  w.gsp.system_prompt_len = c.get_int("workload.gsp.system_prompt_len");
+  w.gsp.question_len = c.get_int("workload.gsp.question_len");
+  w.gsp.output_len = c.get_int("workload.gsp.output_len");
+  w.gsp.range_ratio = c.get_float("workload.gsp.range_ratio");
+  w.gsp.turns = c.get_int("workload.gsp.turns");
+  w.gsp.ordered = c.get_bool("workload.gsp.ordered");
+  w.multiturn.clients = c.get_int("workload.multiturn.clients");
+  w.multiturn.rounds = c.get_int("workload.multiturn.rounds");
+  w.multiturn.request_length = c.get_int("workload.multiturn.request_length");
+  w.multiturn.output_length = c.get_int("workload.multiturn.output_length");
+  w.multiturn.sub_question_length = c.get_int("workload.multiturn.sub_question_length");
+  w.multiturn.max_in_flight = c.get_int("workload.multiturn.max_in_flight");
+  w.multiturn.round_barrier = c.get_bool("workload.multiturn.round_barrier");
+  w.mooncake.trace = c.get_string("workload.mooncake.trace");
+  w.mooncake.first_n = c.get_int("workload.mooncake.first_n");
+  w.mooncake.time_scale = c.get_float("workload.mooncake.time_scale");
+  if (!w.mooncake.trace.empty() && std::filesystem::path(w.mooncake.trace).is_relative() && c.given("workload.mooncake.trace") &&
+      !c.source().empty() && c.source().front() != '-') {
+    // A trace named in the file is relative to the file; one given by --set is relative to the cwd.
+    auto base = std::filesystem::path(c.source()).parent_path();
+    auto candidate = base / w.mooncake.trace;
+    if (std::filesystem::exists(candidate)) w.mooncake.trace = candidate.string();
+  }
   e.engine.seed = static_cast<std::uint64_t>(c.get_int("engine.seed"));
   e.engine.deadline_s = c.get_float("engine.deadline_s");
   e.engine.debug_checks = c.get_bool("engine.debug_checks");
   e.engine.check_every = c.get_int("engine.check_every");
+  e.engine.chunk_size = c.get_int("engine.chunk_size");
+  e.engine.max_running = c.get_int("engine.max_running");
+  e.engine.payload = c.get_string("engine.payload");
+  e.engine.strict = c.get_bool("engine.strict");
+  e.cost.prefill_ns_per_token_layer = c.get_float("cost.prefill_ns_per_token_layer");
+  e.cost.attention_ns_per_context_token_layer = c.get_float("cost.attention_ns_per_context_token_layer");
+  e.cost.decode_ns_per_layer = c.get_float("cost.decode_ns_per_layer");
+  e.cost.pp_link_ns = c.get_float("cost.pp_link_ns");
+  e.cost.allreduce_ns = c.get_float("cost.allreduce_ns");
   e.output.dir = c.get_string("output.dir");
   e.output.flush_every = c.get_int("output.flush_every");
   e.output.report_every = c.get_int("output.report_every");
@@ -178,6 +246,8 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.debug.plant_divergence_step = c.get_int("debug.plant_divergence_step");
   e.debug.kill_rank = c.get_int("debug.kill_rank");
   e.debug.kill_at_step = c.get_int("debug.kill_at_step");
+  e.debug.shrink_stage = c.get_int("debug.shrink_stage");
+  e.debug.shrink_device_pages = c.get_int("debug.shrink_device_pages");
   for (const auto& fp : failpoint_catalogue()) {
     const std::string base = key_path_string({"faults", fp.name});
     if (!c.table_given(base)) continue;
@@ -202,9 +272,11 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
                        " is not divisible by the " + g.name + " group's tp = " + std::to_string(g.shape.tp) +
                        " (MHA splits heads over TP)");
   }
-  if (w.prompt_tokens_min > w.prompt_tokens_max)
-    throw InputError(src + ": workload.prompt_tokens_min = " + std::to_string(w.prompt_tokens_min) +
-                     " exceeds workload.prompt_tokens_max = " + std::to_string(w.prompt_tokens_max));
+  if (w.tree.prompt_tokens_min > w.tree.prompt_tokens_max)
+    throw InputError(src + ": workload.tree.prompt_tokens_min = " + std::to_string(w.tree.prompt_tokens_min) +
+                     " exceeds workload.tree.prompt_tokens_max = " + std::to_string(w.tree.prompt_tokens_max));
+  if (w.kind == "mooncake" && w.mooncake.trace.empty())
+    throw InputError(src + ": workload.kind = \"mooncake\" needs workload.mooncake.trace");
   e.effective_toml = c.effective_toml();
   return e;
 }

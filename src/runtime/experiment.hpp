@@ -18,6 +18,7 @@ namespace kvgrid {
 struct ModelConfig {
   std::int64_t layers = 8, kv_heads = 8, head_dim = 128;
   std::string attention = "mha";
+  std::string cp_split = "interleave";  // how CP ranks split a chunk's query tokens
 };
 
 struct CacheConfig {
@@ -25,14 +26,41 @@ struct CacheConfig {
   Pages device_pages{4096};
 };
 
-struct WorkloadConfig {
-  std::string kind = "tree";
+struct TreeWorkloadConfig {  // Foundation I's cache-only workload
   std::int64_t steps = 200, requests_per_step = 4;
   std::int64_t prompt_tokens_min = 64, prompt_tokens_max = 512;
   std::int64_t prefixes = 8, prefix_tokens = 256;
   double followup_prob = 0.3;
   std::int64_t hold_steps_max = 4;
+};
+
+struct GspConfig {
+  std::int64_t groups = 8, prompts_per_group = 4, system_prompt_len = 512, question_len = 64, output_len = 16;
+  double range_ratio = 1.0;
+  std::int64_t turns = 1;
+  bool ordered = false;
+};
+
+struct MultiturnConfig {
+  std::int64_t clients = 8, rounds = 3, request_length = 256, output_length = 16, sub_question_length = 0;
+  std::int64_t max_in_flight = 8;
+  bool round_barrier = false;
+};
+
+struct MooncakeConfig {
+  std::string trace;
+  std::int64_t first_n = 0;  // 0: all
+  double time_scale = 1.0;
+};
+
+struct WorkloadConfig {
+  std::string kind = "tree";
   std::int64_t vocab = 32000;
+  double request_rate = 0.0;  // gsp / multiturn: requests per modelled second (0: all at once)
+  TreeWorkloadConfig tree;
+  GspConfig gsp;
+  MultiturnConfig multiturn;
+  MooncakeConfig mooncake;
 };
 
 struct EngineConfig {
@@ -40,6 +68,19 @@ struct EngineConfig {
   double deadline_s = 120.0;
   bool debug_checks = false;
   std::int64_t check_every = 16;
+  std::int64_t chunk_size = 512;    // prefill tokens per step (chunked prefill budget)
+  std::int64_t max_running = 64;    // requests in prefill or decode at once
+  std::string payload = "digest";   // "full" | "digest"
+  bool strict = false;              // an oracle mismatch stops the run
+};
+
+// Modelled time (DESIGN §2 "Time"); values and their sources in runtime/cost.cpp.
+struct CostConfig {
+  double prefill_ns_per_token_layer = 1250.0;
+  double attention_ns_per_context_token_layer = 0.041;
+  double decode_ns_per_layer = 150000.0;
+  double pp_link_ns = 10000.0;
+  double allreduce_ns = 20000.0;
 };
 
 struct OutputConfig {
@@ -50,6 +91,7 @@ struct OutputConfig {
 struct DebugConfig {
   std::int64_t plant_divergence_rank = -1, plant_divergence_step = 0;
   std::int64_t kill_rank = -1, kill_at_step = 0;
+  std::int64_t shrink_stage = -1, shrink_device_pages = 0;  // one stage's pool capacity (shape mismatch)
 };
 
 struct ExperimentConfig {
@@ -60,6 +102,7 @@ struct ExperimentConfig {
   CacheConfig cache;
   WorkloadConfig workload;
   EngineConfig engine;
+  CostConfig cost;
   OutputConfig output;
   DebugConfig debug;
   std::vector<FailpointConfig> faults;

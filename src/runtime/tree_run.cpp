@@ -82,7 +82,7 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
   };
   const bool leader = grid.coord().tp == 0 && grid.coord().cp == 0 && grid.coord().pp == 0;
   std::unique_ptr<TreeWorkload> gen;
-  if (leader) gen = std::make_unique<TreeWorkload>(exp.workload, exp.engine.seed);
+  if (leader) gen = std::make_unique<TreeWorkload>(exp.workload.tree, static_cast<std::uint64_t>(exp.workload.vocab), exp.engine.seed);
   cache::DeviceCache dc({exp.cache.page_size, exp.cache.device_pages}, log);
   Rng plant_rng = rank_stream(exp.engine.seed, grid.world_rank()).fork("debug.plant");
 
@@ -133,7 +133,7 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
   };
 
   if (print) log0("#  step    reqs   admit  reject    hit%   evicted   pages   nodes");
-  for (std::int64_t step = 0; step < exp.workload.steps; ++step) {
+  for (std::int64_t step = 0; step < exp.workload.tree.steps; ++step) {
     log.set_step(static_cast<std::uint64_t>(step));
     if (grid.world_rank() == exp.debug.kill_rank && step == exp.debug.kill_at_step) std::raise(SIGKILL);
     if (auto hit = faults.evaluate("rank.stall", static_cast<std::uint64_t>(step))) {
@@ -183,7 +183,7 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
       emit(step, ~0ull, "planted", a.prompt.value(), 0, a.new_pages.value(), a.admitted ? 1 : 0);
     }
 
-    const bool last = step + 1 == exp.workload.steps;
+    const bool last = step + 1 == exp.workload.tree.steps;
     if ((step + 1) % exp.engine.check_every == 0 || last) check(step);
     if (print && ((step + 1) % exp.output.report_every == 0 || last)) {
       char row[160];

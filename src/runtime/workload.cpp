@@ -6,14 +6,14 @@
 
 namespace kvgrid {
 
-TreeWorkload::TreeWorkload(const WorkloadConfig& cfg, std::uint64_t seed)
-    : cfg_(cfg), rng_(shared_stream(seed, "workload")) {
+TreeWorkload::TreeWorkload(const TreeWorkloadConfig& cfg, std::uint64_t vocab, std::uint64_t seed)
+    : cfg_(cfg), vocab_(vocab), rng_(shared_stream(seed, "workload")) {
   for (std::int64_t f = 0; f < cfg_.prefixes; ++f) families_.push_back(random_tokens(cfg_.prefix_tokens));
 }
 
 std::vector<TokenId> TreeWorkload::random_tokens(std::int64_t n) {
   std::vector<TokenId> t(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
-  for (auto& x : t) x = static_cast<TokenId>(rng_.below(static_cast<std::uint64_t>(cfg_.vocab)));
+  for (auto& x : t) x = static_cast<TokenId>(rng_.below(vocab_));
   return t;
 }
 

@@ -28,12 +28,13 @@ struct Request {
 
 class TreeWorkload {
  public:
-  TreeWorkload(const WorkloadConfig& cfg, std::uint64_t seed);
+  TreeWorkload(const TreeWorkloadConfig& cfg, std::uint64_t vocab, std::uint64_t seed);
   std::vector<Request> next_step();
 
  private:
   std::vector<TokenId> random_tokens(std::int64_t n);
-  WorkloadConfig cfg_;
+  TreeWorkloadConfig cfg_;
+  std::uint64_t vocab_;
   Rng rng_;
   std::vector<std::vector<TokenId>> families_;
   std::deque<std::vector<TokenId>> history_;  // recent prompts, for follow-up turns

@@ -22,7 +22,7 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
            OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1",
            HDF5_USE_FILE_LOCKING="FALSE")
 TMP = tempfile.mkdtemp(prefix="kvgrid-cli-")
-FAST = ["--set", "workload.steps=60", "--set", "output.report_every=30"]
+FAST = ["--set", "workload.tree.steps=60", "--set", "output.report_every=30"]
 
 
 def run(np, *args, timeout=240):
@@ -111,7 +111,7 @@ def bad_input():
         (write("malformed.toml", "[cache]\npage_size = = 3\n"), [], r"malformed\.toml:2:\d+: malformed TOML"),
         (write("unknown.toml", "[cache]\npage_sise = 4\n"), [], r"unknown\.toml:2:\d+: unknown key 'cache\.page_sise'"),
         (write("type.toml", "[cache]\npage_size = \"x\"\n"), [], r"'cache\.page_size': expected integer.*found string"),
-        (write("range.toml", "[workload]\nfollowup_prob = 2.0\n"), [], r"followup_prob.*out of range"),
+        (write("range.toml", "[workload.tree]\nfollowup_prob = 2.0\n"), [], r"followup_prob.*out of range"),
         (QUICK, ["--set", "cache.bogus=1"], r"--set cache\.bogus=1: unknown key"),
         (QUICK, ["--set", "cache.page_size=abc"], r"expected integer"),
         (out("does-not-exist.toml"), [], r"cannot open experiment file"),
@@ -201,7 +201,7 @@ def report_json():
 
 def pd_world():
     pd = write("pd.toml", "[topology.prefill]\ntp = 2\npp = 2\n[topology.decode]\ntp = 2\ncp = 1\npp = 1\n"
-                          "[workload]\nsteps = 40\n")
+                          "[workload.tree]\nsteps = 40\n")
     rc, so, se = run(6, pd, "--out", out("pd"))
     expect(rc == 0, "two-group world runs", so, se)
     expect("# topology prefill TP2xCP1xPP2 + decode TP2xCP1xPP1, world 6 ranks" in so, "topology line", so)

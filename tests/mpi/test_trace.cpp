@@ -21,8 +21,8 @@ ExperimentConfig traced_experiment(std::vector<std::string> extra = {}) {
   const auto s = testing::shape_for(testing::world_size());
   std::vector<std::string> sets = {"topology.tp=" + std::to_string(s.tp), "topology.cp=" + std::to_string(s.cp),
                                    "topology.pp=" + std::to_string(s.pp), "model.layers=" + std::to_string(s.pp),
-                                   "cache.page_size=8", "cache.device_pages=64", "workload.steps=30",
-                                   "workload.prompt_tokens_max=120", "workload.prefix_tokens=64",
+                                   "cache.page_size=8", "cache.device_pages=64", "workload.tree.steps=30",
+                                   "workload.tree.prompt_tokens_max=120", "workload.tree.prefix_tokens=64",
                                    "output.flush_every=4", "faults.rank.stall.probability=0.2",
                                    "faults.rank.stall.duration_ms=0"};
   sets.insert(sets.end(), extra.begin(), extra.end());
@@ -95,7 +95,7 @@ TEST(Trace, OfflineCheckFindsThePlantedDivergence) {
 TEST(Trace, ExistingRunIsNeverOverwritten) {
   const std::string dir = testing::shared_temp_dir("trace-twice");
   TreeRunResult r;
-  auto e = traced_experiment({"workload.steps=2"});
+  auto e = traced_experiment({"workload.tree.steps=2"});
   traced_run(e, dir, &r);
   RankGrid grid(e.topology, MPI_COMM_WORLD);
   RunMeta meta;

@@ -18,10 +18,10 @@ ExperimentConfig small_experiment(std::uint64_t seed, std::vector<std::string> e
   const auto s = testing::shape_for(testing::world_size());
   std::vector<std::string> sets = {"topology.tp=" + std::to_string(s.tp), "topology.cp=" + std::to_string(s.cp),
                                    "topology.pp=" + std::to_string(s.pp), "model.layers=" + std::to_string(s.pp * 2),
-                                   "cache.page_size=8", "cache.device_pages=96", "workload.steps=60",
-                                   "workload.requests_per_step=3", "workload.prompt_tokens_min=8",
-                                   "workload.prompt_tokens_max=200", "workload.prefix_tokens=96",
-                                   "workload.prefixes=4", "engine.check_every=7"};
+                                   "cache.page_size=8", "cache.device_pages=96", "workload.tree.steps=60",
+                                   "workload.tree.requests_per_step=3", "workload.tree.prompt_tokens_min=8",
+                                   "workload.tree.prompt_tokens_max=200", "workload.tree.prefix_tokens=96",
+                                   "workload.tree.prefixes=4", "engine.check_every=7"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return parse_experiment("", "tree-test", sets, static_cast<std::int64_t>(seed));
 }
@@ -86,7 +86,7 @@ TEST(TreeRun, PlantedDifferenceOnOneRankTurnsTheVerdictFailed) {
 
 TEST(TreeRun, TinyPoolRejectsButStaysConsistent) {
   DecisionLog log;
-  auto r = run_once(small_experiment(11, {"cache.device_pages=20", "workload.hold_steps_max=8"}), log);
+  auto r = run_once(small_experiment(11, {"cache.device_pages=20", "workload.tree.hold_steps_max=8"}), log);
   EXPECT_TRUE(r.ok());
   EXPECT_LT(r.mine.admitted, r.mine.requests);  // some prompts could not be admitted
 }

@@ -100,7 +100,7 @@ TEST(ExperimentConfig, RelationsBetweenKeysAreChecked) {
   expect_contains(error_of("[topology]\npp = 4\n[model]\nlayers = 2\n"), "model.layers = 2");
   expect_contains(error_of("[topology]\ntp = 3\n[model]\nkv_heads = 8\n"), "not divisible");
   EXPECT_EQ(error_of("[topology]\ntp = 3\n[model]\nkv_heads = 8\nattention = \"mla\"\n"), "");
-  expect_contains(error_of("[workload]\nprompt_tokens_min = 10\nprompt_tokens_max = 5\n"), "prompt_tokens_min");
+  expect_contains(error_of("[workload.tree]\nprompt_tokens_min = 10\nprompt_tokens_max = 5\n"), "prompt_tokens_min");
   auto e = parse_experiment("[debug]\nkill_rank = 8\n", "x", {});
   EXPECT_THROW(e.validate_for_world(8), InputError);
   EXPECT_NO_THROW(e.validate_for_world(9));
@@ -117,7 +117,7 @@ TEST(ExperimentConfig, TwoGroupWorld) {
 }
 
 TEST(ExperimentConfig, EffectiveConfigurationRoundTrips) {
-  auto e = parse_experiment("[topology]\ntp = 2\n[workload]\nfollowup_prob = 0.35\n[faults.\"rank.stall\"]\nprobability = 0.1\n",
+  auto e = parse_experiment("[topology]\ntp = 2\n[workload.tree]\nfollowup_prob = 0.35\n[faults.\"rank.stall\"]\nprobability = 0.1\n",
                             "x", {"engine.seed=77"});
   EXPECT_NE(e.effective_toml.find("followup_prob = 0.35\n"), std::string::npos) << e.effective_toml;
   auto again = parse_experiment(e.effective_toml, "again", {});

@@ -64,12 +64,12 @@ TEST_F(WaitTest, CompletedConditionReturnsAtOnce) {
 }
 
 TEST(TreeWorkload, SameSeedSameRequestsAndLengthsInRange) {
-  WorkloadConfig cfg;
+  TreeWorkloadConfig cfg;
   cfg.prompt_tokens_min = 20;
   cfg.prompt_tokens_max = 90;
   cfg.prefix_tokens = 60;
   cfg.requests_per_step = 5;
-  TreeWorkload a(cfg, 3), b(cfg, 3), c(cfg, 4);
+  TreeWorkload a(cfg, 32000, 3), b(cfg, 32000, 3), c(cfg, 32000, 4);
   bool differs = false;
   std::uint64_t expect_id = 0;
   for (int s = 0; s < 50; ++s) {
@@ -88,8 +88,8 @@ TEST(TreeWorkload, SameSeedSameRequestsAndLengthsInRange) {
 }
 
 TEST(TreeWorkload, EncodingRoundTripsAndRejectsTruncation) {
-  WorkloadConfig cfg;
-  TreeWorkload g(cfg, 1);
+  TreeWorkloadConfig cfg;
+  TreeWorkload g(cfg, 32000, 1);
   auto reqs = g.next_step();
   reqs[0].id = RequestId(0x1234567890ull);
   auto buf = encode_requests(reqs);

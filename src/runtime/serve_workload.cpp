@@ -1,0 +1,310 @@
+#include "runtime/serve_workload.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <fstream>
+#include <map>
+
+#include "core/check.hpp"
+#include "core/hash.hpp"
+#include "core/rng.hpp"
+#include "kernels/kv_math.hpp"
+
+namespace kvgrid {
+
+std::vector<TokenId> model_output(std::span<const TokenId> prompt, std::uint32_t output_len, std::uint64_t vocab) {
+  std::uint64_t ph = kernels::kPrefixSeed;
+  for (TokenId t : prompt) ph = kernels::prefix_hash_step(ph, t);
+  std::vector<TokenId> out;
+  for (std::uint32_t i = 0; i < output_len; ++i) {
+    const TokenId t = kernels::next_token(ph, vocab);
+    out.push_back(t);
+    ph = kernels::prefix_hash_step(ph, t);
+  }
+  return out;
+}
+
+void mooncake_block_tokens(std::uint64_t hash_id, std::span<TokenId> out, std::uint64_t vocab) {
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<TokenId>(mix64(hash_combine(hash_id * 0x9e3779b97f4a7c15ULL + 0x4d6f6f6eULL, i)) % vocab);
+}
+
+namespace {
+
+std::vector<TokenId> random_tokens(Rng& rng, std::int64_t n, std::uint64_t vocab) {
+  std::vector<TokenId> t(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
+  for (auto& x : t) x = static_cast<TokenId>(rng.below(vocab));
+  return t;
+}
+
+// Length drawn as SGLang does: uniform in [max(L * ratio, 1), L].
+std::int64_t ranged(Rng& rng, std::int64_t len, double ratio) {
+  const auto lo = std::max<std::int64_t>(static_cast<std::int64_t>(static_cast<double>(len) * ratio), 1);
+  return lo >= len ? len : rng.between(lo, len);
+}
+
+// Conversations: each has a list of turns; turn r's prompt is the previous prompt, the model's
+// output for it, then this turn's new tokens. Turn r+1 is released when turn r finishes.
+class ConversationWorkload : public ServeWorkload {
+ public:
+  struct Conversation {
+    std::vector<std::vector<TokenId>> turn_tokens;  // new tokens of each turn (turn 0: whole prompt)
+    std::vector<std::uint32_t> output_len;
+    std::vector<TokenId> history;                   // prompt + output of the last issued turn
+    std::size_t next_turn = 0;
+  };
+
+  ConversationWorkload(std::vector<Conversation> convs, std::uint64_t vocab, double rate, std::uint64_t seed,
+                       std::int64_t max_in_flight, bool round_barrier)
+      : convs_(std::move(convs)), vocab_(vocab), rng_(shared_stream(seed, "arrivals")),
+        max_in_flight_(max_in_flight), round_barrier_(round_barrier) {
+    for (const auto& c : convs_) total_ += c.turn_tokens.size();
+    std::uint64_t t = 0;
+    for (std::size_t i = 0; i < convs_.size(); ++i) {
+      ready_.push_back({t, i});
+      if (rate > 0) t += static_cast<std::uint64_t>(-std::log(1.0 - rng_.uniform()) / rate * 1e9);
+    }
+  }
+
+  std::vector<RequestSpec> arrivals(std::uint64_t now_ns) override {
+    std::vector<RequestSpec> out;
+    while (!ready_.empty() && ready_.front().first <= now_ns && admissible()) {
+      auto [t, ci] = ready_.front();
+      ready_.pop_front();
+      Conversation& c = convs_[ci];
+      const std::size_t turn = c.next_turn++;
+      RequestSpec r;
+      r.id = RequestId(next_id_++);
+      r.arrival_ns = t;
+      r.round = static_cast<std::uint32_t>(turn);
+      r.output_len = c.output_len[turn];
+      r.prompt = c.history;
+      r.prompt.insert(r.prompt.end(), c.turn_tokens[turn].begin(), c.turn_tokens[turn].end());
+      c.history = r.prompt;
+      auto o = model_output(r.prompt, r.output_len, vocab_);
+      c.history.insert(c.history.end(), o.begin(), o.end());
+      owner_[r.id.value()] = ci;
+      ++in_flight_;
+      ++issued_in_round_[turn];
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  std::optional<std::uint64_t> next_arrival_ns() const override {
+    if (ready_.empty() || !admissible()) return std::nullopt;
+    return ready_.front().first;
+  }
+  bool exhausted() const override { return ready_.empty() && in_flight_ == 0 && held_.empty(); }
+  std::uint64_t total_requests() const override { return total_; }
+
+  void finished(RequestId id, std::uint64_t now_ns) override {
+    auto it = owner_.find(id.value());
+    KVGRID_CHECK(it != owner_.end(), "finish of unknown request ", id);
+    const std::size_t ci = it->second;
+    owner_.erase(it);
+    --in_flight_;
+    const Conversation& c = convs_[ci];
+    const std::size_t done_round = c.next_turn - 1;
+    ++finished_in_round_[done_round];
+    if (c.next_turn < c.turn_tokens.size()) held_.push_back({now_ns, ci});
+    // Without a barrier a follow-up is ready at once; with one, round r+1 waits for all of round r.
+    std::deque<std::pair<std::uint64_t, std::size_t>> keep;
+    for (auto& h : held_) {
+      const std::size_t r = convs_[h.second].next_turn - 1;
+      if (!round_barrier_ || finished_in_round_[r] == clients_in_round(r)) ready_.push_back({std::max(h.first, now_ns), h.second});
+      else keep.push_back(h);
+    }
+    held_.swap(keep);
+    std::stable_sort(ready_.begin(), ready_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+
+ private:
+  bool admissible() const { return max_in_flight_ <= 0 || in_flight_ < max_in_flight_; }
+  std::uint64_t clients_in_round(std::size_t r) const {
+    std::uint64_t n = 0;
+    for (const auto& c : convs_) n += c.turn_tokens.size() > r ? 1 : 0;
+    return n;
+  }
+
+  std::vector<Conversation> convs_;
+  std::uint64_t vocab_;
+  Rng rng_;
+  std::int64_t max_in_flight_;
+  bool round_barrier_;
+  std::deque<std::pair<std::uint64_t, std::size_t>> ready_, held_;  // (ready time, conversation)
+  std::map<std::uint64_t, std::size_t> owner_;
+  std::map<std::size_t, std::uint64_t> issued_in_round_, finished_in_round_;
+  std::int64_t in_flight_ = 0;
+  std::uint64_t next_id_ = 0, total_ = 0;
+};
+
+std::unique_ptr<ServeWorkload> make_gsp(const WorkloadConfig& w, std::uint64_t seed) {
+  Rng rng = shared_stream(seed, "workload.gsp");
+  const auto& g = w.gsp;
+  std::vector<ConversationWorkload::Conversation> convs;
+  for (std::int64_t grp = 0; grp < g.groups; ++grp) {
+    auto system = random_tokens(rng, ranged(rng, g.system_prompt_len, g.range_ratio), w.vocab);
+    for (std::int64_t i = 0; i < g.prompts_per_group; ++i) {
+      ConversationWorkload::Conversation c;
+      for (std::int64_t t = 0; t < g.turns; ++t) {
+        auto q = random_tokens(rng, ranged(rng, g.question_len, g.range_ratio), w.vocab);
+        if (t == 0) q.insert(q.begin(), system.begin(), system.end());
+        c.turn_tokens.push_back(std::move(q));
+        c.output_len.push_back(static_cast<std::uint32_t>(ranged(rng, g.output_len, g.range_ratio)));
+      }
+      convs.push_back(std::move(c));
+    }
+  }
+  if (!g.ordered) {
+    for (std::size_t i = convs.size(); i > 1; --i) std::swap(convs[i - 1], convs[rng.below(i)]);  // Fisher-Yates
+  }
+  return std::make_unique<ConversationWorkload>(std::move(convs), w.vocab, w.request_rate, seed, 0, false);
+}
+
+std::unique_ptr<ServeWorkload> make_multiturn(const WorkloadConfig& w, std::uint64_t seed) {
+  Rng rng = shared_stream(seed, "workload.multiturn");
+  const auto& m = w.multiturn;
+  const std::int64_t sub = m.sub_question_length > 0 ? m.sub_question_length : m.request_length;
+  std::vector<ConversationWorkload::Conversation> convs;
+  for (std::int64_t c = 0; c < m.clients; ++c) {
+    ConversationWorkload::Conversation conv;
+    for (std::int64_t r = 0; r < m.rounds; ++r) {
+      conv.turn_tokens.push_back(random_tokens(rng, r == 0 ? m.request_length : sub, w.vocab));
+      conv.output_len.push_back(static_cast<std::uint32_t>(m.output_length));
+    }
+    convs.push_back(std::move(conv));
+  }
+  return std::make_unique<ConversationWorkload>(std::move(convs), w.vocab, w.request_rate, seed, m.max_in_flight,
+                                                m.round_barrier);
+}
+
+// Mooncake replay: requests in file order (timestamps are non-decreasing), tokens made on demand.
+class MooncakeWorkload : public ServeWorkload {
+ public:
+  struct Line {
+    std::uint64_t arrival_ns;
+    std::uint32_t input_length, output_length;
+    std::vector<std::uint64_t> hash_ids;
+  };
+  MooncakeWorkload(std::vector<Line> lines, std::uint64_t vocab) : lines_(std::move(lines)), vocab_(vocab) {}
+
+  std::vector<RequestSpec> arrivals(std::uint64_t now_ns) override {
+    std::vector<RequestSpec> out;
+    while (next_ < lines_.size() && lines_[next_].arrival_ns <= now_ns) {
+      const Line& l = lines_[next_];
+      RequestSpec r;
+      r.id = RequestId(next_);
+      r.arrival_ns = l.arrival_ns;
+      r.output_len = std::max<std::uint32_t>(l.output_length, 1);
+      r.prompt.resize(static_cast<std::size_t>(l.hash_ids.size()) * kBlock);
+      for (std::size_t b = 0; b < l.hash_ids.size(); ++b)
+        mooncake_block_tokens(l.hash_ids[b], std::span<TokenId>(r.prompt).subspan(b * kBlock, kBlock), vocab_);
+      r.prompt.resize(l.input_length);
+      out.push_back(std::move(r));
+      ++next_;
+    }
+    return out;
+  }
+  std::optional<std::uint64_t> next_arrival_ns() const override {
+    if (next_ >= lines_.size()) return std::nullopt;
+    return lines_[next_].arrival_ns;
+  }
+  bool exhausted() const override { return next_ >= lines_.size(); }
+  std::uint64_t total_requests() const override { return lines_.size(); }
+
+  static constexpr std::size_t kBlock = 512;
+
+ private:
+  std::vector<Line> lines_;
+  std::uint64_t vocab_;
+  std::size_t next_ = 0;
+};
+
+std::unique_ptr<ServeWorkload> make_mooncake(const WorkloadConfig& w) {
+  const auto& m = w.mooncake;
+  std::ifstream in(m.trace);
+  if (!in) throw InputError(m.trace + ": cannot open Mooncake trace (workload.mooncake.trace)");
+  std::vector<MooncakeWorkload::Line> lines;
+  std::string text;
+  std::uint64_t prev = 0;
+  for (std::size_t lineno = 1; std::getline(in, text); ++lineno) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (m.first_n > 0 && static_cast<std::int64_t>(lines.size()) >= m.first_n) break;
+    auto where = m.trace + ":" + std::to_string(lineno) + ": ";
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw InputError(where + "malformed JSON: " + e.what());
+    }
+    try {
+      MooncakeWorkload::Line l;
+      const double ts = j.at("timestamp").get<double>();
+      const auto in_len = j.at("input_length").get<std::int64_t>();
+      const auto out_len = j.at("output_length").get<std::int64_t>();
+      l.hash_ids = j.at("hash_ids").get<std::vector<std::uint64_t>>();
+      if (ts < 0 || in_len < 1 || out_len < 0 || in_len > 16'000'000)
+        throw InputError(where + "timestamp, input_length or output_length out of range");
+      if (l.hash_ids.size() * MooncakeWorkload::kBlock < static_cast<std::size_t>(in_len) ||
+          (l.hash_ids.size() - 1) * MooncakeWorkload::kBlock >= static_cast<std::size_t>(in_len))
+        throw InputError(where + "input_length " + std::to_string(in_len) + " does not fit " +
+                         std::to_string(l.hash_ids.size()) + " blocks of 512 tokens");
+      l.arrival_ns = static_cast<std::uint64_t>(ts * 1e6 * m.time_scale);
+      if (l.arrival_ns < prev) throw InputError(where + "timestamps go backwards");
+      prev = l.arrival_ns;
+      l.input_length = static_cast<std::uint32_t>(in_len);
+      l.output_length = static_cast<std::uint32_t>(out_len);
+      lines.push_back(std::move(l));
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(where + "expected timestamp, input_length, output_length, hash_ids: " + e.what());
+    }
+  }
+  if (lines.empty()) throw InputError(m.trace + ": no requests");
+  return std::make_unique<MooncakeWorkload>(std::move(lines), w.vocab);
+}
+
+}  // namespace
+
+std::unique_ptr<ServeWorkload> make_serve_workload(const WorkloadConfig& cfg, std::uint64_t seed) {
+  if (cfg.kind == "gsp") return make_gsp(cfg, seed);
+  if (cfg.kind == "multiturn") return make_multiturn(cfg, seed);
+  KVGRID_CHECK(cfg.kind == "mooncake", "no serving workload '", cfg.kind, "'");
+  return make_mooncake(cfg);
+}
+
+std::vector<std::uint32_t> encode_specs(std::span<const RequestSpec> reqs) {
+  std::vector<std::uint32_t> buf{static_cast<std::uint32_t>(reqs.size())};
+  for (const auto& r : reqs) {
+    buf.insert(buf.end(), {static_cast<std::uint32_t>(r.id.value()), static_cast<std::uint32_t>(r.id.value() >> 32),
+                           static_cast<std::uint32_t>(r.arrival_ns), static_cast<std::uint32_t>(r.arrival_ns >> 32),
+                           r.round, r.output_len, static_cast<std::uint32_t>(r.prompt.size())});
+    buf.insert(buf.end(), r.prompt.begin(), r.prompt.end());
+  }
+  return buf;
+}
+
+std::vector<RequestSpec> decode_specs(std::span<const std::uint32_t> buf) {
+  KVGRID_CHECK(!buf.empty(), "empty request buffer");
+  std::vector<RequestSpec> out(buf[0]);
+  std::size_t pos = 1;
+  for (auto& r : out) {
+    KVGRID_CHECK(pos + 7 <= buf.size(), "truncated request buffer");
+    r.id = RequestId(buf[pos] | (static_cast<std::uint64_t>(buf[pos + 1]) << 32));
+    r.arrival_ns = buf[pos + 2] | (static_cast<std::uint64_t>(buf[pos + 3]) << 32);
+    r.round = buf[pos + 4];
+    r.output_len = buf[pos + 5];
+    const std::size_t n = buf[pos + 6];
+    pos += 7;
+    KVGRID_CHECK(pos + n <= buf.size(), "truncated request buffer");
+    r.prompt.assign(buf.begin() + static_cast<std::ptrdiff_t>(pos), buf.begin() + static_cast<std::ptrdiff_t>(pos + n));
+    pos += n;
+  }
+  KVGRID_CHECK(pos == buf.size(), "request buffer has trailing words");
+  return out;
+}
+
+}  // namespace kvgrid
