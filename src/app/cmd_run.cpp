@@ -20,6 +20,7 @@
 #include "core/wait.hpp"
 #include "runtime/experiment.hpp"
 #include "runtime/run_dir.hpp"
+#include "runtime/serve.hpp"
 #include "runtime/trace.hpp"
 #include "runtime/tree_run.hpp"
 
@@ -90,7 +91,9 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
 int run_body(const RunOptions& opt, int world_rank, int world_size) {
   // The same file may be unreadable on some nodes only: agree before the first collective.
   ExperimentConfig exp = on_every_rank(MPI_COMM_WORLD, [&] {
-    ExperimentConfig e = load_experiment(opt.experiment, opt.sets, opt.seed);
+    std::vector<std::string> sets = opt.sets;
+    if (opt.strict) sets.push_back("engine.strict=true");
+    ExperimentConfig e = load_experiment(opt.experiment, sets, opt.seed);
     e.validate_for_world(world_size);
     return e;
   });
@@ -128,9 +131,32 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   });
 
-  TreeRunResult res;
+  // Both loops report the same summary; the serving loop adds the oracle and request counts.
+  RunSummary s;
+  std::vector<RankSummaryRow> rows;
   try {
-    res = run_tree_workload(exp, grid, faults, log, trace.get(), /*print=*/true);
+    if (exp.workload.kind == "tree") {
+      TreeRunResult r = run_tree_workload(exp, grid, faults, log, trace.get(), /*print=*/true);
+      s.steps = r.steps;
+      s.checks = r.checks;
+      s.verify_failures = r.verify_failures;
+      s.tree_divergences = r.tree_divergences;
+      s.decision_divergences = r.decision_divergences;
+      s.wall_s = r.wall_s;
+      rows = std::move(r.all);
+    } else {
+      ServeResult r = run_serve(exp, grid, faults, log, trace.get(), /*print=*/true);
+      s.steps = r.steps;
+      s.checks = r.checks;
+      s.verify_failures = r.verify_failures;
+      s.tree_divergences = r.tree_divergences;
+      s.decision_divergences = r.decision_divergences;
+      s.oracle_mismatches = r.oracle_mismatches;
+      s.requests = r.requests;
+      s.finished = r.finished;
+      s.wall_s = r.wall_s;
+      rows = std::move(r.all);
+    }
   } catch (const std::exception&) {
     // Keep what this rank decided before the error; the caller aborts the job.
     try {
@@ -146,37 +172,38 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
   KVGRID_MPI_CHECK(MPI_Ibarrier(grid.world(), &req));
   wait_mpi(&req, "Ibarrier before the summary");
 
+  const bool ok = s.verify_failures == 0 && s.tree_divergences == 0 && s.decision_divergences == 0 &&
+                  s.oracle_mismatches <= 0;
   if (world_rank == 0) {
     bool logs_agree = true;
-    for (const auto& r : res.all)
-      logs_agree = logs_agree && r.decision_digest == res.all[0].decision_digest && r.decisions == res.all[0].decisions;
-    RunSummary s;
-    s.verdict = res.ok() ? "OK" : "FAILED";
-    s.steps = res.steps;
-    s.verify_failures = res.verify_failures;
-    s.tree_divergences = res.tree_divergences;
-    s.decision_divergences = res.decision_divergences;
-    s.checks = res.checks;
-    s.wall_s = res.wall_s;
-    s.ranks = res.all;
+    for (const auto& r : rows)
+      logs_agree = logs_agree && r.decision_digest == rows[0].decision_digest && r.decisions == rows[0].decisions;
+    s.verdict = ok ? "OK" : "FAILED";
+    s.ranks = rows;
     TraceWriter::write_summary(dir, s);
     std::ostringstream os;
     char digest[32];
-    std::snprintf(digest, sizeof(digest), "0x%016llx", static_cast<unsigned long long>(res.all[0].decision_digest));
-    os << "# checks " << res.checks << " (every " << exp.engine.check_every << " steps and at the end), wall "
-       << res.wall_s << " s\n";
-    os << "# decision log: " << res.all[0].decisions << " decisions per rank, digest " << digest
+    std::snprintf(digest, sizeof(digest), "0x%016llx", static_cast<unsigned long long>(rows[0].decision_digest));
+    os << "# steps " << s.steps << ", checks " << s.checks << " (every " << exp.engine.check_every
+       << " steps and at the end), wall " << s.wall_s << " s\n";
+    if (s.oracle_mismatches >= 0) {
+      os << "# requests " << s.finished << " finished of " << s.requests << ", modelled time "
+         << static_cast<double>(rows.back().model_ns) / 1e6 << " ms\n";
+    }
+    os << "# decision log: " << rows[0].decisions << " decisions per rank, digest " << digest
        << (logs_agree ? " on every rank" : " on rank 0 (ranks differ)") << "\n";
-    os << "# verify failures: " << res.verify_failures << (res.verify_failures ? " FAILED" : " OK") << "\n";
-    os << "# tree digest divergences: " << res.tree_divergences << (res.tree_divergences ? " FAILED" : " OK") << "\n";
-    os << "# decision log divergences: " << res.decision_divergences << (res.decision_divergences ? " FAILED" : " OK")
-       << "\n";
+    if (s.oracle_mismatches >= 0)
+      os << "# oracle mismatches: " << s.oracle_mismatches << (s.oracle_mismatches ? " FAILED" : " OK") << "\n";
+    os << "# verify failures: " << s.verify_failures << (s.verify_failures ? " FAILED" : " OK") << "\n";
+    const std::int64_t div = s.tree_divergences + s.decision_divergences;
+    os << "# rank divergences: " << div << (div ? " FAILED" : " OK") << " (tree digests " << s.tree_divergences
+       << ", decision logs " << s.decision_divergences << ")\n";
     os << "# trace " << dir << "/run.h5\n";
     os << "# verdict: " << s.verdict;
     log0(os.str());
   }
   set_watchdog_handler({});
-  return res.ok() ? 0 : 1;
+  return ok ? 0 : 1;
 }
 
 }  // namespace
@@ -213,6 +240,9 @@ int cmd_run(const RunOptions& opt, int argc, char** argv) {
     } catch (const InputError& e) {
       if (world_rank == 0) std::cerr << "kvgrid run: error: " << e.what() << "\n";
       rc = 2;
+    } catch (const RunFailure& e) {
+      log_all(std::string("FAILED: ") + e.what());
+      MPI_Abort(MPI_COMM_WORLD, 1);
     } catch (const std::exception& e) {
       log_all(std::string("internal error: ") + e.what());
       MPI_Abort(MPI_COMM_WORLD, 1);

@@ -12,6 +12,7 @@ struct RunOptions {
   std::int64_t seed = -1;
   std::vector<std::string> sets;
   bool list_keys = false;
+  bool strict = false;
 };
 
 std::string version_string();

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--seed", run.seed, "run seed (overrides engine.seed)")->check(CLI::NonNegativeNumber);
   run_cmd->add_option("--set", run.sets, "override a key: section.key=value (repeatable)");
   run_cmd->add_flag("--keys", run.list_keys, "list every experiment key with its type and meaning, then exit");
+  run_cmd->add_flag("--strict", run.strict, "an oracle mismatch stops the run at once (engine.strict = true)");
 
   std::string report_run;
   bool report_as_json = false;

@@ -1,5 +1,6 @@
 #include "cache/device_cache.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/check.hpp"
@@ -64,11 +65,107 @@ void DeviceCache::release(const Admission& a) {
   debug_verify();
 }
 
+std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const TokenId> prompt, Tokens kv_tokens) {
+  const std::int64_t p = tree_.page_size().value();
+  const std::uint64_t req = hash_combine(id.value(), prompt.size());
+  MatchResult m = tree_.match_prefix(prompt);
+  KVGRID_CONSENSUS(log_, "match_prefix", req, static_cast<std::uint64_t>(m.matched.value()));
+  tree_.lock(m.last_node);
+  Reservation r;
+  r.matched = m.matched;
+  r.kv_tokens = kv_tokens;
+  const Pages total((kv_tokens.value() + p - 1) / p);
+  const Pages need = total - Pages(static_cast<std::int64_t>(m.device_pages.size()));
+  if (need > pool_.free_pages()) {
+    const Pages want = need - pool_.free_pages();
+    std::vector<PageId> freed = tree_.evict(want);
+    pool_.free(freed);
+    r.evicted = Pages(static_cast<std::int64_t>(freed.size()));
+    KVGRID_CONSENSUS(log_, "evict", static_cast<std::uint64_t>(want.value()), static_cast<std::uint64_t>(r.evicted.value()));
+  }
+  auto fresh = pool_.alloc(need);
+  KVGRID_CONSENSUS(log_, "admit", req, fresh ? 1 : 0);
+  if (!fresh) {
+    tree_.unlock(m.last_node);
+    debug_verify();
+    return std::nullopt;
+  }
+  r.fresh = need;
+  r.private_pages = need;
+  r.shared = m.matched;
+  reserved_ += need;
+  r.pages = std::move(m.device_pages);
+  r.pages.insert(r.pages.end(), fresh->begin(), fresh->end());
+  r.node = m.last_node;
+  debug_verify();
+  return r;
+}
+
+void DeviceCache::insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens) {
+  const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
+  const std::size_t aligned = computed_tokens.size() / p;  // pages
+  const std::size_t from = static_cast<std::size_t>(r.shared.value()) / p;
+  if (aligned <= from) return;
+  KVGRID_CHECK(r.pages.size() >= aligned, "page table of ", r.pages.size(), " pages for ", aligned, " computed pages");
+  auto key = computed_tokens.first(aligned * p);
+  InsertResult ins = tree_.insert(key, std::span<const PageId>(r.pages).first(aligned));
+  KVGRID_CONSENSUS(log_, "insert", hash_combine(id.value(), key.size()), static_cast<std::uint64_t>(ins.prefix_len.value()));
+  const std::size_t present = static_cast<std::size_t>(ins.prefix_len.value()) / p;
+  if (present > from) {
+    // Another request inserted [from, present) meanwhile: use the tree's pages, free ours.
+    MatchResult m = tree_.match_computed(key.first(present * p));
+    KVGRID_CHECK(m.device_pages.size() == present, "re-match found ", m.device_pages.size(), " of ", present, " pages");
+    std::vector<PageId> ours(r.pages.begin() + static_cast<std::ptrdiff_t>(from), r.pages.begin() + static_cast<std::ptrdiff_t>(present));
+    pool_.free(ours);
+    std::copy(m.device_pages.begin() + static_cast<std::ptrdiff_t>(from), m.device_pages.end(),
+              r.pages.begin() + static_cast<std::ptrdiff_t>(from));
+  }
+  const Pages moved(static_cast<std::int64_t>(aligned - from));  // freed as duplicates or now owned by the tree
+  r.private_pages -= moved;
+  reserved_ -= moved;
+  tree_.lock(ins.last_node);
+  tree_.unlock(r.node);
+  r.node = ins.last_node;
+  r.shared = Tokens(static_cast<std::int64_t>(aligned * p));
+  debug_verify();
+}
+
+void DeviceCache::commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens) {
+  KVGRID_CHECK(static_cast<std::int64_t>(kv_tokens.size()) == r.kv_tokens.value(), "commit of ", kv_tokens.size(),
+               " tokens for a reservation of ", r.kv_tokens);
+  const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
+  insert_computed(id, r, kv_tokens);
+  const std::size_t aligned = kv_tokens.size() / p;
+  if (r.pages.size() > aligned) {  // the partial last page
+    pool_.free(std::span<const PageId>(r.pages).subspan(aligned));
+    const Pages tail(static_cast<std::int64_t>(r.pages.size() - aligned));
+    r.private_pages -= tail;
+    reserved_ -= tail;
+  }
+  KVGRID_CHECK(r.private_pages.value() == 0, "request ", id, " still holds ", r.private_pages, " private pages at commit");
+  tree_.unlock(r.node);
+  r.node = nullptr;
+  debug_verify();
+}
+
+std::vector<PageId> DeviceCache::cached_pages() const {
+  std::vector<PageId> out;
+  std::vector<const TreeNode*> stack{tree_.root()};
+  while (!stack.empty()) {
+    const TreeNode* n = stack.back();
+    stack.pop_back();
+    out.insert(out.end(), n->device.begin(), n->device.end());
+    for (const auto& [h, c] : n->children) stack.push_back(c.get());
+  }
+  std::sort(out.begin(), out.end());  // independent of the children's iteration order
+  return out;
+}
+
 void DeviceCache::verify() const {
   tree_.verify();
   pool_.verify();
-  KVGRID_CHECK(tree_.total_pages() == pool_.used_pages(), "tree holds ", tree_.total_pages(), " pages but the pool has ",
-               pool_.used_pages(), " allocated (leak or double ownership)");
+  KVGRID_CHECK(tree_.total_pages() + reserved_ == pool_.used_pages(), "tree holds ", tree_.total_pages(), " pages and ",
+               reserved_, " are reserved, but the pool has ", pool_.used_pages(), " allocated (leak or double ownership)");
 }
 
 void DeviceCache::debug_verify() const {

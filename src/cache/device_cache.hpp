@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <vector>
 
 #include "cache/device_pool.hpp"
 #include "cache/radix_tree.hpp"
@@ -32,6 +34,19 @@ struct Admission {
   TreeNode* node = nullptr;  // locked while the request holds its prefix (null: nothing locked)
 };
 
+// Pages held by a running request of the serving loop: the matched prefix (tree pages, locked)
+// followed by private pages for everything it will compute.
+struct Reservation {
+  Tokens matched{0};
+  Tokens kv_tokens{0};              // positions the request will hold KV for
+  std::vector<PageId> pages;        // page table: ceil(kv_tokens / page_size) pages
+  Pages fresh{0};                   // pages allocated for it (the rest came from the tree)
+  Pages evicted{0};
+  Tokens shared{0};                 // positions [0, shared) are in the tree (matched or inserted)
+  Pages private_pages{0};           // pages still held privately
+  TreeNode* node = nullptr;         // locked (moves down as chunks are inserted) until commit
+};
+
 class DeviceCache {
  public:
   DeviceCache(const DeviceCacheConfig& cfg, DecisionLog& log);
@@ -39,11 +54,24 @@ class DeviceCache {
   Admission admit(RequestId id, std::span<const TokenId> prompt);
   void release(const Admission& a);
 
+  // Serving loop: match the prompt, lock the hit and allocate pages for the rest of `kv_tokens`
+  // positions (evicting if needed). Nothing when the pages cannot be found.
+  std::optional<Reservation> reserve(RequestId id, std::span<const TokenId> prompt, Tokens kv_tokens);
+  // Chunked prefill: make the computed page-aligned prefix shareable (SGLang's
+  // cache_unfinished_req). Pages another request inserted meanwhile replace ours in the page
+  // table (ours are freed); the lock moves to the new end of the prefix.
+  void insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens);
+  // The request finished: insert its page-aligned KV, free the partial tail page, unlock.
+  void commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens);
+  // Every cached (tree) page, for fault injection.
+  std::vector<PageId> cached_pages() const;
+
   const RadixTree& tree() const { return tree_; }
   RadixTree& tree() { return tree_; }
   const DevicePool& pool() const { return pool_; }
-  // Tree and pool invariants, plus "every allocated page is in the tree or held by nobody":
-  // pages in the tree == allocated pages. Throws InternalError.
+  Pages reserved_pages() const { return reserved_; }
+  // Tree and pool invariants, plus "every allocated page is in the tree or reserved by a running
+  // request": tree pages + reserved pages == allocated pages. Throws InternalError.
   void verify() const;
   std::uint64_t digest() const { return tree_.digest(); }
 
@@ -52,6 +80,7 @@ class DeviceCache {
   RadixTree tree_;
   DevicePool pool_;
   DecisionLog& log_;
+  Pages reserved_{0};  // pages held privately by reservations
 };
 
 }  // namespace kvgrid::cache

@@ -120,11 +120,22 @@ TreeNode* RadixTree::split(TreeNode* child, std::size_t split_tokens) {
 }
 
 MatchResult RadixTree::match_prefix(std::span<const TokenId> tokens) {
+  if (tokens.size() <= 1) {
+    MatchResult r;
+    r.last_node = root_.get();
+    return r;
+  }
+  return match_up_to(tokens, tokens.size() - 1);  // reuse at most prompt - 1 tokens
+}
+
+MatchResult RadixTree::match_computed(std::span<const TokenId> tokens) { return match_up_to(tokens, tokens.size()); }
+
+MatchResult RadixTree::match_up_to(std::span<const TokenId> tokens, std::size_t max_tokens) {
   const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
   MatchResult r;
   r.last_node = root_.get();
-  if (tokens.size() <= 1) return r;
-  const std::size_t limit = (tokens.size() - 1) / p * p;  // reuse at most prompt - 1 tokens
+  const std::size_t limit = max_tokens / p * p;
+  if (limit == 0) return r;
   ++clock_;
 
   std::vector<PathStep> path;

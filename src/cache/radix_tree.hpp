@@ -114,6 +114,9 @@ class RadixTree {
   // token must be computed to produce logits), rounded down to whole pages. Splits a node when
   // the match ends inside it. Bumps the access counter of the matched path.
   MatchResult match_prefix(std::span<const TokenId> tokens);
+  // Longest cached page-aligned prefix of `tokens` itself (no prompt − 1 rule): what a request
+  // that has computed `tokens` finds after inserting them (chunked prefill re-match).
+  MatchResult match_computed(std::span<const TokenId> tokens);
 
   // Inserts a page-aligned key with one device page per page. The pages for the part already
   // present are NOT taken: the caller frees those of `pages[0 : prefix_len/page_size]` that are
@@ -152,6 +155,7 @@ class RadixTree {
     }
   };
 
+  MatchResult match_up_to(std::span<const TokenId> tokens, std::size_t limit);
   TreeNode* find_child(TreeNode* node, std::span<const TokenId> first_page, std::uint64_t h) const;
   // The parent's entry that owns `child`.
   std::unordered_multimap<std::uint64_t, std::unique_ptr<TreeNode>>::iterator entry_of(TreeNode* child);

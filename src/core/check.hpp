@@ -24,6 +24,13 @@ class InternalError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A condition that ends a run as FAILED at once (exit 1): a shape mismatch between pipeline
+// stages, an oracle mismatch under --strict. Not a bug in kvgrid: the protocol under test broke.
+class RunFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // The world rank of this process, or -1 before MPI is initialised; used in check messages.
 int check_rank();
 

@@ -92,6 +92,30 @@ Handle rank_summary_type() {
   KVGRID_FIELD(admitted, H5T_NATIVE_INT64);
   KVGRID_FIELD(matched_tokens, H5T_NATIVE_INT64);
   KVGRID_FIELD(prompt_tokens, H5T_NATIVE_INT64);
+  KVGRID_FIELD(oracle_mismatches, H5T_NATIVE_INT64);
+  KVGRID_FIELD(model_ns, H5T_NATIVE_INT64);
+#undef KVGRID_FIELD
+  return t;
+}
+
+Handle request_type() {
+  Handle t = compound(sizeof(RequestRow));
+#define KVGRID_FIELD(name, type) insert(t.get(), #name, offsetof(RequestRow, name), type)
+  KVGRID_FIELD(request, H5T_NATIVE_UINT64);
+  KVGRID_FIELD(round, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(prompt_tokens, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(output_tokens, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(cached_tokens, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(computed_tokens, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(oracle_ok, H5T_NATIVE_INT32);
+  KVGRID_FIELD(arrival_ns, H5T_NATIVE_UINT64);
+  KVGRID_FIELD(admit_ns, H5T_NATIVE_UINT64);
+  KVGRID_FIELD(first_token_ns, H5T_NATIVE_UINT64);
+  KVGRID_FIELD(finish_ns, H5T_NATIVE_UINT64);
+  KVGRID_FIELD(ttft_model_ns, H5T_NATIVE_UINT64);
+  KVGRID_FIELD(queue_ns, H5T_NATIVE_UINT64);
+  KVGRID_FIELD(forward_ns, H5T_NATIVE_UINT64);
+  KVGRID_FIELD(ttft_wall_ns, H5T_NATIVE_UINT64);
 #undef KVGRID_FIELD
   return t;
 }
@@ -103,7 +127,7 @@ std::string rank_file_name(int world_rank) {
 }
 
 TraceWriter::TraceWriter(const std::string& dir, const RankGrid& grid, const RunMeta& meta)
-    : ev_type_(event_type()), dec_type_(decision_type()), fault_type_(fault_type()) {
+    : ev_type_(event_type()), dec_type_(decision_type()), fault_type_(fault_type()), req_type_(request_type()) {
   namespace fs = std::filesystem;
   h5::silence_errors();  // failures are reported by our own messages and checks
   if (grid.world_rank() == 0) {
@@ -143,6 +167,7 @@ TraceWriter::TraceWriter(const std::string& dir, const RankGrid& grid, const Run
   events_tbl_ = h5::AppendTable(file_.get(), "events", ev_type_.get(), 1024);
   decisions_tbl_ = h5::AppendTable(file_.get(), "decisions", dec_type_.get(), 1024);
   faults_tbl_ = h5::AppendTable(file_.get(), "faults", fault_type_.get(), 64);
+  requests_tbl_ = h5::AppendTable(file_.get(), "requests", req_type_.get(), 256);
   KVGRID_HDF5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_LOCAL));
 }
 
@@ -180,6 +205,8 @@ void TraceWriter::flush() {
   events_tbl_.append(events_.data(), events_.size());
   decisions_tbl_.append(decisions_.data(), decisions_.size());
   faults_tbl_.append(faults_.data(), faults_.size());
+  requests_tbl_.append(requests_.data(), requests_.size());
+  requests_.clear();
   events_.clear();
   decisions_.clear();
   faults_.clear();
@@ -197,6 +224,9 @@ void TraceWriter::write_summary(const std::string& dir, const RunSummary& s) {
   h5::write_attr(g.get(), "decision_divergences", s.decision_divergences);
   h5::write_attr(g.get(), "checks", s.checks);
   h5::write_attr(g.get(), "wall_s", s.wall_s);
+  h5::write_attr(g.get(), "oracle_mismatches", s.oracle_mismatches);
+  h5::write_attr(g.get(), "requests", s.requests);
+  h5::write_attr(g.get(), "finished", s.finished);
   Handle t = rank_summary_type();
   hsize_t n[1] = {s.ranks.size()};
   Handle space(KVGRID_HDF5_CHECK(H5Screate_simple(1, n, nullptr)), Handle::Kind::Dataspace);

@@ -2,7 +2,8 @@
 //
 //   <dir>/run.h5            written by world rank 0: /meta at start-up, /ranks/<NNNNN> external
 //                           links (relative paths) to the rank files, /summary at a clean end only
-//   <dir>/rank_<NNNNN>.h5   one per rank: tables events, decisions, faults (appendable, chunked)
+//   <dir>/rank_<NNNNN>.h5   one per rank: tables events, decisions, faults, requests (appendable,
+//                           chunked; requests only on the ranks that finish them)
 //
 // Rank files are written incrementally: records are buffered in memory and appended, then the file
 // is flushed, every `flush_every` steps and before any abort (watchdog). Between flushes the file
@@ -44,10 +45,20 @@ struct FaultRow {
   char params[96] = {};
 };
 
+// One finished request, written by the last stage's leader (tp 0, cp 0) of each group.
+struct RequestRow {
+  std::uint64_t request = 0;
+  std::uint32_t round = 0, prompt_tokens = 0, output_tokens = 0, cached_tokens = 0, computed_tokens = 0;
+  std::int32_t oracle_ok = 1;
+  std::uint64_t arrival_ns = 0, admit_ns = 0, first_token_ns = 0, finish_ns = 0;  // modelled clock
+  std::uint64_t ttft_model_ns = 0, queue_ns = 0, forward_ns = 0, ttft_wall_ns = 0;
+};
+
 struct RankSummaryRow {
   std::int32_t rank = 0, group = 0, tp = 0, cp = 0, pp = 0, verify_failures = 0;
   std::uint64_t tree_digest = 0, decision_digest = 0, decisions = 0, faults_fired = 0;
   std::int64_t tree_pages = 0, tree_nodes = 0, requests = 0, admitted = 0, matched_tokens = 0, prompt_tokens = 0;
+  std::int64_t oracle_mismatches = 0, model_ns = 0;
 };
 
 struct RunMeta {
@@ -59,6 +70,8 @@ struct RunSummary {
   std::string verdict;  // "OK" or "FAILED"
   std::int64_t steps = 0, verify_failures = 0, checks = 0;
   std::int64_t tree_divergences = 0, decision_divergences = 0;  // checks with a disagreement
+  std::int64_t oracle_mismatches = -1;                            // -1: the loop has no oracle (tree)
+  std::int64_t requests = 0, finished = 0;
   double wall_s = 0.0;
   std::vector<RankSummaryRow> ranks;
 };
@@ -68,6 +81,7 @@ h5::Handle event_type();
 h5::Handle decision_type();
 h5::Handle fault_type();
 h5::Handle rank_summary_type();
+h5::Handle request_type();
 
 std::string rank_file_name(int world_rank);
 void copy_fixed(char* dst, std::size_t cap, const std::string& src);
@@ -81,6 +95,7 @@ class TraceWriter {
   ~TraceWriter();
 
   void event(const EventRow& e) { events_.push_back(e); }
+  void request(const RequestRow& r) { requests_.push_back(r); }
   void decisions(std::vector<DecisionRecord> d);
   void faults(std::vector<FailpointFiring> f);
   // Appends the buffered rows and flushes the rank file.
@@ -90,8 +105,9 @@ class TraceWriter {
   static void write_summary(const std::string& dir, const RunSummary& s);
 
  private:
-  h5::Handle file_, ev_type_, dec_type_, fault_type_;
-  h5::AppendTable events_tbl_, decisions_tbl_, faults_tbl_;
+  h5::Handle file_, ev_type_, dec_type_, fault_type_, req_type_;
+  h5::AppendTable events_tbl_, decisions_tbl_, faults_tbl_, requests_tbl_;
+  std::vector<RequestRow> requests_;
   std::vector<EventRow> events_;
   std::vector<DecisionRow> decisions_;
   std::vector<FaultRow> faults_;

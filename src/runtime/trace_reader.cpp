@@ -59,7 +59,7 @@ RunTrace read_run(const std::string& run) {
     t.summary_ranks = read_table<RankSummaryRow>(g.get(), "ranks", type.get());
   }
   const std::int64_t world = t.meta_int("world_size");
-  Handle ev = event_type(), dec = decision_type(), flt = fault_type();
+  Handle ev = event_type(), dec = decision_type(), flt = fault_type(), rq = request_type();
   for (std::int64_t r = 0; r < world; ++r) {
     RankTrace rt;
     rt.world_rank = static_cast<int>(r);
@@ -85,6 +85,7 @@ RunTrace read_run(const std::string& run) {
       for (const auto& e : events) ++rt.ops[read_fixed(e.op, sizeof(e.op))];
       rt.decisions = read_table<DecisionRow>(g.get(), "decisions", dec.get());
       rt.faults = read_table<FaultRow>(g.get(), "faults", flt.get());
+      rt.requests = read_table<RequestRow>(g.get(), "requests", rq.get());
     }
     t.ranks.push_back(std::move(rt));
   }

@@ -21,6 +21,7 @@ struct RankTrace {
   std::uint64_t events = 0;
   std::vector<DecisionRow> decisions;
   std::vector<FaultRow> faults;
+  std::vector<RequestRow> requests;
   std::map<std::string, std::uint64_t> ops;  // event counts by op
 };
 

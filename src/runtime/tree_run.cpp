@@ -10,6 +10,7 @@
 #include "core/check.hpp"
 #include "core/log.hpp"
 #include "core/wait.hpp"
+#include "runtime/rank_check.hpp"
 #include "runtime/workload.hpp"
 
 namespace kvgrid {
@@ -37,37 +38,6 @@ std::vector<Request> receive_step(const RankGrid& grid, TreeWorkload* gen, std::
   KVGRID_MPI_CHECK(MPI_Ibcast(buf.data(), static_cast<int>(n), MPI_UINT32_T, 0, grid.group(), &req));
   wait_mpi(&req, what);
   return decode_requests(buf);
-}
-
-struct CheckOutcome {
-  std::int64_t verify_failures = 0;       // summed over the world
-  std::vector<int> tree_differs;          // ranks whose tree digest differs from world rank 0's
-  std::vector<int> decisions_differ;      // ranks whose decision log digest differs from rank 0's
-};
-
-// One Iallgather of (tree digest, decision log digest and length, verify failures) per rank.
-CheckOutcome cross_check(const RankGrid& grid, std::uint64_t tree_digest, const DecisionLog& log,
-                         std::int64_t local_failures, std::int64_t step) {
-  constexpr int kWords = 4;
-  std::uint64_t mine[kWords] = {tree_digest, log.running_digest(), log.size(), static_cast<std::uint64_t>(local_failures)};
-  std::vector<std::uint64_t> all(kWords * static_cast<std::size_t>(grid.world_size()));
-  MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Iallgather(mine, kWords, MPI_UINT64_T, all.data(), kWords, MPI_UINT64_T, grid.world(), &req));
-  wait_mpi(&req, "Iallgather of tree and decision digests at step " + std::to_string(step));
-  CheckOutcome out;
-  for (int r = 0; r < grid.world_size(); ++r) {
-    const std::uint64_t* row = &all[kWords * static_cast<std::size_t>(r)];
-    out.verify_failures += static_cast<std::int64_t>(row[3]);
-    if (row[0] != all[0]) out.tree_differs.push_back(r);
-    if (row[1] != all[1] || row[2] != all[2]) out.decisions_differ.push_back(r);
-  }
-  return out;
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks) s += " " + std::to_string(r);
-  return s;
 }
 
 void fill_op(EventRow& e, const char* op) { copy_fixed(e.op, sizeof(e.op), op); }
@@ -120,7 +90,7 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
     CheckOutcome c = cross_check(grid, dc.digest(), log, local_failures, step);
     ++res.checks;
     res.verify_failures = c.verify_failures;
-    const bool agree = c.tree_differs.empty() && c.decisions_differ.empty();
+    const bool agree = c.agree();
     emit(step, 0, "check", static_cast<std::int64_t>(c.tree_differs.size()),
          static_cast<std::int64_t>(c.decisions_differ.size()), c.verify_failures, agree ? 0 : 1);
     if (!c.tree_differs.empty()) ++res.tree_divergences;

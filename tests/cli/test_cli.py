@@ -59,7 +59,7 @@ def quickstart_ok():
     rc, so, se = run(8, QUICK, "--out", out("q"))
     expect(rc == 0, f"quickstart exit {rc}", so, se)
     for line in ["# seed 1", "# topology TP2xCP2xPP2, world 8 ranks", "# verify failures: 0 OK",
-                 "# tree digest divergences: 0 OK", "# verdict: OK"]:
+                 "# rank divergences: 0 OK", "# verdict: OK"]:
         expect(line in so, f"missing line {line!r}", so)
     expect(so.count("# verdict") == 1, "rank 0 prints alone", so)
     with h5py.File(out("q/run.h5"), "r") as f:
@@ -84,7 +84,7 @@ def planted_divergence_fails():
                      "--set", "debug.plant_divergence_step=20")
     expect(rc == 1, f"planted divergence must exit 1, got {rc}", so, se)
     expect("# verdict: FAILED" in so, "FAILED verdict", so)
-    expect("decision log divergences: 0" not in so, "divergence counted", so)
+    expect("# rank divergences: 0" not in so, "divergence counted", so)
     expect(re.search(r"step 31: decision logs differ from rank 0's on ranks 5$", so, re.M), "names the planted rank", so)
     with h5py.File(out("p/run.h5"), "r") as f:
         expect(f["summary"].attrs["verdict"] == b"FAILED", "summary verdict FAILED")

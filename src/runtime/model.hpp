@@ -1,0 +1,92 @@
+// The synthetic model on one rank, and the oracle that checks it (kernels/kv_math.hpp has the
+// arithmetic).
+//
+// SyntheticModel::forward computes a request's positions [start, end) for this rank's layers
+// (a contiguous PP slice), KV heads (MHA: a TP slice; MLA: the one latent, replicated) and query
+// tokens (a CP slice: interleave or zigzag). It writes the new tokens' KV into their pages and
+// reads KV only from pages: the cached prefix [0, start) is folded from the pool the first time a
+// request is computed on this rank (after a cache hit, or after a page is (re)loaded), and the
+// new tokens are read back from the pool (full) or from the scratch features (digest). The
+// result is one partial attention checksum per local layer; summing them over the stage (TP and
+// CP) gives C_l, and a stage chains its layers with `chain`.
+//
+// Oracle::expected computes the whole chain from the tokens alone, never from pages.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/kv_pool.hpp"
+#include "core/ids.hpp"
+#include "core/topology.hpp"
+#include "runtime/experiment.hpp"
+
+namespace kvgrid {
+
+struct ModelGeometry {
+  std::uint64_t layers = 1, heads = 1, head_dim = 1;  // model-wide (heads: KV heads, or query heads for MLA)
+  bool mla = false;
+  std::uint64_t layer_begin = 0, layer_end = 1;       // this stage's slice [begin, end)
+  std::vector<std::uint32_t> kv_heads;                // KV heads stored here (global ids)
+  std::vector<std::uint32_t> query_heads;             // query heads computed here (global ids)
+  int cp_rank = 0, cp_size = 1;
+  bool zigzag = false;
+
+  static ModelGeometry for_rank(const ExperimentConfig& exp, const GridCoord& c, const GridShape& s);
+  std::uint64_t local_layers() const { return layer_end - layer_begin; }
+  // Whether this CP rank computes query position `pos` of a chunk [start, end).
+  bool owns_query(std::size_t pos, std::size_t start, std::size_t end) const;
+};
+
+// A request's model state on one rank.
+struct ModelRequestState {
+  bool primed = false;
+  std::uint64_t ph = 0;              // prefix hash through position hashed - 1
+  std::size_t hashed = 0;
+  std::vector<std::uint64_t> run;    // [local layer][local KV head]: fold of positions < computed
+};
+
+class SyntheticModel {
+ public:
+  SyntheticModel(ModelGeometry g, cache::KvPool& pool, Tokens page_size);
+
+  // out[l] = this rank's partial checksum of local layer l for positions [start, end).
+  void forward(ModelRequestState& st, std::span<const TokenId> tokens, std::size_t start, std::size_t end,
+               std::span<const PageId> page_table, std::span<std::uint64_t> out);
+
+  const ModelGeometry& geometry() const { return g_; }
+
+ private:
+  ModelGeometry g_;
+  cache::KvPool& pool_;
+  std::size_t page_size_;
+  std::vector<std::uint64_t> qcoef_;  // [local layer][local KV head]: sum of N(l, qh) over its query heads here
+  // scratch
+  std::vector<std::uint32_t> pages_, slots_;
+  std::vector<std::uint64_t> F_, G_, folds_;
+};
+
+// The value a chunk enters the pipeline with.
+std::uint64_t chain_seed(RequestId id, std::size_t start, std::size_t end);
+// A stage's output: the input chained with each of its layers' checksums, in layer order.
+std::uint64_t chain(std::uint64_t in, std::span<const std::uint64_t> layer_checksums);
+
+struct OracleRequestState {
+  std::uint64_t ph = 0, S = 0;  // prefix hash and sum of F over positions < hashed
+  std::size_t hashed = 0;
+};
+
+class Oracle {
+ public:
+  explicit Oracle(const ModelGeometry& g);
+  // The checksum the last stage must produce for positions [start, end) (from tokens alone).
+  std::uint64_t expected(OracleRequestState& st, RequestId id, std::span<const TokenId> tokens, std::size_t start,
+                         std::size_t end);
+
+ private:
+  std::vector<std::uint64_t> K_;  // per layer: sum over heads of N * M
+};
+
+}  // namespace kvgrid

@@ -1,0 +1,32 @@
+#include "runtime/rank_check.hpp"
+
+#include "core/check.hpp"
+#include "core/wait.hpp"
+
+namespace kvgrid {
+
+CheckOutcome cross_check(const RankGrid& grid, std::uint64_t tree_digest, const DecisionLog& log,
+                         std::int64_t local_failures, std::int64_t step) {
+  constexpr int kWords = 4;
+  std::uint64_t mine[kWords] = {tree_digest, log.running_digest(), log.size(), static_cast<std::uint64_t>(local_failures)};
+  std::vector<std::uint64_t> all(kWords * static_cast<std::size_t>(grid.world_size()));
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Iallgather(mine, kWords, MPI_UINT64_T, all.data(), kWords, MPI_UINT64_T, grid.world(), &req));
+  wait_mpi(&req, "Iallgather of tree and decision digests at step " + std::to_string(step));
+  CheckOutcome out;
+  for (int r = 0; r < grid.world_size(); ++r) {
+    const std::uint64_t* row = &all[kWords * static_cast<std::size_t>(r)];
+    out.verify_failures += static_cast<std::int64_t>(row[3]);
+    if (row[0] != all[0]) out.tree_differs.push_back(r);
+    if (row[1] != all[1] || row[2] != all[2]) out.decisions_differ.push_back(r);
+  }
+  return out;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += " " + std::to_string(r);
+  return s;
+}
+
+}  // namespace kvgrid

@@ -1,0 +1,26 @@
+// The periodic cross-rank check shared by the serving loops: every rank verifies its cache and
+// all ranks exchange (tree digest, decision-log digest and length, verify failures) in one
+// non-blocking all-gather through the wait primitive.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/decision_log.hpp"
+#include "core/topology.hpp"
+
+namespace kvgrid {
+
+struct CheckOutcome {
+  std::int64_t verify_failures = 0;   // summed over the world
+  std::vector<int> tree_differs;      // ranks whose tree digest differs from world rank 0's
+  std::vector<int> decisions_differ;  // ranks whose decision log differs from world rank 0's
+  bool agree() const { return tree_differs.empty() && decisions_differ.empty(); }
+};
+
+CheckOutcome cross_check(const RankGrid& grid, std::uint64_t tree_digest, const DecisionLog& log,
+                         std::int64_t local_failures, std::int64_t step);
+std::string rank_list(const std::vector<int>& ranks);
+
+}  // namespace kvgrid

@@ -1,0 +1,81 @@
+#include "runtime/scheduler.hpp"
+
+#include <algorithm>
+
+#include "core/check.hpp"
+#include "kernels/kv_math.hpp"
+
+namespace kvgrid {
+
+Scheduler::Scheduler(SchedulerConfig cfg, cache::DeviceCache& cache) : cfg_(cfg), cache_(cache) {}
+
+void Scheduler::enqueue(RequestSpec spec, std::uint64_t wall_ns) {
+  KVGRID_CHECK(!spec.prompt.empty() && spec.output_len >= 1, "request ", spec.id, " with an empty prompt or no output");
+  auto r = std::make_unique<ServeRequest>();
+  r->tokens = spec.prompt;
+  r->spec = std::move(spec);
+  r->ph = kernels::kPrefixSeed;
+  r->seen_wall_ns = wall_ns;
+  waiting_.push_back(std::move(r));
+}
+
+std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
+  std::vector<BatchEntry> batch;
+  fresh_pages_.clear();
+  for (auto& r : running_)
+    if (r->prefill_done() && !r->finished()) batch.push_back({r.get(), r->computed, r->computed + 1, false});
+  std::int64_t budget = cfg_.chunk_size;
+  for (auto& r : running_) {
+    if (r->prefill_done() || budget <= 0) continue;
+    const auto take = std::min<std::int64_t>(static_cast<std::int64_t>(r->prompt_len() - r->computed), budget);
+    batch.push_back({r.get(), r->computed, r->computed + static_cast<std::size_t>(take), true});
+    budget -= take;
+  }
+  while (budget > 0 && !waiting_.empty() && static_cast<std::int64_t>(running_.size()) < cfg_.max_running) {
+    ServeRequest& w = *waiting_.front();
+    auto res = cache_.reserve(w.spec.id, w.spec.prompt, Tokens(static_cast<std::int64_t>(w.kv_len())));
+    if (!res) break;  // head of line waits for pages
+    w.res = std::move(*res);
+    w.computed = static_cast<std::size_t>(w.res.matched.value());
+    w.admit_ns = now_ns;
+    fresh_pages_.insert(fresh_pages_.end(), w.res.pages.end() - w.res.fresh.value(), w.res.pages.end());
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    const auto take = std::min<std::int64_t>(static_cast<std::int64_t>(w.prompt_len() - w.computed), budget);
+    batch.push_back({&w, w.computed, w.computed + static_cast<std::size_t>(take), true});
+    budget -= take;
+  }
+  return batch;
+}
+
+std::vector<std::unique_ptr<ServeRequest>> Scheduler::complete_step(const std::vector<BatchEntry>& batch,
+                                                                   std::uint64_t now_ns, std::uint64_t wall_ns) {
+  for (const auto& e : batch) {
+    ServeRequest& r = *e.req;
+    r.computed = e.end;
+    if (e.prefill) cache_.insert_computed(r.spec.id, r.res, std::span<const TokenId>(r.tokens).first(r.computed));
+    if (e.prefill && !r.prefill_done()) continue;
+    // The prefill finished (first token) or a decode step ran: one more token.
+    for (; r.ph_len < r.computed; ++r.ph_len) r.ph = kernels::prefix_hash_step(r.ph, r.tokens[r.ph_len]);
+    const TokenId t = kernels::next_token(r.ph, cfg_.vocab);
+    r.generated += 1;
+    if (r.generated == 1) {
+      r.first_token_ns = now_ns;
+      r.first_token_wall_ns = wall_ns;
+    }
+    if (!r.finished()) r.tokens.push_back(t);  // the last token's KV is never computed
+  }
+  std::vector<std::unique_ptr<ServeRequest>> done;
+  for (auto& r : running_) {
+    if (!r->finished()) continue;
+    KVGRID_CHECK(r->computed == r->kv_len() && r->tokens.size() == r->kv_len(), "request ", r->spec.id, " finished with ",
+                 r->computed, " positions computed of ", r->kv_len());
+    cache_.commit(r->spec.id, r->res, r->tokens);
+    r->finish_ns = now_ns;
+    done.push_back(std::move(r));
+  }
+  running_.erase(std::remove(running_.begin(), running_.end(), nullptr), running_.end());
+  return done;
+}
+
+}  // namespace kvgrid

@@ -1,0 +1,85 @@
+// One rank's scheduler for the serving loop (what each SGLang scheduler process decides alone).
+//
+// Every rank runs one over the same request stream and must take the same decisions; nothing
+// about batches, prefix lengths or cache operations is read from messages. Per step:
+//   1. every request in decode produces one token;
+//   2. requests in prefill continue, up to `chunk_size` prefill tokens in all (chunked prefill);
+//   3. while budget and `max_running` allow, waiting requests are admitted in arrival order:
+//      match_prefix, lock, reserve pages for prompt + output - 1 positions (evicting if needed);
+//      the first one that does not fit stops admission (no overtaking);
+// After the step, `complete_step` advances each request: the last prefill chunk yields the first
+// token, each decode step one more (next token = function of the prefix); a request that has
+// all its tokens finishes and commits its KV to the tree.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "cache/device_cache.hpp"
+#include "runtime/model.hpp"
+#include "runtime/serve_workload.hpp"
+
+namespace kvgrid {
+
+struct ServeRequest {
+  RequestSpec spec;
+  std::vector<TokenId> tokens;    // prompt, then generated tokens
+  std::uint64_t ph = 0;           // prefix hash of `tokens` (for next-token generation)
+  std::size_t ph_len = 0;
+  std::uint32_t generated = 0;
+  std::size_t computed = 0;       // positions whose KV is written
+  cache::Reservation res;
+  ModelRequestState model;
+  OracleRequestState oracle;
+  // metrics, on this rank's modelled clock (ns) and wall clock (ns since the run started)
+  std::uint64_t admit_ns = 0, first_token_ns = 0, finish_ns = 0, forward_ns = 0;
+  std::uint64_t seen_wall_ns = 0, first_token_wall_ns = 0;
+  bool oracle_ok = true;
+
+  std::size_t prompt_len() const { return spec.prompt.size(); }
+  std::size_t kv_len() const { return spec.prompt.size() + spec.output_len - 1; }
+  bool prefill_done() const { return computed >= prompt_len(); }
+  bool finished() const { return generated >= spec.output_len; }
+};
+
+struct BatchEntry {
+  ServeRequest* req;
+  std::size_t start, end;
+  bool prefill;
+};
+
+struct SchedulerConfig {
+  std::int64_t chunk_size = 512;
+  std::int64_t max_running = 64;
+  std::uint64_t vocab = 32000;
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig cfg, cache::DeviceCache& cache);
+
+  void enqueue(RequestSpec spec, std::uint64_t wall_ns);
+  // Decides this step's batch (admissions included). `now_ns` stamps admissions.
+  std::vector<BatchEntry> schedule(std::uint64_t now_ns);
+  // Advances the batch's requests after their forward pass; returns the requests that finished
+  // (committed to the cache and removed from the running set; owned by the caller now).
+  std::vector<std::unique_ptr<ServeRequest>> complete_step(const std::vector<BatchEntry>& batch, std::uint64_t now_ns,
+                                                           std::uint64_t wall_ns);
+
+  bool idle() const { return waiting_.empty() && running_.empty(); }
+  std::size_t waiting() const { return waiting_.size(); }
+  std::size_t running() const { return running_.size(); }
+  // Fresh pages of this step's admissions (the KV pool resets them before use).
+  const std::vector<PageId>& fresh_pages() const { return fresh_pages_; }
+
+ private:
+  SchedulerConfig cfg_;
+  cache::DeviceCache& cache_;
+  std::deque<std::unique_ptr<ServeRequest>> waiting_;
+  std::vector<std::unique_ptr<ServeRequest>> running_;  // admission order
+  std::vector<PageId> fresh_pages_;
+};
+
+}  // namespace kvgrid

@@ -1,0 +1,419 @@
+#include "runtime/serve.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <thread>
+
+#include "cache/device_cache.hpp"
+#include "cache/kv_pool.hpp"
+#include "core/check.hpp"
+#include "core/log.hpp"
+#include "core/wait.hpp"
+#include "runtime/cost.hpp"
+#include "runtime/model.hpp"
+#include "runtime/rank_check.hpp"
+#include "runtime/scheduler.hpp"
+#include "runtime/serve_workload.hpp"
+
+namespace kvgrid {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Words = std::vector<std::uint32_t>;
+
+constexpr int kTagArrivalsSize = 101, kTagArrivals = 102, kTagActivationSize = 201, kTagActivation = 202;
+
+void put64(Words& w, std::uint64_t v) {
+  w.push_back(static_cast<std::uint32_t>(v));
+  w.push_back(static_cast<std::uint32_t>(v >> 32));
+}
+std::uint64_t get64(const Words& w, std::size_t at) { return w[at] | (static_cast<std::uint64_t>(w[at + 1]) << 32); }
+
+// Point-to-point messages of unknown length: the length, then the words, with fixed tags from a
+// fixed source (no wildcards, no probing). Sends are non-blocking; their buffers live here until
+// the sends complete, and at most `kMaxInFlight` are outstanding.
+class Sender {
+ public:
+  void send(Words buf, int dest, int tag_size, int tag, MPI_Comm comm) {
+    auto item = std::make_unique<Item>();
+    item->size = buf.size();
+    item->words = std::move(buf);
+    KVGRID_MPI_CHECK(MPI_Isend(&item->size, 1, MPI_UINT64_T, dest, tag_size, comm, &item->req[0]));
+    KVGRID_MPI_CHECK(MPI_Isend(item->words.data(), static_cast<int>(item->words.size()), MPI_UINT32_T, dest, tag, comm,
+                               &item->req[1]));
+    items_.push_back(std::move(item));
+    while (items_.size() > kMaxInFlight) {
+      wait_mpi_all(items_.front()->req, "completion of a send to the next stage");
+      items_.pop_front();
+    }
+    drain(false);
+  }
+  void drain(bool all) {
+    while (!items_.empty()) {
+      if (all) {
+        wait_mpi_all(items_.front()->req, "completion of a send to the next stage");
+      } else {
+        int done = 0;
+        KVGRID_MPI_CHECK(MPI_Testall(2, items_.front()->req, &done, MPI_STATUSES_IGNORE));
+        if (!done) return;
+      }
+      items_.pop_front();
+    }
+  }
+
+ private:
+  static constexpr std::size_t kMaxInFlight = 16;
+  struct Item {
+    std::uint64_t size = 0;
+    Words words;
+    MPI_Request req[2];
+  };
+  std::deque<std::unique_ptr<Item>> items_;
+};
+
+Words recv_words(int src, int tag_size, int tag, MPI_Comm comm, const std::string& what) {
+  std::uint64_t n = 0;
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Irecv(&n, 1, MPI_UINT64_T, src, tag_size, comm, &req));
+  wait_mpi(&req, what + " (size)");
+  Words w(n);
+  KVGRID_MPI_CHECK(MPI_Irecv(w.data(), static_cast<int>(n), MPI_UINT32_T, src, tag, comm, &req));
+  wait_mpi(&req, what);
+  return w;
+}
+
+void bcast_words(Words& w, MPI_Comm comm, const std::string& what) {
+  std::uint64_t n = w.size();
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, comm, &req));
+  wait_mpi(&req, what + " (size)");
+  w.resize(n);
+  KVGRID_MPI_CHECK(MPI_Ibcast(w.data(), static_cast<int>(n), MPI_UINT32_T, 0, comm, &req));
+  wait_mpi(&req, what);
+}
+
+struct Activation {
+  std::uint64_t clock_ns = 0;
+  struct Entry {
+    std::uint64_t id, start, end, value;
+  };
+  std::vector<Entry> entries;
+};
+
+Words encode_activation(const Activation& a) {
+  Words w;
+  put64(w, a.clock_ns);
+  w.push_back(static_cast<std::uint32_t>(a.entries.size()));
+  for (const auto& e : a.entries) {
+    put64(w, e.id);
+    put64(w, e.start);
+    put64(w, e.end);
+    put64(w, e.value);
+  }
+  return w;
+}
+
+Activation decode_activation(const Words& w) {
+  KVGRID_CHECK(w.size() >= 3, "short activation message");
+  Activation a;
+  a.clock_ns = get64(w, 0);
+  const std::size_t n = w[2];
+  KVGRID_CHECK(w.size() == 3 + 8 * n, "activation message of ", w.size(), " words for ", n, " entries");
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t b = 3 + 8 * i;
+    a.entries.push_back({get64(w, b), get64(w, b + 2), get64(w, b + 4), get64(w, b + 6)});
+  }
+  return a;
+}
+
+std::uint64_t percentile_index(std::size_t n, double q) { return std::min<std::uint64_t>(n - 1, static_cast<std::uint64_t>(q * static_cast<double>(n))); }
+
+}  // namespace
+
+ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults, DecisionLog& log,
+                      TraceWriter* trace, bool print) {
+  const auto wall_start = Clock::now();
+  auto wall_ns = [&] {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - wall_start).count());
+  };
+  const auto& c = grid.coord();
+  const auto& shape = grid.shape();
+  const bool first_stage = grid.is_first_stage(), last_stage = grid.is_last_stage();
+  const bool leader = grid.is_stage_leader();
+  const bool checker = last_stage && leader;  // runs the oracle and records requests
+  int stage_size = 1;
+  KVGRID_MPI_CHECK(MPI_Comm_size(grid.stage(), &stage_size));
+
+  // ---- this rank's stack ----
+  const ModelGeometry geo = ModelGeometry::for_rank(exp, c, shape);
+  Pages capacity = exp.cache.device_pages;
+  if (exp.debug.shrink_stage == c.pp) capacity = Pages(exp.debug.shrink_device_pages);  // testing knob
+  cache::KvPool pool({capacity, exp.cache.page_size, geo.layer_begin, geo.local_layers(), geo.kv_heads,
+                      geo.head_dim, cache::parse_payload(exp.engine.payload)});
+  cache::DeviceCache dc({exp.cache.page_size, capacity}, log);
+  SyntheticModel model(geo, pool, exp.cache.page_size);
+  Oracle oracle(geo);
+  Scheduler sched({exp.engine.chunk_size, exp.engine.max_running, static_cast<std::uint64_t>(exp.workload.vocab)}, dc);
+  std::unique_ptr<ServeWorkload> workload;
+  if (first_stage && leader) workload = make_serve_workload(exp.workload, exp.engine.seed);
+  Rng corrupt_rng = rank_stream(exp.engine.seed, grid.world_rank()).fork("device.page.corrupt.target");
+  Sender sender;
+
+  ServeResult res;
+  std::uint64_t clock = 0;  // modelled ns
+  std::int64_t local_failures = 0, local_mismatches = 0;
+  std::uint64_t total_known = workload ? workload->total_requests() : 0;
+  const std::size_t L = geo.local_layers();
+  std::vector<std::uint64_t> partials;
+
+  auto emit = [&](std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1, std::int64_t a2,
+                  std::int32_t status) {
+    if (!trace) return;
+    EventRow e;
+    e.step = static_cast<std::uint64_t>(step);
+    e.wall_ns = wall_ns();
+    e.model_ns = clock;
+    e.request = request;
+    copy_fixed(e.op, sizeof(e.op), op);
+    e.args[0] = a0;
+    e.args[1] = a1;
+    e.args[2] = a2;
+    e.status = status;
+    trace->event(e);
+  };
+  auto flush = [&] {
+    if (!trace) return;
+    trace->decisions(log.take_new());
+    trace->faults(faults.take_new());
+    trace->flush();
+  };
+  auto check = [&](std::int64_t step) {
+    try {
+      dc.verify();
+    } catch (const InternalError& e) {
+      ++local_failures;
+      log_all("verify failed at step " + std::to_string(step) + ": " + e.what());
+    }
+    CheckOutcome co = cross_check(grid, dc.digest(), log, local_failures, step);
+    ++res.checks;
+    res.verify_failures = co.verify_failures;
+    if (!co.tree_differs.empty()) ++res.tree_divergences;
+    if (!co.decisions_differ.empty()) ++res.decision_divergences;
+    emit(step, 0, "check", static_cast<std::int64_t>(co.tree_differs.size()), static_cast<std::int64_t>(co.decisions_differ.size()),
+         co.verify_failures, co.agree() ? 0 : 1);
+    if (print && !co.tree_differs.empty())
+      log0("# step " + std::to_string(step) + ": tree digests differ from rank 0's on ranks" + rank_list(co.tree_differs));
+    if (print && !co.decisions_differ.empty())
+      log0("# step " + std::to_string(step) + ": decision logs differ from rank 0's on ranks" + rank_list(co.decisions_differ));
+  };
+
+  if (print) log0("#  step  finished/total  waiting running   hit%    pages  model_ms  wall_s");
+  bool done = false;
+  std::int64_t step = 0;
+  for (; !done; ++step) {
+    log.set_step(static_cast<std::uint64_t>(step));
+    if (grid.world_rank() == exp.debug.kill_rank && step == exp.debug.kill_at_step) std::raise(SIGKILL);
+    if (auto hit = faults.evaluate("rank.stall", static_cast<std::uint64_t>(step))) {
+      emit(step, 0, "stall", static_cast<std::int64_t>(hit->param("duration_ms")), 0, 0, 0);
+      flush();
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(hit->param("duration_ms")));
+    }
+    if (auto hit = faults.evaluate("device.page.corrupt", static_cast<std::uint64_t>(step))) {
+      auto cached = dc.cached_pages();
+      if (!cached.empty()) {
+        const PageId victim = cached[corrupt_rng.below(cached.size())];
+        for (int b = 0; b < static_cast<int>(hit->param("bits")); ++b) pool.corrupt(victim, corrupt_rng);
+        emit(step, 0, "corrupt", victim.value(), 0, 0, 0);
+      }
+    }
+
+    // 1. arrivals: generated by PP0's leader, broadcast per stage, forwarded stage to stage.
+    Words msg;
+    const std::string what = "arrivals of step " + std::to_string(step);
+    if (first_stage && leader) {
+      if (sched.idle()) {
+        if (auto next = workload->next_arrival_ns(); next && *next > clock) clock = *next;  // idle: jump ahead
+      }
+      auto specs = workload->arrivals(clock);
+      put64(msg, clock);
+      msg.push_back(workload->exhausted() ? 1u : 0u);
+      put64(msg, workload->total_requests());
+      Words enc = encode_specs(specs);
+      msg.insert(msg.end(), enc.begin(), enc.end());
+    } else if (leader) {
+      msg = recv_words(grid.pp_prev(), kTagArrivalsSize, kTagArrivals, grid.pp(), what + " from the previous stage");
+    }
+    bcast_words(msg, grid.stage(), what + " over the stage");
+    if (leader && !last_stage) sender.send(msg, grid.pp_next(), kTagArrivalsSize, kTagArrivals, grid.pp());
+    const std::uint64_t sent_clock = get64(msg, 0);
+    const bool exhausted = msg[2] != 0;
+    total_known = get64(msg, 3);
+    clock = std::max(clock, sent_clock + (first_stage ? 0 : static_cast<std::uint64_t>(exp.cost.pp_link_ns)));
+    for (auto& s : decode_specs(std::span<const std::uint32_t>(msg).subspan(5))) {
+      ++res.requests;
+      sched.enqueue(std::move(s), wall_ns());
+    }
+
+    // 2. this rank's own decisions.
+    auto batch = sched.schedule(clock);
+    pool.reset(sched.fresh_pages());
+
+    // 3. the previous stage's activation must describe the same batch.
+    Activation in;
+    if (!first_stage) {
+      in = decode_activation(recv_words(grid.pp_prev(), kTagActivationSize, kTagActivation, grid.pp(),
+                                        "activation of step " + std::to_string(step) + " from stage " + std::to_string(c.pp - 1)));
+      clock = std::max(clock, in.clock_ns + static_cast<std::uint64_t>(exp.cost.pp_link_ns));
+      const std::size_t n = std::max(in.entries.size(), batch.size());
+      for (std::size_t i = 0; i < n; ++i) {
+        const bool have_in = i < in.entries.size(), have_mine = i < batch.size();
+        const auto id = have_in ? in.entries[i].id : batch[i].req->spec.id.value();
+        const auto theirs = have_in ? in.entries[i].end - in.entries[i].start : 0;
+        const auto mine = have_mine ? batch[i].end - batch[i].start : 0;
+        if (!have_in || !have_mine || in.entries[i].id != batch[i].req->spec.id.value() ||
+            in.entries[i].start != batch[i].start || in.entries[i].end != batch[i].end) {
+          const std::string m = "shape mismatch at step " + std::to_string(step) + " on stage " + std::to_string(c.pp) +
+                                ": request " + std::to_string(id) + ": stage " + std::to_string(c.pp - 1) + " sent " +
+                                std::to_string(theirs) + " tokens, this stage scheduled " + std::to_string(mine) +
+                                (have_mine && have_in && in.entries[i].id != batch[i].req->spec.id.value()
+                                     ? " (for request " + std::to_string(batch[i].req->spec.id.value()) + ")"
+                                     : "");
+          emit(step, id, "shape_mismatch", static_cast<std::int64_t>(theirs), static_cast<std::int64_t>(mine), 0, 1);
+          throw RunFailure(m);
+        }
+      }
+    }
+
+    // 4. forward this rank's layers, heads and query tokens; one stage all-reduce per step.
+    partials.assign(batch.size() * L, 0);
+    StepWork work;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      auto& e = batch[i];
+      model.forward(e.req->model, e.req->tokens, e.start, e.end, e.req->res.pages,
+                    std::span<std::uint64_t>(partials).subspan(i * L, L));
+      work.add(e.start, e.end, e.prefill);
+    }
+    if (stage_size > 1 && !batch.empty()) {
+      MPI_Request req;
+      KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, partials.data(), static_cast<int>(partials.size()), MPI_UINT64_T,
+                                      MPI_SUM, grid.stage(), &req));
+      wait_mpi(&req, "Iallreduce of attention checksums at step " + std::to_string(step));
+    }
+    const std::uint64_t step_ns = compute_ns(exp.cost, work, L, shape.tp, shape.cp) +
+                                  (stage_size > 1 && !batch.empty() ? static_cast<std::uint64_t>(exp.cost.allreduce_ns) : 0);
+    clock += step_ns;
+
+    // 5. chain and pass on, or check against the oracle on the last stage.
+    Activation out;
+    out.clock_ns = clock;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      auto& e = batch[i];
+      const std::uint64_t a_in = first_stage ? chain_seed(e.req->spec.id, e.start, e.end) : in.entries[i].value;
+      const std::uint64_t a_out = chain(a_in, std::span<const std::uint64_t>(partials).subspan(i * L, L));
+      out.entries.push_back({e.req->spec.id.value(), e.start, e.end, a_out});
+      e.req->forward_ns += step_ns;
+      if (checker) {
+        const std::uint64_t want = oracle.expected(e.req->oracle, e.req->spec.id, e.req->tokens, e.start, e.end);
+        if (want != a_out) {
+          ++local_mismatches;
+          e.req->oracle_ok = false;
+          emit(step, e.req->spec.id.value(), "oracle_mismatch", static_cast<std::int64_t>(e.start), static_cast<std::int64_t>(e.end), 0, 1);
+          log_all("oracle mismatch at step " + std::to_string(step) + ": request " + std::to_string(e.req->spec.id.value()) +
+                  " positions [" + std::to_string(e.start) + ", " + std::to_string(e.end) + ")");
+          if (exp.engine.strict) {
+            flush();
+            throw RunFailure("oracle mismatch with --strict: request " + std::to_string(e.req->spec.id.value()) +
+                             " at step " + std::to_string(step));
+          }
+        }
+      }
+    }
+    if (!last_stage)
+      sender.send(encode_activation(out), grid.pp_next(), kTagActivationSize, kTagActivation, grid.pp());
+
+    // 6. advance requests; finished ones commit their KV.
+    for (auto& r : sched.complete_step(batch, clock, wall_ns())) {
+      ++res.finished;
+      res.prompt_tokens += static_cast<std::int64_t>(r->prompt_len());
+      res.cached_tokens += r->res.matched.value();
+      if (workload) workload->finished(r->spec.id, clock);
+      emit(step, r->spec.id.value(), "finish", static_cast<std::int64_t>(r->prompt_len()), r->res.matched.value(),
+           r->spec.output_len, r->oracle_ok ? 0 : 1);
+      if (checker && trace) {
+        RequestRow row;
+        row.request = r->spec.id.value();
+        row.round = r->spec.round;
+        row.prompt_tokens = static_cast<std::uint32_t>(r->prompt_len());
+        row.output_tokens = r->spec.output_len;
+        row.cached_tokens = static_cast<std::uint32_t>(r->res.matched.value());
+        row.computed_tokens = static_cast<std::uint32_t>(r->prompt_len() - static_cast<std::size_t>(r->res.matched.value()));
+        row.oracle_ok = r->oracle_ok ? 1 : 0;
+        row.arrival_ns = r->spec.arrival_ns;
+        row.admit_ns = r->admit_ns;
+        row.first_token_ns = r->first_token_ns;
+        row.finish_ns = r->finish_ns;
+        row.ttft_model_ns = r->first_token_ns - std::min(r->first_token_ns, r->spec.arrival_ns);
+        row.queue_ns = r->admit_ns - std::min(r->admit_ns, r->spec.arrival_ns);
+        row.forward_ns = r->forward_ns;
+        row.ttft_wall_ns = r->first_token_wall_ns - std::min(r->first_token_wall_ns, r->seen_wall_ns);
+        trace->request(row);
+      }
+    }
+
+    done = exhausted && sched.idle();
+    if ((step + 1) % exp.engine.check_every == 0 || done) check(step);
+    if (print && ((step + 1) % exp.output.report_every == 0 || done)) {
+      char row[200];
+      std::snprintf(row, sizeof(row), "%7lld %7lld/%-7llu %7zu %7zu %6.2f %8lld %9.3f %7.2f", static_cast<long long>(step + 1),
+                    static_cast<long long>(res.finished), static_cast<unsigned long long>(total_known), sched.waiting(),
+                    sched.running(),
+                    res.prompt_tokens ? 100.0 * static_cast<double>(res.cached_tokens) / static_cast<double>(res.prompt_tokens) : 0.0,
+                    static_cast<long long>(dc.pool().used_pages().value()), static_cast<double>(clock) / 1e6,
+                    static_cast<double>(wall_ns()) / 1e9);
+      log0(row);
+    }
+    if ((step + 1) % exp.output.flush_every == 0 || done) flush();
+  }
+  sender.drain(true);
+  res.steps = step;
+  res.model_ns = clock;
+
+  std::int64_t mism = local_mismatches;
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Iallreduce(&local_mismatches, &mism, 1, MPI_INT64_T, MPI_SUM, grid.world(), &req));
+  wait_mpi(&req, "Iallreduce of oracle mismatches");
+  res.oracle_mismatches = mism;
+
+  auto& m = res.mine;
+  m.rank = grid.world_rank();
+  m.group = c.group;
+  m.tp = c.tp;
+  m.cp = c.cp;
+  m.pp = c.pp;
+  m.verify_failures = static_cast<std::int32_t>(local_failures);
+  m.tree_digest = dc.digest();
+  m.decision_digest = log.running_digest();
+  m.decisions = log.size();
+  m.faults_fired = faults.fired_count();
+  m.tree_pages = dc.tree().total_pages().value();
+  m.tree_nodes = static_cast<std::int64_t>(dc.tree().node_count());
+  m.requests = res.requests;
+  m.admitted = res.finished;
+  m.matched_tokens = res.cached_tokens;
+  m.prompt_tokens = res.prompt_tokens;
+  m.oracle_mismatches = local_mismatches;
+  m.model_ns = static_cast<std::int64_t>(clock);
+  if (grid.world_rank() == 0) res.all.resize(static_cast<std::size_t>(grid.world_size()));
+  KVGRID_MPI_CHECK(MPI_Igather(&m, sizeof(m), MPI_BYTE, res.all.data(), sizeof(m), MPI_BYTE, 0, grid.world(), &req));
+  wait_mpi(&req, "Igather of rank summaries");
+  res.wall_s = static_cast<double>(wall_ns()) / 1e9;
+  (void)percentile_index;
+  return res;
+}
+
+}  // namespace kvgrid
