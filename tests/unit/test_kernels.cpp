@@ -7,20 +7,12 @@
 #include "cache/kv_pool.hpp"
 #include "core/rng.hpp"
 #include "kernels/kv_math.hpp"
+#include "kokkos_env.hpp"
 
 namespace kvgrid {
 namespace {
 
-class KokkosEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (!Kokkos::is_initialized()) Kokkos::initialize();
-  }
-  void TearDown() override {
-    if (Kokkos::is_initialized()) Kokkos::finalize();
-  }
-};
-[[maybe_unused]] auto* const kokkos_env = ::testing::AddGlobalTestEnvironment(new KokkosEnvironment);
+[[maybe_unused]] const bool kokkos_ready = (testing::ensure_kokkos(), true);
 
 TEST(KvMath, ElementsOfATokenFoldToFeatureTimesCoefficient) {
   for (std::uint64_t dims : {1, 2, 7, 16}) {
