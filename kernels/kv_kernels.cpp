@@ -47,12 +47,19 @@ void write_tokens_digest(const PageLayout& g, std::uint64_t* pool, std::span<con
   check_layout(g);
   KVGRID_CHECK(page.size() == F.size(), "write_tokens_digest: ", page.size(), " pages, ", F.size(), " features");
   check_pages(g, page);
-  const std::size_t n = page.size() * g.layers * g.heads;
+  // One work item per (layer, head): it owns that word of every page, so no atomics are needed,
+  // and consecutive tokens of one page are summed before a single add (coef × ΣF = Σ coef × F).
   Kokkos::parallel_for(
-      "kvgrid::write_tokens_digest", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(const std::size_t k) {
-        const std::size_t h = k % g.heads, l = (k / g.heads) % g.layers, i = k / (g.heads * g.layers);
-        // Tokens of one page add into one word: atomic on parallel backends, plain on Serial.
-        Kokkos::atomic_add(pool + g.digest_index(page[i], l, h), F[i] * kv_coeff(g.layer_base + l, g.head_ids[h]));
+      "kvgrid::write_tokens_digest", Kokkos::RangePolicy<Exec>(0, g.layers * g.heads), KOKKOS_LAMBDA(const std::size_t k) {
+        const std::size_t h = k % g.heads, l = k / g.heads;
+        const std::uint64_t coef = kv_coeff(g.layer_base + l, g.head_ids[h]);
+        std::size_t i = 0;
+        while (i < page.size()) {
+          const std::uint32_t p = page[i];
+          std::uint64_t sum = 0;
+          for (; i < page.size() && page[i] == p; ++i) sum += F[i];
+          pool[g.digest_index(p, l, h)] += sum * coef;
+        }
       });
   Kokkos::fence();
 }

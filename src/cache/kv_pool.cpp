@@ -23,6 +23,8 @@ KvPool::KvPool(KvPoolConfig cfg) : cfg_(std::move(cfg)) {
   layout_.layer_base = cfg_.layer_base;
   layout_.head_ids = cfg_.heads.data();
   data_.assign(cfg_.payload == Payload::Full ? layout_.full_words() : layout_.digest_words(), 0);
+  for (std::size_t l = 0; l < layout_.layers; ++l)
+    for (std::size_t h = 0; h < layout_.heads; ++h) coef_.push_back(kernels::kv_coeff(layout_.layer_base + l, cfg_.heads[h]));
 }
 
 void KvPool::write(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot,
@@ -43,10 +45,9 @@ void KvPool::fold_tokens(std::span<const std::uint32_t> page, std::span<const st
     return;
   }
   KVGRID_CHECK(out.size() == F.size() * layout_.layers * layout_.heads, "fold_tokens sizes");
+  const std::size_t lh = coef_.size();
   for (std::size_t i = 0; i < F.size(); ++i)
-    for (std::size_t l = 0; l < layout_.layers; ++l)
-      for (std::size_t h = 0; h < layout_.heads; ++h)
-        out[(i * layout_.layers + l) * layout_.heads + h] = F[i] * kernels::kv_coeff(layout_.layer_base + l, cfg_.heads[h]);
+    for (std::size_t k = 0; k < lh; ++k) out[i * lh + k] = F[i] * coef_[k];
 }
 
 void KvPool::reset(std::span<const PageId> pages) {

@@ -58,6 +58,7 @@ class KvPool {
   KvPoolConfig cfg_;
   kernels::PageLayout layout_;
   std::vector<std::uint64_t> data_;
+  std::vector<std::uint64_t> coef_;  // kv_coeff per [local layer][local head]
 };
 
 }  // namespace kvgrid::cache

@@ -1,6 +1,9 @@
 #include "runtime/report.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <tuple>
 #include <sstream>
 
 namespace kvgrid {
@@ -31,6 +34,66 @@ nlohmann::json report_json(const RunTrace& run) {
     prompt += s.prompt_tokens;
   }
   j["device_hit_rate"] = prompt ? static_cast<double>(matched) / static_cast<double>(prompt) : 0.0;
+  // Requests of the serving loop, as recorded by the last stage's leader (first group with rows).
+  std::vector<RequestRow> reqs;
+  for (const auto& r : run.ranks)
+    if (reqs.empty() && !r.requests.empty()) reqs = r.requests;
+  if (!reqs.empty() || run.meta_string("config").find("kind = \"tree\"") == std::string::npos) {
+    auto pct = [](std::vector<double> v, double q) {
+      if (v.empty()) return 0.0;
+      std::sort(v.begin(), v.end());
+      return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
+    };
+    std::uint64_t prompt = 0, cached = 0, mism = 0, first_arrival = ~0ULL, last_finish = 0;
+    std::vector<double> ttft;
+    std::map<std::uint32_t, std::tuple<std::uint64_t, std::uint64_t, double, std::uint64_t>> rounds;  // prompt, cached, ttft sum, n
+    for (const auto& q : reqs) {
+      prompt += q.prompt_tokens;
+      cached += q.cached_tokens;
+      mism += q.oracle_ok ? 0 : 1;
+      first_arrival = std::min(first_arrival, q.arrival_ns);
+      last_finish = std::max(last_finish, q.finish_ns);
+      ttft.push_back(static_cast<double>(q.ttft_model_ns) / 1e6);
+      auto& [rp, rc, rt, rn] = rounds[q.round];
+      rp += q.prompt_tokens;
+      rc += q.cached_tokens;
+      rt += static_cast<double>(q.ttft_model_ns) / 1e6;
+      ++rn;
+    }
+    const double hit = prompt ? static_cast<double>(cached) / static_cast<double>(prompt) : 0.0;
+    j["finished"] = reqs.size();
+    j["failed"] = 0;  // no failure path yet (P/D and the tiers add them)
+    j["prompt_tokens"] = prompt;
+    j["cached_tokens"] = {{"device", cached}, {"host", 0}, {"storage", 0}};
+    j["hit_rate"] = {{"device", hit}, {"host", 0.0}, {"storage", 0.0}, {"total", hit}};
+    j["computed_tokens"] = prompt - cached;
+    double mean = 0;
+    for (double t : ttft) mean += t;
+    mean = ttft.empty() ? 0.0 : mean / static_cast<double>(ttft.size());
+    j["ttft_model_ms"] = {{"mean", mean}, {"p50", pct(ttft, 0.5)}, {"p90", pct(ttft, 0.9)}, {"p99", pct(ttft, 0.99)}};
+    const double duration_s = reqs.empty() || last_finish <= first_arrival ? 0.0 : static_cast<double>(last_finish - first_arrival) / 1e9;
+    j["modelled_duration_s"] = duration_s;
+    j["input_token_throughput"] = duration_s > 0 ? static_cast<double>(prompt) / duration_s : 0.0;
+    j["requests_with_oracle_mismatch"] = mism;
+    if (rounds.size() > 1) {
+      nlohmann::json rs = nlohmann::json::array();
+      for (const auto& [round, v] : rounds) {
+        const auto& [rp, rc, rt, rn] = v;
+        rs.push_back({{"round", round},
+                      {"requests", rn},
+                      {"hit_rate", rp ? static_cast<double>(rc) / static_cast<double>(rp) : 0.0},
+                      {"ttft_model_ms_mean", rn ? rt / static_cast<double>(rn) : 0.0}});
+      }
+      j["rounds"] = rs;
+    }
+  }
+  if (run.summary) {
+    auto get = [&](const char* k) -> std::int64_t {
+      auto it = run.summary->find(k);
+      return it != run.summary->end() && std::holds_alternative<std::int64_t>(it->second) ? std::get<std::int64_t>(it->second) : 0;
+    };
+    j["divergences"] = get("tree_divergences") + get("decision_divergences");
+  }
   nlohmann::json faults = nlohmann::json::object();
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& r : run.ranks) {
@@ -62,6 +125,9 @@ nlohmann::json report_json(const RunTrace& run) {
     ranks.push_back(std::move(x));
   }
   j["faults"] = faults;
+  std::uint64_t injected = 0;
+  for (const auto& [k, v] : faults.items()) injected += v.get<std::uint64_t>();
+  j["faults_injected"] = injected;
   j["ranks"] = ranks;
   return j;
 }
@@ -76,11 +142,36 @@ std::string report_text(const RunTrace& run) {
     os << "# verdict " << j["verdict"].get<std::string>() << ": " << j["steps"] << " steps, " << j["checks"]
        << " checks, " << j["tree_divergences"] << " tree / " << j["decision_divergences"] << " decision-log divergences, " << j["verify_failures"] << " verify failures, "
        << j["wall_s"] << " s\n";
+    if (j.contains("oracle_mismatches") && j["oracle_mismatches"].get<std::int64_t>() >= 0)
+      os << "# oracle mismatches " << j["oracle_mismatches"] << "\n";
+  } else {
+    os << "# incomplete: no /summary (the run did not end cleanly)\n";
+  }
+  if (j.contains("finished")) {
+    char line[400];
+    std::snprintf(line, sizeof(line),
+                  "# requests %llu finished, prompt tokens %llu, cached %llu (device hit rate %.2f%%), computed %llu\n"
+                  "# TTFT (modelled) ms: mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f;  input throughput %.0f tokens/s over %.3f s\n",
+                  j["finished"].get<unsigned long long>(), j["prompt_tokens"].get<unsigned long long>(),
+                  j["cached_tokens"]["device"].get<unsigned long long>(), 100.0 * j["hit_rate"]["device"].get<double>(),
+                  j["computed_tokens"].get<unsigned long long>(), j["ttft_model_ms"]["mean"].get<double>(),
+                  j["ttft_model_ms"]["p50"].get<double>(), j["ttft_model_ms"]["p90"].get<double>(),
+                  j["ttft_model_ms"]["p99"].get<double>(), j["input_token_throughput"].get<double>(),
+                  j["modelled_duration_s"].get<double>());
+    os << line;
+    if (j.contains("rounds")) {
+      os << "#  round  requests   hit%   ttft_ms\n";
+      for (const auto& r : j["rounds"]) {
+        std::snprintf(line, sizeof(line), "%8u %9llu %6.2f %9.3f\n", r["round"].get<unsigned>(),
+                      r["requests"].get<unsigned long long>(), 100.0 * r["hit_rate"].get<double>(),
+                      r["ttft_model_ms_mean"].get<double>());
+        os << line;
+      }
+    }
+  } else if (run.summary) {
     char hr[64];
     std::snprintf(hr, sizeof(hr), "%.2f", 100.0 * j["device_hit_rate"].get<double>());
     os << "# device hit rate " << hr << "% of prompt tokens\n";
-  } else {
-    os << "# incomplete: no /summary (the run did not end cleanly)\n";
   }
   os << "#  rank group tp cp pp   events decisions faults  last_step\n";
   for (const auto& r : j["ranks"]) {

@@ -34,18 +34,26 @@ void put64(Words& w, std::uint64_t v) {
 }
 std::uint64_t get64(const Words& w, std::size_t at) { return w[at] | (static_cast<std::uint64_t>(w[at + 1]) << 32); }
 
-// Point-to-point messages of unknown length: the length, then the words, with fixed tags from a
-// fixed source (no wildcards, no probing). Sends are non-blocking; their buffers live here until
-// the sends complete, and at most `kMaxInFlight` are outstanding.
+// Point-to-point messages: a header of kHeaderWords words, then the payload as a second message
+// only when the header says there is one, so that a step without arrivals costs one message.
+// Fixed tags from a fixed source (no wildcards, no probing). Sends are non-blocking; their
+// buffers live here until the sends complete, and at most `kMaxInFlight` are outstanding.
+constexpr std::size_t kHeaderWords = 8;  // [.., payload words in the last one]
+
 class Sender {
  public:
-  void send(Words buf, int dest, int tag_size, int tag, MPI_Comm comm) {
+  // `msg` = header (kHeaderWords, last word = payload size) followed by the payload.
+  void send(Words msg, int dest, int tag_header, int tag_payload, MPI_Comm comm) {
+    KVGRID_CHECK(msg.size() >= kHeaderWords && msg[kHeaderWords - 1] == msg.size() - kHeaderWords, "bad message framing");
     auto item = std::make_unique<Item>();
-    item->size = buf.size();
-    item->words = std::move(buf);
-    KVGRID_MPI_CHECK(MPI_Isend(&item->size, 1, MPI_UINT64_T, dest, tag_size, comm, &item->req[0]));
-    KVGRID_MPI_CHECK(MPI_Isend(item->words.data(), static_cast<int>(item->words.size()), MPI_UINT32_T, dest, tag, comm,
-                               &item->req[1]));
+    item->words = std::move(msg);
+    KVGRID_MPI_CHECK(MPI_Isend(item->words.data(), kHeaderWords, MPI_UINT32_T, dest, tag_header, comm, &item->req[0]));
+    if (item->words.size() > kHeaderWords) {
+      KVGRID_MPI_CHECK(MPI_Isend(item->words.data() + kHeaderWords, static_cast<int>(item->words.size() - kHeaderWords),
+                                 MPI_UINT32_T, dest, tag_payload, comm, &item->req[1]));
+    } else {
+      item->req[1] = MPI_REQUEST_NULL;
+    }
     items_.push_back(std::move(item));
     while (items_.size() > kMaxInFlight) {
       wait_mpi_all(items_.front()->req, "completion of a send to the next stage");
@@ -67,34 +75,50 @@ class Sender {
   }
 
  private:
-  static constexpr std::size_t kMaxInFlight = 16;
+  static constexpr std::size_t kMaxInFlight = 32;
   struct Item {
-    std::uint64_t size = 0;
     Words words;
     MPI_Request req[2];
   };
   std::deque<std::unique_ptr<Item>> items_;
 };
 
-Words recv_words(int src, int tag_size, int tag, MPI_Comm comm, const std::string& what) {
-  std::uint64_t n = 0;
+Words recv_words(int src, int tag_header, int tag_payload, MPI_Comm comm, const std::string& what) {
+  Words w(kHeaderWords);
   MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Irecv(&n, 1, MPI_UINT64_T, src, tag_size, comm, &req));
-  wait_mpi(&req, what + " (size)");
-  Words w(n);
-  KVGRID_MPI_CHECK(MPI_Irecv(w.data(), static_cast<int>(n), MPI_UINT32_T, src, tag, comm, &req));
+  KVGRID_MPI_CHECK(MPI_Irecv(w.data(), kHeaderWords, MPI_UINT32_T, src, tag_header, comm, &req));
   wait_mpi(&req, what);
+  const std::size_t n = w[kHeaderWords - 1];
+  if (n > 0) {
+    w.resize(kHeaderWords + n);
+    KVGRID_MPI_CHECK(MPI_Irecv(w.data() + kHeaderWords, static_cast<int>(n), MPI_UINT32_T, src, tag_payload, comm, &req));
+    wait_mpi(&req, what + " (payload)");
+  }
   return w;
 }
 
 void bcast_words(Words& w, MPI_Comm comm, const std::string& what) {
-  std::uint64_t n = w.size();
+  w.resize(std::max(w.size(), kHeaderWords));
   MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, comm, &req));
-  wait_mpi(&req, what + " (size)");
-  w.resize(n);
-  KVGRID_MPI_CHECK(MPI_Ibcast(w.data(), static_cast<int>(n), MPI_UINT32_T, 0, comm, &req));
+  KVGRID_MPI_CHECK(MPI_Ibcast(w.data(), kHeaderWords, MPI_UINT32_T, 0, comm, &req));
   wait_mpi(&req, what);
+  const std::size_t n = w[kHeaderWords - 1];
+  if (n > 0) {
+    w.resize(kHeaderWords + n);
+    KVGRID_MPI_CHECK(MPI_Ibcast(w.data() + kHeaderWords, static_cast<int>(n), MPI_UINT32_T, 0, comm, &req));
+    wait_mpi(&req, what + " (payload)");
+  }
+}
+
+// Frames `payload` behind a header whose first words are `head`.
+Words frame(std::initializer_list<std::uint64_t> head, const Words& payload) {
+  Words w;
+  for (auto v : head) put64(w, v);
+  KVGRID_CHECK(w.size() < kHeaderWords, "header too long");
+  w.resize(kHeaderWords, 0);
+  w[kHeaderWords - 1] = static_cast<std::uint32_t>(payload.size());
+  w.insert(w.end(), payload.begin(), payload.end());
+  return w;
 }
 
 struct Activation {
@@ -106,26 +130,24 @@ struct Activation {
 };
 
 Words encode_activation(const Activation& a) {
-  Words w;
-  put64(w, a.clock_ns);
-  w.push_back(static_cast<std::uint32_t>(a.entries.size()));
+  Words p;
   for (const auto& e : a.entries) {
-    put64(w, e.id);
-    put64(w, e.start);
-    put64(w, e.end);
-    put64(w, e.value);
+    put64(p, e.id);
+    put64(p, e.start);
+    put64(p, e.end);
+    put64(p, e.value);
   }
-  return w;
+  return frame({a.clock_ns, a.entries.size()}, p);
 }
 
 Activation decode_activation(const Words& w) {
-  KVGRID_CHECK(w.size() >= 3, "short activation message");
+  KVGRID_CHECK(w.size() >= kHeaderWords, "short activation message");
   Activation a;
   a.clock_ns = get64(w, 0);
-  const std::size_t n = w[2];
-  KVGRID_CHECK(w.size() == 3 + 8 * n, "activation message of ", w.size(), " words for ", n, " entries");
+  const std::size_t n = get64(w, 2);
+  KVGRID_CHECK(w.size() == kHeaderWords + 8 * n, "activation message of ", w.size(), " words for ", n, " entries");
   for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t b = 3 + 8 * i;
+    const std::size_t b = kHeaderWords + 8 * i;
     a.entries.push_back({get64(w, b), get64(w, b + 2), get64(w, b + 4), get64(w, b + 6)});
   }
   return a;
@@ -240,21 +262,19 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         if (auto next = workload->next_arrival_ns(); next && *next > clock) clock = *next;  // idle: jump ahead
       }
       auto specs = workload->arrivals(clock);
-      put64(msg, clock);
-      msg.push_back(workload->exhausted() ? 1u : 0u);
-      put64(msg, workload->total_requests());
-      Words enc = encode_specs(specs);
-      msg.insert(msg.end(), enc.begin(), enc.end());
+      msg = frame({clock, workload->exhausted() ? 1u : 0u, workload->total_requests()},
+                  specs.empty() ? Words{} : encode_specs(specs));
     } else if (leader) {
       msg = recv_words(grid.pp_prev(), kTagArrivalsSize, kTagArrivals, grid.pp(), what + " from the previous stage");
     }
     bcast_words(msg, grid.stage(), what + " over the stage");
     if (leader && !last_stage) sender.send(msg, grid.pp_next(), kTagArrivalsSize, kTagArrivals, grid.pp());
     const std::uint64_t sent_clock = get64(msg, 0);
-    const bool exhausted = msg[2] != 0;
-    total_known = get64(msg, 3);
+    const bool exhausted = get64(msg, 2) != 0;
+    total_known = get64(msg, 4);
     clock = std::max(clock, sent_clock + (first_stage ? 0 : static_cast<std::uint64_t>(exp.cost.pp_link_ns)));
-    for (auto& s : decode_specs(std::span<const std::uint32_t>(msg).subspan(5))) {
+    if (msg.size() > kHeaderWords)
+    for (auto& s : decode_specs(std::span<const std::uint32_t>(msg).subspan(kHeaderWords))) {
       ++res.requests;
       sched.enqueue(std::move(s), wall_ns());
     }

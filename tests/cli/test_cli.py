@@ -18,6 +18,8 @@ BIN = os.environ["KVGRID_BIN"]
 SRC = os.environ["KVGRID_SOURCE"]
 MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
 QUICK = os.path.join(SRC, "experiments", "quickstart.toml")
+TREE = os.path.join(SRC, "experiments", "tree.toml")
+MOONCAKE = os.path.join(SRC, "experiments", "mooncake_replay.toml")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1",
            HDF5_USE_FILE_LOCKING="FALSE")
@@ -55,14 +57,14 @@ def write(name, text):
     return path
 
 
-def quickstart_ok():
-    rc, so, se = run(8, QUICK, "--out", out("q"))
+def tree_ok():
+    rc, so, se = run(8, TREE, "--out", out("t"))
     expect(rc == 0, f"quickstart exit {rc}", so, se)
     for line in ["# seed 1", "# topology TP2xCP2xPP2, world 8 ranks", "# verify failures: 0 OK",
                  "# rank divergences: 0 OK", "# verdict: OK"]:
         expect(line in so, f"missing line {line!r}", so)
     expect(so.count("# verdict") == 1, "rank 0 prints alone", so)
-    with h5py.File(out("q/run.h5"), "r") as f:
+    with h5py.File(out("t/run.h5"), "r") as f:
         expect(f["summary"].attrs["verdict"] == b"OK", "summary verdict")
         expect(int(f["meta"].attrs["world_size"]) == 8, "meta world size")
         expect(b"[topology]" in f["meta"].attrs["config"], "effective config stored")
@@ -75,12 +77,12 @@ def quickstart_ok():
         expect(int(steps.max()) == 199, "events cover all steps")
         digests = set(int(x) for x in f["summary/ranks"]["tree_digest"])
         expect(len(digests) == 1, "tree digests agree in the summary")
-    rc, so, _ = tool("check", out("q"))
+    rc, so, _ = tool("check", out("t"))
     expect(rc == 0 and "rank divergences: 0 OK" in so, "offline check of a clean run", so)
 
 
 def planted_divergence_fails():
-    rc, so, se = run(8, QUICK, "--out", out("p"), *FAST, "--set", "debug.plant_divergence_rank=5",
+    rc, so, se = run(8, TREE, "--out", out("p"), *FAST, "--set", "debug.plant_divergence_rank=5",
                      "--set", "debug.plant_divergence_step=20")
     expect(rc == 1, f"planted divergence must exit 1, got {rc}", so, se)
     expect("# verdict: FAILED" in so, "FAILED verdict", so)
@@ -95,7 +97,7 @@ def planted_divergence_fails():
 
 def determinism():
     def digest(seed, name):
-        rc, so, se = run(4, QUICK, "--out", out(name), "--seed", str(seed), *FAST,
+        rc, so, se = run(4, TREE, "--out", out(name), "--seed", str(seed), *FAST,
                          "--set", "topology.pp=1")
         expect(rc == 0, f"seed {seed} run", so, se)
         m = re.search(r"decision log: (\d+) decisions per rank, digest (0x[0-9a-f]+) on every rank", so)
@@ -136,12 +138,12 @@ def wrong_np():
 
 
 def out_dir_errors():
-    rc, so, se = run(8, QUICK, "--out", out("no/such/parent/run"))
+    rc, so, se = run(8, TREE, "--out", out("no/such/parent/run"))
     expect(rc == 2 and "parent directory" in se and "does not exist" in se, "missing parent", se)
-    rc, so, se = run(8, QUICK, "--out", out("twice"), *FAST)
+    rc, so, se = run(8, TREE, "--out", out("twice"), *FAST)
     expect(rc == 0, "first run", so, se)
     before = os.path.getmtime(out("twice/run.h5"))
-    rc, so, se = run(8, QUICK, "--out", out("twice"), *FAST)
+    rc, so, se = run(8, TREE, "--out", out("twice"), *FAST)
     expect(rc == 2 and "already holds a run" in se, "refuses to overwrite", se)
     expect(os.path.getmtime(out("twice/run.h5")) == before, "earlier run untouched")
     rc, so, se = tool("report", out("nothing-here"))
@@ -152,7 +154,7 @@ def out_dir_errors():
 
 
 def killed_run_readable():
-    rc, so, se = run(8, QUICK, "--out", out("k"), "--set", "debug.kill_rank=2", "--set", "debug.kill_at_step=60",
+    rc, so, se = run(8, TREE, "--out", out("k"), "--set", "debug.kill_rank=2", "--set", "debug.kill_at_step=60",
                      "--set", "output.flush_every=8")
     expect(rc != 0, "a killed rank fails the job", so, se)
     with h5py.File(out("k/run.h5"), "r") as f:
@@ -168,7 +170,7 @@ def killed_run_readable():
 
 
 def watchdog_stall():
-    rc, so, se = run(4, QUICK, "--out", out("w"), "--set", "topology.pp=1", "--set", "engine.deadline_s=1",
+    rc, so, se = run(4, TREE, "--out", out("w"), "--set", "topology.pp=1", "--set", "engine.deadline_s=1",
                      "--set", "faults.rank.stall.probability=1", "--set", "faults.rank.stall.ranks=[3]",
                      "--set", "faults.rank.stall.from_step=30", "--set", "faults.rank.stall.duration_ms=60000",
                      timeout=120)
@@ -185,22 +187,38 @@ def watchdog_stall():
 
 
 def report_json():
-    rc, so, se = run(8, QUICK, "--out", out("j"), *FAST, "--set", "faults.rank.stall.probability=0.5",
+    rc, so, se = run(8, QUICK, "--out", out("j"), "--set", "faults.rank.stall.probability=0.5",
                      "--set", "faults.rank.stall.duration_ms=0")
     expect(rc == 0, "run", so, se)
     rc, so, se = tool("report", out("j/run.h5"), "--json")
     expect(rc == 0, "report --json", so, se)
     j = json.loads(so)
+    for key in ["requests", "finished", "failed", "prompt_tokens", "cached_tokens", "hit_rate", "computed_tokens",
+                "ttft_model_ms", "input_token_throughput", "oracle_mismatches", "divergences", "faults_injected",
+                "wall_s", "seed", "topology", "rounds"]:
+        expect(key in j, f"report --json has {key}", so)
     expect(j["verdict"] == "OK" and j["complete"] is True and j["world_size"] == 8, "fields", so)
-    expect(j["steps"] == 60 and len(j["ranks"]) == 8, "steps and ranks", so)
-    expect(j["faults"].get("rank.stall", 0) > 0, "fault counts", so)
-    expect(0.0 < j["device_hit_rate"] < 1.0, "hit rate", so)
+    expect(j["requests"] == j["finished"] == 256 and j["failed"] == 0, "request counts", so)
+    expect(set(j["cached_tokens"]) == {"device", "host", "storage"}, "cached tokens by tier", so)
+    expect(set(j["hit_rate"]) == {"device", "host", "storage", "total"}, "hit rate by tier", so)
+    expect(j["computed_tokens"] == j["prompt_tokens"] - j["cached_tokens"]["device"], "computed tokens", so)
+    expect(0.5 < j["hit_rate"]["device"] < 1.0, "gsp reuses its system prompts", so)
+    t = j["ttft_model_ms"]
+    expect(0 < t["p50"] <= t["p90"] <= t["p99"], "TTFT percentiles ordered", so)
+    expect(j["input_token_throughput"] > 0 and j["oracle_mismatches"] == 0 and j["divergences"] == 0, "totals", so)
+    expect(j["faults_injected"] > 0 and j["faults"].get("rank.stall", 0) == j["faults_injected"], "fault counts", so)
+    expect([r["round"] for r in j["rounds"]] == [0, 1], "rounds of a two-turn workload", so)
+    expect(j["rounds"][1]["hit_rate"] > j["rounds"][0]["hit_rate"], "the second turn reuses the first", so)
     rc, so, se = tool("report", out("j"))
-    expect(rc == 0 and "# verdict OK" in so, "text report", so)
-
+    expect(rc == 0 and "# verdict OK" in so and "TTFT (modelled)" in so, "text report", so)
+    with h5py.File(out("j/run.h5"), "r") as f:
+        rows = f["ranks/00004/requests"]  # last stage's leader (pp 1, cp 0, tp 0)
+        expect(rows.shape[0] == 256 and int(rows["oracle_ok"].min()) == 1, "requests table")
+        expect(f["ranks/00000/requests"].shape[0] == 0, "only the checker records requests")
 
 def pd_world():
-    pd = write("pd.toml", "[topology.prefill]\ntp = 2\npp = 2\n[topology.decode]\ntp = 2\ncp = 1\npp = 1\n"
+    pd = write("pd.toml", "[workload]\nkind = \"tree\"\n" 
+              "[topology.prefill]\ntp = 2\npp = 2\n[topology.decode]\ntp = 2\ncp = 1\npp = 1\n"
                           "[workload.tree]\nsteps = 40\n")
     rc, so, se = run(6, pd, "--out", out("pd"))
     expect(rc == 0, "two-group world runs", so, se)
@@ -219,6 +237,47 @@ def help_and_usage():
     expect(rc == 2, f"unknown command exit {rc}", so, se)
     rc, so, se = tool("report")
     expect(rc == 2, "missing argument exit 2", so, se)
+
+
+def quickstart_serve_ok():
+    rc, so, se = run(8, QUICK, "--out", out("q"))
+    expect(rc == 0, f"quickstart exit {rc}", so, se)
+    for line in ["# seed 1", "# topology TP2xCP2xPP2, world 8 ranks", "# oracle mismatches: 0 OK",
+                 "# rank divergences: 0 OK", "# verify failures: 0 OK", "# verdict: OK",
+                 "# requests 256 finished of 256"]:
+        expect(line in so, f"missing line {line!r}", so)
+    rc, so, _ = tool("check", out("q"))
+    expect(rc == 0 and "rank divergences: 0 OK" in so, "offline check", so)
+
+
+def shape_mismatch():
+    rc, so, se = run(8, QUICK, "--out", out("s"), "--set", "debug.shrink_stage=1", "--set", "debug.shrink_device_pages=100")
+    expect(rc == 1, f"a shrunk stage must fail the run, exit {rc}", so, se)
+    m = re.search(r"shape mismatch at step \d+ on stage 1: request \d+: stage 0 sent (\d+) tokens, this stage scheduled (\d+)", se)
+    expect(m and m.group(1) != m.group(2), "names the request and both counts", se)
+    rc, so, _ = tool("check", out("s"))
+    expect(rc == 1 and "first divergence" in so, "the offline check finds where the stages parted", so)
+
+
+def corrupt_page_detected():
+    for payload in ("full", "digest"):
+        args = ["--set", f"engine.payload={payload}", "--set", "faults.device.page.corrupt.probability=0.05"]
+        rc, so, se = run(4, QUICK, "--out", out("c" + payload), "--set", "topology.pp=1", *args)
+        expect(rc == 1 and "# verdict: FAILED" in so, f"{payload}: FAILED verdict", so, se)
+        m = re.search(r"# oracle mismatches: (\d+) FAILED", so)
+        expect(m and int(m.group(1)) > 0, f"{payload}: mismatches counted", so)
+        expect("# rank divergences: 0 OK" in so, f"{payload}: decisions still agree", so)
+        rc, so, se = run(4, QUICK, "--out", out("x" + payload), "--set", "topology.pp=1", "--strict", *args)
+        expect(rc == 1 and "oracle mismatch with --strict" in se, f"{payload}: --strict stops the run", so, se)
+
+
+def mooncake_smoke():
+    rc, so, se = run(8, MOONCAKE, "--out", out("m"), "--set", "workload.mooncake.first_n=40",
+                     "--set", "output.report_every=500")
+    expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# requests 40 finished of 40" in so, "replay", so, se)
+    bad = write("bad.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\nnot json\n')
+    rc, so, se = run(8, MOONCAKE, "--out", out("mb"), "--set", f"workload.mooncake.trace={bad}")
+    expect(rc != 0 and re.search(r"bad\.jsonl:2: malformed JSON", se), "malformed line named", so, se)
 
 
 if __name__ == "__main__":
