@@ -19,6 +19,7 @@
 #include "core/topology.hpp"
 #include "core/wait.hpp"
 #include "runtime/experiment.hpp"
+#include "runtime/rank_check.hpp"
 #include "runtime/run_dir.hpp"
 #include "runtime/serve.hpp"
 #include "runtime/trace.hpp"
@@ -31,20 +32,6 @@ std::string version_string() {
 }
 
 namespace {
-
-// Every rank learns whether any rank failed a start-up step, so that no rank walks on into a
-// collective alone. Rank 0's own message wins; otherwise the lowest failing rank is named.
-void agree_or_throw(MPI_Comm world, const std::string& local_error) {
-  int me = 0;
-  KVGRID_MPI_CHECK(MPI_Comm_rank(world, &me));
-  int mine = local_error.empty() ? INT32_MAX : me, first = INT32_MAX;
-  MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world, &req));
-  wait_mpi(&req, "Iallreduce of start-up errors");
-  if (first == INT32_MAX) return;
-  if (!local_error.empty() && me == first) throw InputError(local_error);
-  throw InputError("rank " + std::to_string(first) + " failed to start (see its message on stderr)");
-}
 
 // Runs a start-up step on every rank, then agrees on its outcome (one collective either way).
 template <typename F>
@@ -78,6 +65,13 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
   os << "# workload " << exp.workload.kind;
   if (exp.workload.kind == "tree") os << ": " << exp.workload.tree.steps << " steps x " << exp.workload.tree.requests_per_step << " requests";
   os << "; cache: page_size " << exp.cache.page_size << " tokens, device_pages " << exp.cache.device_pages << "\n";
+  if (exp.workload.kind != "tree") {
+    os << "# model: " << exp.model.layers << " layers, " << exp.model.kv_heads << " KV heads x " << exp.model.head_dim
+       << " dims, attention " << exp.model.attention << ", CP query split " << exp.model.cp_split << "; payload "
+       << exp.engine.payload << (exp.engine.strict ? ", strict oracle" : "") << "\n";
+    os << "# scheduler: chunked prefill " << exp.engine.chunk_size << " tokens/step, max_running " << exp.engine.max_running
+       << "; tiers: device only (no host/storage yet); transfer engine: none; consensus: periodic digest check + offline check\n";
+  }
   os << "# faults:";
   if (exp.faults.empty()) os << " none";
   for (const auto& f : exp.faults) os << " " << f.name << "(p=" << f.probability << ")";
@@ -100,6 +94,11 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
   set_wait_deadline(std::chrono::duration<double>(exp.engine.deadline_s));
   set_debug_checks(exp.engine.debug_checks);
   RankGrid grid(exp.topology, MPI_COMM_WORLD);
+  // The serving workload (a trace file, perhaps) is read before anything is written.
+  std::unique_ptr<ServeWorkload> workload = on_every_rank(grid.world(), [&]() -> std::unique_ptr<ServeWorkload> {
+    if (exp.workload.kind == "tree" || !grid.is_first_stage() || !grid.is_stage_leader()) return nullptr;
+    return make_serve_workload(exp.workload, exp.engine.seed);
+  });
   const std::string dir = prepare_run_dir(opt.out, exp.output.dir, exp.name, exp.engine.seed, grid.world());
 
   FailpointRegistry faults(exp.engine.seed, world_rank);
@@ -145,7 +144,7 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
       s.wall_s = r.wall_s;
       rows = std::move(r.all);
     } else {
-      ServeResult r = run_serve(exp, grid, faults, log, trace.get(), /*print=*/true);
+      ServeResult r = run_serve(exp, grid, faults, log, trace.get(), /*print=*/true, std::move(workload));
       s.steps = r.steps;
       s.checks = r.checks;
       s.verify_failures = r.verify_failures;
@@ -212,6 +211,15 @@ int cmd_run(const RunOptions& opt, int argc, char** argv) {
   if (opt.list_keys) {
     std::cout << schema_help();
     return 0;
+  }
+  if (opt.print_world_size) {  // no MPI: used by jobs/run.sh to choose -np
+    try {
+      std::cout << load_experiment(opt.experiment, opt.sets, opt.seed).topology.world_size() << "\n";
+      return 0;
+    } catch (const InputError& e) {
+      std::cerr << "kvgrid run: error: " << e.what() << "\n";
+      return 2;
+    }
   }
   int provided = 0;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {

@@ -13,6 +13,7 @@ struct RunOptions {
   std::vector<std::string> sets;
   bool list_keys = false;
   bool strict = false;
+  bool print_world_size = false;
 };
 
 std::string version_string();

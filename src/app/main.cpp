@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--seed", run.seed, "run seed (overrides engine.seed)")->check(CLI::NonNegativeNumber);
   run_cmd->add_option("--set", run.sets, "override a key: section.key=value (repeatable)");
   run_cmd->add_flag("--keys", run.list_keys, "list every experiment key with its type and meaning, then exit");
+  run_cmd->add_flag("--world-size", run.print_world_size, "print the number of ranks the experiment needs, then exit");
   run_cmd->add_flag("--strict", run.strict, "an oracle mismatch stops the run at once (engine.strict = true)");
 
   std::string report_run;
@@ -48,7 +49,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (*run_cmd) {
-    if (run.experiment.empty() && !run.list_keys) {
+    if (run.experiment.empty() && (!run.list_keys || run.print_world_size)) {
       std::cerr << "kvgrid run: error: an experiment file is required (see kvgrid run --help)\n";
       return 2;
     }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <unordered_set>
 
 #include "core/check.hpp"
 #include "core/hash.hpp"
@@ -265,7 +264,7 @@ void RadixTree::verify() const {
   const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
   KVGRID_CHECK(root_->key.empty() && root_->device.empty() && root_->parent == nullptr && root_->lock_ref == 0,
                "root state");
-  std::unordered_set<std::uint32_t> pages;
+  std::vector<std::uint8_t> seen;  // by page id: a bitmap, not a hash set (verify runs on large trees)
   std::size_t nodes = 0, candidates = 0;
   std::int64_t evictable = 0, prot = 0;
   std::vector<const TreeNode*> stack{root_.get()};
@@ -290,7 +289,9 @@ void RadixTree::verify() const {
       child_locks += c->lock_ref;
       for (PageId pg : c->device) {
         KVGRID_CHECK(pg.value() != 0, "node ", c->id, " holds the padding page");
-        KVGRID_CHECK(pages.insert(pg.value()).second, "device page ", pg, " appears twice in the tree");
+        if (pg.value() >= seen.size()) seen.resize(std::max<std::size_t>(2 * seen.size(), pg.value() + 1), 0);
+        KVGRID_CHECK(!seen[pg.value()], "device page ", pg, " appears twice in the tree");
+        seen[pg.value()] = 1;
       }
       (c->lock_ref > 0 ? prot : evictable) += c->pages().value();
       KVGRID_CHECK(c->in_evictable == is_candidate(c), "node ", c->id, " eviction-candidate flag is stale");

@@ -1,5 +1,8 @@
 #include "runtime/rank_check.hpp"
 
+#include <climits>
+#include <cstdint>
+
 #include "core/check.hpp"
 #include "core/wait.hpp"
 
@@ -21,6 +24,18 @@ CheckOutcome cross_check(const RankGrid& grid, std::uint64_t tree_digest, const 
     if (row[1] != all[1] || row[2] != all[2]) out.decisions_differ.push_back(r);
   }
   return out;
+}
+
+void agree_or_throw(MPI_Comm comm, const std::string& local_error) {
+  int me = 0;
+  KVGRID_MPI_CHECK(MPI_Comm_rank(comm, &me));
+  int mine = local_error.empty() ? INT32_MAX : me, first = INT32_MAX;
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &req));
+  wait_mpi(&req, "Iallreduce of start-up errors");
+  if (first == INT32_MAX) return;
+  if (!local_error.empty() && me == first) throw InputError(local_error);
+  throw InputError("rank " + std::to_string(first) + " failed to start (see its message on stderr)");
 }
 
 std::string rank_list(const std::vector<int>& ranks) {

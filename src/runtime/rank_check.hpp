@@ -23,4 +23,9 @@ CheckOutcome cross_check(const RankGrid& grid, std::uint64_t tree_digest, const 
                          std::int64_t local_failures, std::int64_t step);
 std::string rank_list(const std::vector<int>& ranks);
 
+// Every rank learns whether any rank failed a start-up step (empty `local_error`: this rank did
+// not), so that no rank walks on into a collective alone; then all throw InputError. Rank 0's
+// own message wins; otherwise the lowest failing rank is named. Collective over `comm`.
+void agree_or_throw(MPI_Comm comm, const std::string& local_error);
+
 }  // namespace kvgrid

@@ -26,7 +26,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Words = std::vector<std::uint32_t>;
 
-constexpr int kTagArrivalsSize = 101, kTagArrivals = 102, kTagActivationSize = 201, kTagActivation = 202;
 
 void put64(Words& w, std::uint64_t v) {
   w.push_back(static_cast<std::uint32_t>(v));
@@ -34,26 +33,84 @@ void put64(Words& w, std::uint64_t v) {
 }
 std::uint64_t get64(const Words& w, std::size_t at) { return w[at] | (static_cast<std::uint64_t>(w[at + 1]) << 32); }
 
-// Point-to-point messages: a header of kHeaderWords words, then the payload as a second message
-// only when the header says there is one, so that a step without arrivals costs one message.
-// Fixed tags from a fixed source (no wildcards, no probing). Sends are non-blocking; their
-// buffers live here until the sends complete, and at most `kMaxInFlight` are outstanding.
-constexpr std::size_t kHeaderWords = 8;  // [.., payload words in the last one]
+// What a stage receives at each step, in one message: the step's arrivals (from PP0's leader,
+// forwarded stage to stage) and the previous stage's activation (its batch: per request the
+// positions computed and the chain value). A fixed 64-word header carries small payloads inline,
+// so a decode step costs one message per hop; larger payloads follow as a second message. Fixed
+// tags from a fixed source: no wildcards, no probing.
+struct StepMessage {
+  struct Entry {
+    std::uint64_t id, start, end, value;
+  };
+  std::uint64_t clock_ns = 0, exhausted = 0, total = 0;
+  std::vector<Entry> entries;
+  Words specs;  // encode_specs() of the arrivals; empty when none arrived
+};
 
+constexpr int kTagHeader = 301, kTagPayload = 302;
+constexpr std::size_t kHeaderWords = 64, kHeadWords = 10, kInlineWords = kHeaderWords - kHeadWords;
+
+// A packed message: header (with the payload inline when it fits), then the payload otherwise.
+struct Packed {
+  Words header = Words(kHeaderWords, 0);
+  Words payload;
+  bool inline_payload() const { return header[8] != 0; }
+};
+
+Packed pack(const StepMessage& m) {
+  Packed p;
+  Words body;
+  for (const auto& e : m.entries) {
+    put64(body, e.id);
+    put64(body, e.start);
+    put64(body, e.end);
+    put64(body, e.value);
+  }
+  body.insert(body.end(), m.specs.begin(), m.specs.end());
+  Words head;
+  put64(head, m.clock_ns);
+  put64(head, m.exhausted);
+  put64(head, m.total);
+  std::copy(head.begin(), head.end(), p.header.begin());
+  p.header[6] = static_cast<std::uint32_t>(m.entries.size());
+  p.header[7] = static_cast<std::uint32_t>(m.specs.size());
+  p.header[9] = static_cast<std::uint32_t>(body.size());
+  if (body.size() <= kInlineWords) {
+    p.header[8] = 1;
+    std::copy(body.begin(), body.end(), p.header.begin() + kHeadWords);
+  } else {
+    p.payload = std::move(body);
+  }
+  return p;
+}
+
+StepMessage unpack(const Packed& p) {
+  StepMessage m;
+  m.clock_ns = get64(p.header, 0);
+  m.exhausted = get64(p.header, 2);
+  m.total = get64(p.header, 4);
+  const std::size_t n = p.header[6], spec_words = p.header[7], size = p.header[9];
+  KVGRID_CHECK(size == 8 * n + spec_words, "step message of ", size, " words for ", n, " entries and ", spec_words, " spec words");
+  const std::uint32_t* body = p.inline_payload() ? p.header.data() + kHeadWords : p.payload.data();
+  KVGRID_CHECK(p.inline_payload() || p.payload.size() == size, "step message payload of ", p.payload.size(), " words, expected ", size);
+  Words w(body, body + size);
+  for (std::size_t i = 0; i < n; ++i)
+    m.entries.push_back({get64(w, 8 * i), get64(w, 8 * i + 2), get64(w, 8 * i + 4), get64(w, 8 * i + 6)});
+  m.specs.assign(w.begin() + static_cast<std::ptrdiff_t>(8 * n), w.end());
+  return m;
+}
+
+// Non-blocking sends whose buffers live here until they complete; at most kMaxInFlight pending.
 class Sender {
  public:
-  // `msg` = header (kHeaderWords, last word = payload size) followed by the payload.
-  void send(Words msg, int dest, int tag_header, int tag_payload, MPI_Comm comm) {
-    KVGRID_CHECK(msg.size() >= kHeaderWords && msg[kHeaderWords - 1] == msg.size() - kHeaderWords, "bad message framing");
+  void send(const StepMessage& m, int dest, MPI_Comm comm) {
     auto item = std::make_unique<Item>();
-    item->words = std::move(msg);
-    KVGRID_MPI_CHECK(MPI_Isend(item->words.data(), kHeaderWords, MPI_UINT32_T, dest, tag_header, comm, &item->req[0]));
-    if (item->words.size() > kHeaderWords) {
-      KVGRID_MPI_CHECK(MPI_Isend(item->words.data() + kHeaderWords, static_cast<int>(item->words.size() - kHeaderWords),
-                                 MPI_UINT32_T, dest, tag_payload, comm, &item->req[1]));
-    } else {
-      item->req[1] = MPI_REQUEST_NULL;
-    }
+    item->p = pack(m);
+    KVGRID_MPI_CHECK(MPI_Isend(item->p.header.data(), kHeaderWords, MPI_UINT32_T, dest, kTagHeader, comm, &item->req[0]));
+    item->req[1] = MPI_REQUEST_NULL;
+    if (!item->p.inline_payload())
+      KVGRID_MPI_CHECK(MPI_Isend(item->p.payload.data(), static_cast<int>(item->p.payload.size()), MPI_UINT32_T, dest,
+                                 kTagPayload, comm, &item->req[1]));
     items_.push_back(std::move(item));
     while (items_.size() > kMaxInFlight) {
       wait_mpi_all(items_.front()->req, "completion of a send to the next stage");
@@ -77,80 +134,37 @@ class Sender {
  private:
   static constexpr std::size_t kMaxInFlight = 32;
   struct Item {
-    Words words;
+    Packed p;
     MPI_Request req[2];
   };
   std::deque<std::unique_ptr<Item>> items_;
 };
 
-Words recv_words(int src, int tag_header, int tag_payload, MPI_Comm comm, const std::string& what) {
-  Words w(kHeaderWords);
+StepMessage recv_step(int src, MPI_Comm comm, const std::string& what) {
+  Packed p;
   MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Irecv(w.data(), kHeaderWords, MPI_UINT32_T, src, tag_header, comm, &req));
+  KVGRID_MPI_CHECK(MPI_Irecv(p.header.data(), kHeaderWords, MPI_UINT32_T, src, kTagHeader, comm, &req));
   wait_mpi(&req, what);
-  const std::size_t n = w[kHeaderWords - 1];
-  if (n > 0) {
-    w.resize(kHeaderWords + n);
-    KVGRID_MPI_CHECK(MPI_Irecv(w.data() + kHeaderWords, static_cast<int>(n), MPI_UINT32_T, src, tag_payload, comm, &req));
+  if (!p.inline_payload()) {
+    p.payload.resize(p.header[9]);
+    KVGRID_MPI_CHECK(MPI_Irecv(p.payload.data(), static_cast<int>(p.payload.size()), MPI_UINT32_T, src, kTagPayload, comm, &req));
     wait_mpi(&req, what + " (payload)");
   }
-  return w;
+  return unpack(p);
 }
 
-void bcast_words(Words& w, MPI_Comm comm, const std::string& what) {
-  w.resize(std::max(w.size(), kHeaderWords));
+StepMessage bcast_step(const StepMessage& m, bool root, MPI_Comm comm, const std::string& what) {
+  Packed p;
+  if (root) p = pack(m);
   MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Ibcast(w.data(), kHeaderWords, MPI_UINT32_T, 0, comm, &req));
+  KVGRID_MPI_CHECK(MPI_Ibcast(p.header.data(), kHeaderWords, MPI_UINT32_T, 0, comm, &req));
   wait_mpi(&req, what);
-  const std::size_t n = w[kHeaderWords - 1];
-  if (n > 0) {
-    w.resize(kHeaderWords + n);
-    KVGRID_MPI_CHECK(MPI_Ibcast(w.data() + kHeaderWords, static_cast<int>(n), MPI_UINT32_T, 0, comm, &req));
+  if (!p.inline_payload()) {
+    p.payload.resize(p.header[9]);
+    KVGRID_MPI_CHECK(MPI_Ibcast(p.payload.data(), static_cast<int>(p.payload.size()), MPI_UINT32_T, 0, comm, &req));
     wait_mpi(&req, what + " (payload)");
   }
-}
-
-// Frames `payload` behind a header whose first words are `head`.
-Words frame(std::initializer_list<std::uint64_t> head, const Words& payload) {
-  Words w;
-  for (auto v : head) put64(w, v);
-  KVGRID_CHECK(w.size() < kHeaderWords, "header too long");
-  w.resize(kHeaderWords, 0);
-  w[kHeaderWords - 1] = static_cast<std::uint32_t>(payload.size());
-  w.insert(w.end(), payload.begin(), payload.end());
-  return w;
-}
-
-struct Activation {
-  std::uint64_t clock_ns = 0;
-  struct Entry {
-    std::uint64_t id, start, end, value;
-  };
-  std::vector<Entry> entries;
-};
-
-Words encode_activation(const Activation& a) {
-  Words p;
-  for (const auto& e : a.entries) {
-    put64(p, e.id);
-    put64(p, e.start);
-    put64(p, e.end);
-    put64(p, e.value);
-  }
-  return frame({a.clock_ns, a.entries.size()}, p);
-}
-
-Activation decode_activation(const Words& w) {
-  KVGRID_CHECK(w.size() >= kHeaderWords, "short activation message");
-  Activation a;
-  a.clock_ns = get64(w, 0);
-  const std::size_t n = get64(w, 2);
-  KVGRID_CHECK(w.size() == kHeaderWords + 8 * n, "activation message of ", w.size(), " words for ", n, " entries");
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t b = kHeaderWords + 8 * i;
-    a.entries.push_back({get64(w, b), get64(w, b + 2), get64(w, b + 4), get64(w, b + 6)});
-  }
-  return a;
+  return root ? m : unpack(p);
 }
 
 std::uint64_t percentile_index(std::size_t n, double q) { return std::min<std::uint64_t>(n - 1, static_cast<std::uint64_t>(q * static_cast<double>(n))); }
@@ -158,7 +172,7 @@ std::uint64_t percentile_index(std::size_t n, double q) { return std::min<std::u
 }  // namespace
 
 ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults, DecisionLog& log,
-                      TraceWriter* trace, bool print) {
+                      TraceWriter* trace, bool print, std::unique_ptr<ServeWorkload> workload) {
   const auto wall_start = Clock::now();
   auto wall_ns = [&] {
     return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - wall_start).count());
@@ -181,8 +195,16 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   SyntheticModel model(geo, pool, exp.cache.page_size);
   Oracle oracle(geo);
   Scheduler sched({exp.engine.chunk_size, exp.engine.max_running, static_cast<std::uint64_t>(exp.workload.vocab)}, dc);
-  std::unique_ptr<ServeWorkload> workload;
-  if (first_stage && leader) workload = make_serve_workload(exp.workload, exp.engine.seed);
+  // Only PP0's leader owns the workload; a bad trace must still stop every rank, not hang them.
+  std::string workload_error;
+  if (first_stage && leader && !workload) {
+    try {
+      workload = make_serve_workload(exp.workload, exp.engine.seed);
+    } catch (const InputError& e) {
+      workload_error = e.what();
+    }
+  }
+  agree_or_throw(grid.world(), workload_error);
   Rng corrupt_rng = rank_stream(exp.engine.seed, grid.world_rank()).fork("device.page.corrupt.target");
   Sender sender;
 
@@ -254,29 +276,34 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       }
     }
 
-    // 1. arrivals: generated by PP0's leader, broadcast per stage, forwarded stage to stage.
-    Words msg;
-    const std::string what = "arrivals of step " + std::to_string(step);
-    if (first_stage && leader) {
-      if (sched.idle()) {
-        if (auto next = workload->next_arrival_ns(); next && *next > clock) clock = *next;  // idle: jump ahead
+    // 1. inputs: PP0's leader draws the arrivals and broadcasts them over its stage; later stages
+    //    receive them from their PP peer together with the previous stage's activation.
+    StepMessage in;
+    const std::string what = "step " + std::to_string(step) + " inputs";
+    if (first_stage) {
+      if (leader) {
+        if (sched.idle()) {
+          if (auto next = workload->next_arrival_ns(); next && *next > clock) clock = *next;  // idle: jump ahead
+        }
+        auto specs = workload->arrivals(clock);
+        in.clock_ns = clock;
+        in.exhausted = workload->exhausted() ? 1 : 0;
+        in.total = workload->total_requests();
+        if (!specs.empty()) in.specs = encode_specs(specs);
       }
-      auto specs = workload->arrivals(clock);
-      msg = frame({clock, workload->exhausted() ? 1u : 0u, workload->total_requests()},
-                  specs.empty() ? Words{} : encode_specs(specs));
-    } else if (leader) {
-      msg = recv_words(grid.pp_prev(), kTagArrivalsSize, kTagArrivals, grid.pp(), what + " from the previous stage");
+      if (stage_size > 1) in = bcast_step(in, leader, grid.stage(), what + " over stage 0");
+      clock = std::max(clock, in.clock_ns);
+    } else {
+      in = recv_step(grid.pp_prev(), grid.pp(), what + " from stage " + std::to_string(c.pp - 1));
+      clock = std::max(clock, in.clock_ns + static_cast<std::uint64_t>(exp.cost.pp_link_ns));
     }
-    bcast_words(msg, grid.stage(), what + " over the stage");
-    if (leader && !last_stage) sender.send(msg, grid.pp_next(), kTagArrivalsSize, kTagArrivals, grid.pp());
-    const std::uint64_t sent_clock = get64(msg, 0);
-    const bool exhausted = get64(msg, 2) != 0;
-    total_known = get64(msg, 4);
-    clock = std::max(clock, sent_clock + (first_stage ? 0 : static_cast<std::uint64_t>(exp.cost.pp_link_ns)));
-    if (msg.size() > kHeaderWords)
-    for (auto& s : decode_specs(std::span<const std::uint32_t>(msg).subspan(kHeaderWords))) {
-      ++res.requests;
-      sched.enqueue(std::move(s), wall_ns());
+    const bool exhausted = in.exhausted != 0;
+    total_known = in.total;
+    if (!in.specs.empty()) {
+      for (auto& sp : decode_specs(in.specs)) {
+        ++res.requests;
+        sched.enqueue(std::move(sp), wall_ns());
+      }
     }
 
     // 2. this rank's own decisions.
@@ -284,11 +311,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     pool.reset(sched.fresh_pages());
 
     // 3. the previous stage's activation must describe the same batch.
-    Activation in;
     if (!first_stage) {
-      in = decode_activation(recv_words(grid.pp_prev(), kTagActivationSize, kTagActivation, grid.pp(),
-                                        "activation of step " + std::to_string(step) + " from stage " + std::to_string(c.pp - 1)));
-      clock = std::max(clock, in.clock_ns + static_cast<std::uint64_t>(exp.cost.pp_link_ns));
       const std::size_t n = std::max(in.entries.size(), batch.size());
       for (std::size_t i = 0; i < n; ++i) {
         const bool have_in = i < in.entries.size(), have_mine = i < batch.size();
@@ -329,8 +352,11 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     clock += step_ns;
 
     // 5. chain and pass on, or check against the oracle on the last stage.
-    Activation out;
+    StepMessage out;
     out.clock_ns = clock;
+    out.exhausted = in.exhausted;
+    out.total = in.total;
+    out.specs = std::move(in.specs);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       auto& e = batch[i];
       const std::uint64_t a_in = first_stage ? chain_seed(e.req->spec.id, e.start, e.end) : in.entries[i].value;
@@ -353,8 +379,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         }
       }
     }
-    if (!last_stage)
-      sender.send(encode_activation(out), grid.pp_next(), kTagActivationSize, kTagActivation, grid.pp());
+    if (!last_stage) sender.send(out, grid.pp_next(), grid.pp());
 
     // 6. advance requests; finished ones commit their KV.
     for (auto& r : sched.complete_step(batch, clock, wall_ns())) {

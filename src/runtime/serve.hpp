@@ -3,12 +3,13 @@
 //
 // Per step, on every rank:
 //   1. arrivals: PP0's stage leader takes the requests that arrived by its modelled clock (jumping
-//      the clock to the next arrival when idle), broadcasts them to its stage and forwards them to
-//      the next stage's leader, which does the same; the message also says when the workload is
-//      exhausted, so every rank stops at the same step;
+//      the clock to the next arrival when idle) and broadcasts them to its stage; every rank of a
+//      stage forwards them to its PP peer in the next stage inside the step's one message, which
+//      also carries its activation (per-request token counts and chain values) and says when the
+//      workload is exhausted, so every rank stops at the same step;
 //   2. its scheduler decides the batch (identically everywhere, from its own state);
-//   3. stages after the first receive the previous stage's activation (per-request token counts
-//      and chain values) and stop with "shape mismatch" if their own batch differs;
+//   3. stages after the first compare the activation with their own batch and stop with
+//      "shape mismatch" if it differs;
 //   4. the model computes this rank's layers, heads and query tokens; one all-reduce over the stage
 //      sums the partial checksums (TP and CP) for all requests and layers at once;
 //   5. the stage chains its layers and sends the activation on; the last stage's leader compares
@@ -18,12 +19,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/decision_log.hpp"
 #include "core/failpoint.hpp"
 #include "core/topology.hpp"
 #include "runtime/experiment.hpp"
+#include "runtime/serve_workload.hpp"
 #include "runtime/trace.hpp"
 
 namespace kvgrid {
@@ -44,7 +47,9 @@ struct ServeResult {
 
 // Collective over grid.world(). `trace` may be null. Throws InternalError("shape mismatch ...")
 // when a stage's batch differs from the previous stage's, and on --strict oracle mismatches.
+// `workload`: PP0's stage leader's workload, made before the run (so a bad trace is reported
+// before anything is written); null elsewhere, or null there to have run_serve make it.
 ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults, DecisionLog& log,
-                      TraceWriter* trace, bool print);
+                      TraceWriter* trace, bool print, std::unique_ptr<ServeWorkload> workload = nullptr);
 
 }  // namespace kvgrid

@@ -277,7 +277,25 @@ def mooncake_smoke():
     expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# requests 40 finished of 40" in so, "replay", so, se)
     bad = write("bad.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\nnot json\n')
     rc, so, se = run(8, MOONCAKE, "--out", out("mb"), "--set", f"workload.mooncake.trace={bad}")
-    expect(rc != 0 and re.search(r"bad\.jsonl:2: malformed JSON", se), "malformed line named", so, se)
+    expect(rc == 2 and re.search(r"bad\.jsonl:2: malformed JSON", se), "malformed line named, exit 2", so, se)
+    expect(not os.path.exists(out("mb/run.h5")), "no trace for a bad trace file")
+
+
+def jobs_and_plot():
+    env = dict(ENV, PATH=os.path.dirname(MPIEXEC) + ":" + os.environ.get("PATH", ""))
+    p = subprocess.run([os.path.join(SRC, "jobs", "run.sh"), QUICK, "--", "--out", out("r"), "--set",
+                        "workload.gsp.groups=4"], capture_output=True, text=True, env=env, timeout=240)
+    expect(p.returncode == 0 and "# verdict: OK" in p.stdout, "jobs/run.sh picks -np from the topology", p.stdout, p.stderr)
+    rc, so, se = tool("run", QUICK, "--world-size", "--set", "topology.pp=3", "--set", "model.layers=6")
+    expect(rc == 0 and so.strip() == "12", "--world-size", so, se)
+    png = out("fig.png")
+    p = subprocess.run(["/usr/bin/python3", os.path.join(SRC, "results", "plots", "hit_ttft.py"), out("r"), png],
+                       capture_output=True, text=True, timeout=120)
+    expect(p.returncode == 0 and os.path.getsize(png) > 10000, "plot written from HDF5 only", p.stdout, p.stderr)
+    with open(png, "rb") as f:
+        expect(f.read(8) == b"\x89PNG\r\n\x1a\n", "a PNG file")
+    p = subprocess.run([os.path.join(SRC, "jobs", "figure.sh"), "--list"], capture_output=True, text=True)
+    expect(p.returncode == 0 and "hit-ttft" in p.stdout, "figure list", p.stdout, p.stderr)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/decision_log.hpp"
 #include "core/failpoint.hpp"
 #include "mpi_util.hpp"
 #include "runtime/experiment.hpp"
+#include "ideal_hit.hpp"
 #include "runtime/serve.hpp"
+#include "runtime/serve_workload.hpp"
 
 namespace kvgrid {
 namespace {
@@ -114,6 +117,44 @@ TEST(Serve, UnderEvictionPressureEveryRequestFinishesAndStaysCorrect) {
     EXPECT_EQ(r.divergences(), 0);
     EXPECT_EQ(r.verify_failures, 0);
   }
+}
+
+}  // namespace
+}  // namespace kvgrid
+
+namespace kvgrid {
+namespace {
+
+TEST(Serve, MooncakeReplayHitRateEqualsTheIdealPrefixHitRate) {
+  if (testing::world_size() != 1) GTEST_SKIP() << "a 1-rank property (runs at np 1)";
+  const std::string trace = std::string(KVGRID_SOURCE_DIR) + "/experiments/traces/mooncake_synthetic_trace.jsonl";
+  // Unbounded cache, one request at a time: the cache holds everything every request left.
+  // KVGRID_IDEAL_FIRST_N=0 replays the whole trace (jobs/bench_mooncake.sh does).
+  const char* env_n = std::getenv("KVGRID_IDEAL_FIRST_N");
+  const std::string first_n = env_n ? env_n : "120";
+  auto e = parse_experiment("", "ideal",
+                            {"workload.kind=mooncake", "workload.mooncake.trace=" + trace, "workload.mooncake.first_n=" + first_n,
+                             "cache.page_size=64", "cache.device_pages=1200000", "engine.max_running=1",
+                             "engine.chunk_size=16384", "model.layers=2", "model.kv_heads=1", "model.head_dim=1",
+                             "engine.check_every=100000"},
+                            1);
+  DecisionLog log;
+  auto r = serve(e, log);
+  ASSERT_EQ(r.finished, r.requests);
+  EXPECT_EQ(r.oracle_mismatches, 0);
+  auto w = make_serve_workload(e.workload, 1);
+  std::vector<RequestSpec> all;
+  while (!w->exhausted()) {
+    auto next = w->next_arrival_ns();
+    for (auto& s : w->arrivals(next ? *next : 0)) all.push_back(std::move(s));
+  }
+  auto ideal = testing::ideal_prefix_hit(all, 64, static_cast<std::uint64_t>(e.workload.vocab));
+  std::printf("[ ideal hit ] %llu of %llu prompt tokens cached (%.4f), ideal %.4f\n",
+              static_cast<unsigned long long>(r.cached_tokens), static_cast<unsigned long long>(r.prompt_tokens),
+              static_cast<double>(r.cached_tokens) / static_cast<double>(r.prompt_tokens), ideal.rate());
+  EXPECT_EQ(static_cast<std::uint64_t>(r.prompt_tokens), ideal.prompt_tokens);
+  EXPECT_EQ(static_cast<std::uint64_t>(r.cached_tokens), ideal.cached_tokens);
+  EXPECT_GT(ideal.cached_tokens, 0u);
 }
 
 }  // namespace

@@ -1,0 +1,51 @@
+#!/usr/bin/python3
+"""Hit rate and modelled TTFT over (modelled) time, from a serving run's HDF5 trace only.
+
+usage: hit_ttft.py RUN_DIR_OR_RUN_H5 OUT.png
+Reads the `requests` table that the last stage's leader wrote: per finished request its arrival,
+first-token and finish times on the modelled clock, prompt and cached tokens.
+"""
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import h5py  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def requests(run):
+    path = os.path.join(run, "run.h5") if os.path.isdir(run) else run
+    with h5py.File(path, "r") as f:
+        meta = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f["meta"].attrs.items()}
+        for r in sorted(f["ranks"].keys()):
+            t = f["ranks"][r]["requests"][:]
+            if len(t):
+                return meta, t
+    raise SystemExit(f"{path}: no requests table with rows (not a serving run?)")
+
+
+def main():
+    if len(sys.argv) != 3:
+        raise SystemExit(__doc__)
+    meta, t = requests(sys.argv[1])
+    t = np.sort(t, order="finish_ns")
+    finish_s = t["finish_ns"] / 1e9
+    cum_hit = np.cumsum(t["cached_tokens"]) / np.maximum(np.cumsum(t["prompt_tokens"]), 1)
+    fig, ax = plt.subplots(2, 1, figsize=(7, 5.5), sharex=True)
+    ax[0].plot(finish_s, 100 * cum_hit, color="tab:blue")
+    ax[0].set_ylabel("device hit rate (%)\n(cumulative)")
+    ax[0].set_ylim(0, 100)
+    ax[1].scatter(t["first_token_ns"] / 1e9, t["ttft_model_ns"] / 1e6, s=6, color="tab:orange")
+    ax[1].set_ylabel("TTFT (modelled ms)")
+    ax[1].set_xlabel("modelled time (s)")
+    fig.suptitle(f"{meta['experiment']}  {meta['topology']}  seed {meta['seed']}  ({len(t)} requests)")
+    fig.tight_layout()
+    fig.savefig(sys.argv[2], dpi=120)
+    print(f"wrote {sys.argv[2]}")
+
+
+if __name__ == "__main__":
+    main()
