@@ -8,6 +8,15 @@
 
 namespace kvgrid::cache {
 
+namespace {
+// The eviction victims (in eviction order) as one digest: ranks must evict the same pages.
+std::uint64_t victims_digest(const std::vector<PageId>& freed) {
+  std::uint64_t h = 0x76696374ULL;
+  for (PageId p : freed) h = hash_combine(h, p.value());
+  return h;
+}
+}  // namespace
+
 DeviceCache::DeviceCache(const DeviceCacheConfig& cfg, DecisionLog& log)
     : tree_(TreeConfig{cfg.page_size}), pool_(cfg.device_pages), log_(log) {}
 
@@ -15,10 +24,10 @@ Admission DeviceCache::admit(RequestId id, std::span<const TokenId> prompt) {
   const std::int64_t p = tree_.page_size().value();
   Admission a;
   a.prompt = Tokens(static_cast<std::int64_t>(prompt.size()));
-  const std::uint64_t req = hash_combine(id.value(), prompt.size());
 
   MatchResult m = tree_.match_prefix(prompt);
-  KVGRID_CONSENSUS(log_, "match_prefix", req, static_cast<std::uint64_t>(m.matched.value()));
+  KVGRID_CONSENSUS(log_, "match_prefix", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(prompt.size())},
+                   {m.matched.value()});
   a.matched = m.matched;
   tree_.lock(m.last_node);
 
@@ -29,10 +38,11 @@ Admission DeviceCache::admit(RequestId id, std::span<const TokenId> prompt) {
     std::vector<PageId> freed = tree_.evict(want);
     pool_.free(freed);
     a.evicted = Pages(static_cast<std::int64_t>(freed.size()));
-    KVGRID_CONSENSUS(log_, "evict", static_cast<std::uint64_t>(want.value()), static_cast<std::uint64_t>(a.evicted.value()));
+    KVGRID_CONSENSUS(log_, "evict", {want.value()}, {a.evicted.value(), freed.empty() ? 0 : freed.front().value()},
+                     victims_digest(freed));
   }
   auto fresh = pool_.alloc(need);
-  KVGRID_CONSENSUS(log_, "admit", req, fresh ? 1 : 0);
+  KVGRID_CONSENSUS(log_, "admit", {static_cast<std::int64_t>(id.value())}, {fresh ? 1 : 0, need.value()});
   if (!fresh) {
     tree_.unlock(m.last_node);
     debug_verify();
@@ -44,7 +54,8 @@ Admission DeviceCache::admit(RequestId id, std::span<const TokenId> prompt) {
   std::vector<PageId> pages = std::move(m.device_pages);
   pages.insert(pages.end(), fresh->begin(), fresh->end());
   InsertResult ins = tree_.insert(prompt.first(static_cast<std::size_t>(aligned_pages * p)), pages);
-  KVGRID_CONSENSUS(log_, "insert", req, static_cast<std::uint64_t>(ins.prefix_len.value()));
+  KVGRID_CONSENSUS(log_, "insert", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(aligned_pages * p)},
+                   {ins.prefix_len.value()});
   // Pages of the part that was already present beyond our match are duplicates of the tree's own.
   const std::size_t from = static_cast<std::size_t>(m.matched.value() / p);
   const std::size_t to = static_cast<std::size_t>(ins.prefix_len.value() / p);
@@ -67,9 +78,9 @@ void DeviceCache::release(const Admission& a) {
 
 std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const TokenId> prompt, Tokens kv_tokens) {
   const std::int64_t p = tree_.page_size().value();
-  const std::uint64_t req = hash_combine(id.value(), prompt.size());
   MatchResult m = tree_.match_prefix(prompt);
-  KVGRID_CONSENSUS(log_, "match_prefix", req, static_cast<std::uint64_t>(m.matched.value()));
+  KVGRID_CONSENSUS(log_, "match_prefix", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(prompt.size())},
+                   {m.matched.value()});
   tree_.lock(m.last_node);
   Reservation r;
   r.matched = m.matched;
@@ -81,10 +92,11 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
     std::vector<PageId> freed = tree_.evict(want);
     pool_.free(freed);
     r.evicted = Pages(static_cast<std::int64_t>(freed.size()));
-    KVGRID_CONSENSUS(log_, "evict", static_cast<std::uint64_t>(want.value()), static_cast<std::uint64_t>(r.evicted.value()));
+    KVGRID_CONSENSUS(log_, "evict", {want.value()}, {r.evicted.value(), freed.empty() ? 0 : freed.front().value()},
+                     victims_digest(freed));
   }
   auto fresh = pool_.alloc(need);
-  KVGRID_CONSENSUS(log_, "admit", req, fresh ? 1 : 0);
+  KVGRID_CONSENSUS(log_, "admit", {static_cast<std::int64_t>(id.value())}, {fresh ? 1 : 0, need.value()});
   if (!fresh) {
     tree_.unlock(m.last_node);
     debug_verify();
@@ -109,7 +121,8 @@ void DeviceCache::insert_computed(RequestId id, Reservation& r, std::span<const 
   KVGRID_CHECK(r.pages.size() >= aligned, "page table of ", r.pages.size(), " pages for ", aligned, " computed pages");
   auto key = computed_tokens.first(aligned * p);
   InsertResult ins = tree_.insert(key, std::span<const PageId>(r.pages).first(aligned));
-  KVGRID_CONSENSUS(log_, "insert", hash_combine(id.value(), key.size()), static_cast<std::uint64_t>(ins.prefix_len.value()));
+  KVGRID_CONSENSUS(log_, "insert", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(key.size())},
+                   {ins.prefix_len.value()});
   const std::size_t present = static_cast<std::size_t>(ins.prefix_len.value()) / p;
   if (present > from) {
     // Another request inserted [from, present) meanwhile: use the tree's pages, free ours.

@@ -60,6 +60,13 @@ Handle decision_type() {
   insert(t.get(), "name", offsetof(DecisionRow, name), s.get());
   insert(t.get(), "args_digest", offsetof(DecisionRow, args_digest), H5T_NATIVE_UINT64);
   insert(t.get(), "result_digest", offsetof(DecisionRow, result_digest), H5T_NATIVE_UINT64);
+  hsize_t three[1] = {3}, two[1] = {2};
+  Handle a3(KVGRID_HDF5_CHECK(H5Tarray_create2(H5T_NATIVE_INT64, 1, three)), Handle::Kind::Datatype);
+  Handle a2(KVGRID_HDF5_CHECK(H5Tarray_create2(H5T_NATIVE_INT64, 1, two)), Handle::Kind::Datatype);
+  insert(t.get(), "args", offsetof(DecisionRow, args), a3.get());
+  insert(t.get(), "results", offsetof(DecisionRow, results), a2.get());
+  insert(t.get(), "n_args", offsetof(DecisionRow, n_args), H5T_NATIVE_INT32);
+  insert(t.get(), "n_results", offsetof(DecisionRow, n_results), H5T_NATIVE_INT32);
   return t;
 }
 
@@ -186,6 +193,10 @@ void TraceWriter::decisions(std::vector<DecisionRecord> d) {
     copy_fixed(row.name, sizeof(row.name), r.name);
     row.args_digest = r.args_digest;
     row.result_digest = r.result_digest;
+    for (int i = 0; i < 3; ++i) row.args[i] = r.args[i];
+    for (int i = 0; i < 2; ++i) row.results[i] = r.results[i];
+    row.n_args = r.n_args;
+    row.n_results = r.n_results;
     decisions_.push_back(row);
   }
 }

@@ -37,6 +37,9 @@ struct DecisionRow {
   std::uint64_t seq = 0, step = 0;
   char name[32] = {};
   std::uint64_t args_digest = 0, result_digest = 0;
+  std::int64_t args[3] = {0, 0, 0};   // the chosen argument values (readable)
+  std::int64_t results[2] = {0, 0};   // the chosen result values (readable)
+  std::int32_t n_args = 0, n_results = 0;
 };
 
 struct FaultRow {

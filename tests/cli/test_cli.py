@@ -256,7 +256,7 @@ def shape_mismatch():
     m = re.search(r"shape mismatch at step \d+ on stage 1: request \d+: stage 0 sent (\d+) tokens, this stage scheduled (\d+)", se)
     expect(m and m.group(1) != m.group(2), "names the request and both counts", se)
     rc, so, _ = tool("check", out("s"))
-    expect(rc == 1 and "first divergence" in so, "the offline check finds where the stages parted", so)
+    expect(rc == 1 and "Found rank divergence" in so, "the offline check finds where the stages parted", so)
 
 
 def corrupt_page_detected():

@@ -61,19 +61,20 @@ TEST(Rng, BoundedDrawsStayInRange) {
 
 TEST(DecisionLog, RunningDigestIsOrderSensitiveAndRecentIsBounded) {
   DecisionLog a, b;
-  a.record("x", 1, 2);
-  a.record("y", 3, 4);
-  b.record("y", 3, 4);
-  b.record("x", 1, 2);
+  a.record("x", {1}, {2});
+  a.record("y", {3}, {4});
+  b.record("y", {3}, {4});
+  b.record("x", {1}, {2});
   EXPECT_NE(a.running_digest(), b.running_digest());
   DecisionLog c;
-  c.record("x", 1, 2);
-  c.record("y", 3, 4);
+  c.record("x", {1}, {2});
+  c.record("y", {3}, {4});
   EXPECT_EQ(a.running_digest(), c.running_digest());
-  for (int i = 0; i < 20; ++i) c.record("z", static_cast<std::uint64_t>(i), 0);
+  for (int i = 0; i < 20; ++i) c.record("z", {i, 7}, {0});
   EXPECT_EQ(c.size(), 22u);
   EXPECT_EQ(c.recent().size(), 8u);
-  EXPECT_EQ(c.recent().back().args_digest, 19u);
+  EXPECT_EQ(c.recent().back().args[0], 19);
+  EXPECT_EQ(c.recent().back().text(), "z(19, 7) -> (0)");
   EXPECT_EQ(c.take_new().size(), 22u);
   EXPECT_TRUE(c.take_new().empty());
   EXPECT_NE(c.recent_text().find("z"), std::string::npos);
