@@ -133,28 +133,25 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
   // Both loops report the same summary; the serving loop adds the oracle and request counts.
   RunSummary s;
   std::vector<RankSummaryRow> rows;
+  auto summarize = [&](LoopResult& r) {
+    s.steps = r.steps;
+    s.checks = r.checks;
+    s.verify_failures = r.verify_failures;
+    s.tree_divergences = r.tree_divergences;
+    s.decision_divergences = r.decision_divergences;
+    s.wall_s = r.wall_s;
+    rows = std::move(r.all);
+  };
   try {
     if (exp.workload.kind == "tree") {
       TreeRunResult r = run_tree_workload(exp, grid, faults, log, trace.get(), /*print=*/true);
-      s.steps = r.steps;
-      s.checks = r.checks;
-      s.verify_failures = r.verify_failures;
-      s.tree_divergences = r.tree_divergences;
-      s.decision_divergences = r.decision_divergences;
-      s.wall_s = r.wall_s;
-      rows = std::move(r.all);
+      summarize(r);
     } else {
       ServeResult r = run_serve(exp, grid, faults, log, trace.get(), /*print=*/true, std::move(workload));
-      s.steps = r.steps;
-      s.checks = r.checks;
-      s.verify_failures = r.verify_failures;
-      s.tree_divergences = r.tree_divergences;
-      s.decision_divergences = r.decision_divergences;
+      summarize(r);
       s.oracle_mismatches = r.oracle_mismatches;
       s.requests = r.requests;
       s.finished = r.finished;
-      s.wall_s = r.wall_s;
-      rows = std::move(r.all);
     }
   } catch (const std::exception&) {
     // Keep what this rank decided before the error; the caller aborts the job.

@@ -21,52 +21,24 @@ DeviceCache::DeviceCache(const DeviceCacheConfig& cfg, DecisionLog& log)
     : tree_(TreeConfig{cfg.page_size}), pool_(cfg.device_pages), log_(log) {}
 
 Admission DeviceCache::admit(RequestId id, std::span<const TokenId> prompt) {
+  // A reservation for the page-aligned prompt, inserted at once: the request then holds the lock
+  // on its own leaf (the tree loop's "running" request) until release().
   const std::int64_t p = tree_.page_size().value();
+  const Tokens aligned(static_cast<std::int64_t>(prompt.size()) / p * p);
   Admission a;
   a.prompt = Tokens(static_cast<std::int64_t>(prompt.size()));
-
-  MatchResult m = tree_.match_prefix(prompt);
-  KVGRID_CONSENSUS(log_, "match_prefix", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(prompt.size())},
-                   {m.matched.value()});
-  a.matched = m.matched;
-  tree_.lock(m.last_node);
-
-  const std::int64_t aligned_pages = static_cast<std::int64_t>(prompt.size()) / p;
-  const Pages need(aligned_pages - static_cast<std::int64_t>(m.device_pages.size()));
-  if (need > pool_.free_pages()) {
-    const Pages want = need - pool_.free_pages();
-    std::vector<PageId> freed = tree_.evict(want);
-    pool_.free(freed);
-    a.evicted = Pages(static_cast<std::int64_t>(freed.size()));
-    KVGRID_CONSENSUS(log_, "evict", {want.value()}, {a.evicted.value(), freed.empty() ? 0 : freed.front().value()},
-                     victims_digest(freed));
-  }
-  auto fresh = pool_.alloc(need);
-  KVGRID_CONSENSUS(log_, "admit", {static_cast<std::int64_t>(id.value())}, {fresh ? 1 : 0, need.value()});
-  if (!fresh) {
-    tree_.unlock(m.last_node);
-    debug_verify();
+  auto r = reserve(id, prompt, aligned);
+  if (!r) {
+    a.matched = last_match_;
+    a.evicted = last_evicted_;
     return a;
   }
   a.admitted = true;
-  a.new_pages = need;
-
-  std::vector<PageId> pages = std::move(m.device_pages);
-  pages.insert(pages.end(), fresh->begin(), fresh->end());
-  InsertResult ins = tree_.insert(prompt.first(static_cast<std::size_t>(aligned_pages * p)), pages);
-  KVGRID_CONSENSUS(log_, "insert", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(aligned_pages * p)},
-                   {ins.prefix_len.value()});
-  // Pages of the part that was already present beyond our match are duplicates of the tree's own.
-  const std::size_t from = static_cast<std::size_t>(m.matched.value() / p);
-  const std::size_t to = static_cast<std::size_t>(ins.prefix_len.value() / p);
-  if (to > from) {
-    pool_.free(std::span<const PageId>(pages).subspan(from, to - from));
-    a.duplicate_pages = Pages(static_cast<std::int64_t>(to - from));
-  }
-  tree_.lock(ins.last_node);
-  tree_.unlock(m.last_node);
-  a.node = ins.last_node;
-  debug_verify();
+  a.matched = r->matched;
+  a.evicted = r->evicted;
+  a.new_pages = r->fresh;
+  insert_computed(id, *r, prompt.first(static_cast<std::size_t>(aligned.value())));
+  a.node = r->node;
   return a;
 }
 
@@ -82,6 +54,8 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
   KVGRID_CONSENSUS(log_, "match_prefix", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(prompt.size())},
                    {m.matched.value()});
   tree_.lock(m.last_node);
+  last_match_ = m.matched;
+  last_evicted_ = Pages(0);
   Reservation r;
   r.matched = m.matched;
   r.kv_tokens = kv_tokens;
@@ -92,6 +66,7 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
     std::vector<PageId> freed = tree_.evict(want);
     pool_.free(freed);
     r.evicted = Pages(static_cast<std::int64_t>(freed.size()));
+    last_evicted_ = r.evicted;
     KVGRID_CONSENSUS(log_, "evict", {want.value()}, {r.evicted.value(), freed.empty() ? 0 : freed.front().value()},
                      victims_digest(freed));
   }

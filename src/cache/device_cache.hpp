@@ -1,9 +1,9 @@
 // The device tier of one rank's prefix cache: radix tree + device page pool, and the decisions
 // that tie them (what SGLang's scheduler does around `match_prefix` / `cache_unfinished_req`).
 //
-// `admit` takes one request's prompt through: match_prefix → lock the hit → evict to make room →
-// allocate the missing pages (all or nothing) → insert the page-aligned prompt → free duplicate
-// pages → move the lock to the inserted leaf. Every decision is recorded in the rank's decision
+// `admit` (the tree loop) takes one request's prompt through: match_prefix → lock the hit → evict
+// to make room → allocate the missing pages (all or nothing) → insert the page-aligned prompt →
+// free duplicate pages → move the lock to the inserted leaf; it is `reserve` + `insert_computed`. Every decision is recorded in the rank's decision
 // log, so ranks that must agree can be compared (`kvgrid check`, the consensus checker).
 // Ownership: an admitted request holds one lock (on `Admission::node`) until `release`.
 #pragma once
@@ -29,7 +29,6 @@ struct Admission {
   Tokens prompt{0};
   Tokens matched{0};        // reused from the cache
   Pages new_pages{0};       // allocated for the uncached part
-  Pages duplicate_pages{0};  // allocated but already present (freed again)
   Pages evicted{0};         // pages evicted to make room
   TreeNode* node = nullptr;  // locked while the request holds its prefix (null: nothing locked)
 };
@@ -81,6 +80,8 @@ class DeviceCache {
   DevicePool pool_;
   DecisionLog& log_;
   Pages reserved_{0};  // pages held privately by reservations
+  Tokens last_match_{0};  // of the latest reserve(), for admit()'s report of a refusal
+  Pages last_evicted_{0};
 };
 
 }  // namespace kvgrid::cache

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/check.hpp"
+#include "core/log.hpp"
 #include "core/wait.hpp"
 
 namespace kvgrid {
@@ -36,6 +37,26 @@ void agree_or_throw(MPI_Comm comm, const std::string& local_error) {
   if (first == INT32_MAX) return;
   if (!local_error.empty() && me == first) throw InputError(local_error);
   throw InputError("rank " + std::to_string(first) + " failed to start (see its message on stderr)");
+}
+
+CheckOutcome periodic_check(const RankGrid& grid, const cache::DeviceCache& dc, const DecisionLog& log,
+                            std::int64_t& local_failures, std::int64_t step, LoopResult& res, bool print) {
+  try {
+    dc.verify();
+  } catch (const InternalError& e) {
+    ++local_failures;
+    log_all("verify failed at step " + std::to_string(step) + ": " + e.what());
+  }
+  CheckOutcome c = cross_check(grid, dc.digest(), log, local_failures, step);
+  ++res.checks;
+  res.verify_failures = c.verify_failures;
+  if (!c.tree_differs.empty()) ++res.tree_divergences;
+  if (!c.decisions_differ.empty()) ++res.decision_divergences;
+  if (print && !c.tree_differs.empty())
+    log0("# step " + std::to_string(step) + ": tree digests differ from rank 0's on ranks" + rank_list(c.tree_differs));
+  if (print && !c.decisions_differ.empty())
+    log0("# step " + std::to_string(step) + ": decision logs differ from rank 0's on ranks" + rank_list(c.decisions_differ));
+  return c;
 }
 
 std::string rank_list(const std::vector<int>& ranks) {

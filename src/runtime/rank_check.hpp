@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "cache/device_cache.hpp"
 #include "core/decision_log.hpp"
 #include "core/topology.hpp"
+#include "runtime/trace.hpp"
 
 namespace kvgrid {
 
@@ -22,6 +24,23 @@ struct CheckOutcome {
 CheckOutcome cross_check(const RankGrid& grid, std::uint64_t tree_digest, const DecisionLog& log,
                          std::int64_t local_failures, std::int64_t step);
 std::string rank_list(const std::vector<int>& ranks);
+
+// What every loop reports (the serving loop adds its oracle and request counts).
+struct LoopResult {
+  std::int64_t steps = 0, checks = 0, verify_failures = 0;
+  std::int64_t tree_divergences = 0;      // checks at which some rank's tree digest differed
+  std::int64_t decision_divergences = 0;  // checks at which some rank's decision log differed
+  double wall_s = 0.0;
+  RankSummaryRow mine;
+  std::vector<RankSummaryRow> all;        // world rank 0 only
+  std::int64_t divergences() const { return tree_divergences + decision_divergences; }
+};
+
+// The periodic check of both loops: verify this rank's cache (a failure is counted in
+// `local_failures` and logged, not thrown), cross_check, update `res`, print the ranks that
+// differ (rank 0, when `print`). Collective over grid.world().
+CheckOutcome periodic_check(const RankGrid& grid, const cache::DeviceCache& dc, const DecisionLog& log,
+                            std::int64_t& local_failures, std::int64_t step, LoopResult& res, bool print);
 
 // Every rank learns whether any rank failed a start-up step (empty `local_error`: this rank did
 // not), so that no rank walks on into a collective alone; then all throw InputError. Rank 0's

@@ -217,43 +217,15 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
 
   auto emit = [&](std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1, std::int64_t a2,
                   std::int32_t status) {
-    if (!trace) return;
-    EventRow e;
-    e.step = static_cast<std::uint64_t>(step);
-    e.wall_ns = wall_ns();
-    e.model_ns = clock;
-    e.request = request;
-    copy_fixed(e.op, sizeof(e.op), op);
-    e.args[0] = a0;
-    e.args[1] = a1;
-    e.args[2] = a2;
-    e.status = status;
-    trace->event(e);
+    if (trace) trace->event(static_cast<std::uint64_t>(step), wall_ns(), clock, request, op, a0, a1, a2, status);
   };
   auto flush = [&] {
-    if (!trace) return;
-    trace->decisions(log.take_new());
-    trace->faults(faults.take_new());
-    trace->flush();
+    if (trace) trace->flush_all(log, faults);
   };
   auto check = [&](std::int64_t step) {
-    try {
-      dc.verify();
-    } catch (const InternalError& e) {
-      ++local_failures;
-      log_all("verify failed at step " + std::to_string(step) + ": " + e.what());
-    }
-    CheckOutcome co = cross_check(grid, dc.digest(), log, local_failures, step);
-    ++res.checks;
-    res.verify_failures = co.verify_failures;
-    if (!co.tree_differs.empty()) ++res.tree_divergences;
-    if (!co.decisions_differ.empty()) ++res.decision_divergences;
+    CheckOutcome co = periodic_check(grid, dc, log, local_failures, step, res, print);
     emit(step, 0, "check", static_cast<std::int64_t>(co.tree_differs.size()), static_cast<std::int64_t>(co.decisions_differ.size()),
          co.verify_failures, co.agree() ? 0 : 1);
-    if (print && !co.tree_differs.empty())
-      log0("# step " + std::to_string(step) + ": tree digests differ from rank 0's on ranks" + rank_list(co.tree_differs));
-    if (print && !co.decisions_differ.empty())
-      log0("# step " + std::to_string(step) + ": decision logs differ from rank 0's on ranks" + rank_list(co.decisions_differ));
   };
 
   if (print) log0("#  step  finished/total  waiting running   hit%    pages  model_ms  wall_s");

@@ -26,22 +26,17 @@
 #include "core/failpoint.hpp"
 #include "core/topology.hpp"
 #include "runtime/experiment.hpp"
+#include "runtime/rank_check.hpp"
 #include "runtime/serve_workload.hpp"
 #include "runtime/trace.hpp"
 
 namespace kvgrid {
 
-struct ServeResult {
-  std::int64_t steps = 0, checks = 0, verify_failures = 0;
-  std::int64_t tree_divergences = 0, decision_divergences = 0;
+struct ServeResult : LoopResult {
   std::int64_t oracle_mismatches = 0;  // world total
   std::int64_t requests = 0, finished = 0;
   std::int64_t prompt_tokens = 0, cached_tokens = 0;
   std::uint64_t model_ns = 0;          // this rank's modelled clock at the end
-  double wall_s = 0.0;
-  RankSummaryRow mine;
-  std::vector<RankSummaryRow> all;     // world rank 0 only
-  std::int64_t divergences() const { return tree_divergences + decision_divergences; }
   bool ok() const { return divergences() == 0 && verify_failures == 0 && oracle_mismatches == 0; }
 };
 

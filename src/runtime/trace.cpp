@@ -211,6 +211,27 @@ void TraceWriter::faults(std::vector<FailpointFiring> f) {
   }
 }
 
+void TraceWriter::event(std::uint64_t step, std::uint64_t wall_ns, std::uint64_t model_ns, std::uint64_t request,
+                        const char* op, std::int64_t a0, std::int64_t a1, std::int64_t a2, std::int32_t status) {
+  EventRow e;
+  e.step = step;
+  e.wall_ns = wall_ns;
+  e.model_ns = model_ns;
+  e.request = request;
+  copy_fixed(e.op, sizeof(e.op), op);
+  e.args[0] = a0;
+  e.args[1] = a1;
+  e.args[2] = a2;
+  e.status = status;
+  events_.push_back(e);
+}
+
+void TraceWriter::flush_all(DecisionLog& log, FailpointRegistry& faults) {
+  decisions(log.take_new());
+  this->faults(faults.take_new());
+  flush();
+}
+
 void TraceWriter::flush() {
   if (!file_) return;
   events_tbl_.append(events_.data(), events_.size());

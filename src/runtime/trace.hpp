@@ -98,6 +98,10 @@ class TraceWriter {
   ~TraceWriter();
 
   void event(const EventRow& e) { events_.push_back(e); }
+  void event(std::uint64_t step, std::uint64_t wall_ns, std::uint64_t model_ns, std::uint64_t request, const char* op,
+             std::int64_t a0, std::int64_t a1, std::int64_t a2, std::int32_t status);
+  // Takes the log's and the registry's new records, appends everything and flushes the file.
+  void flush_all(DecisionLog& log, FailpointRegistry& faults);
   void request(const RequestRow& r) { requests_.push_back(r); }
   void decisions(std::vector<DecisionRecord> d);
   void faults(std::vector<FailpointFiring> f);

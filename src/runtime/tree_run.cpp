@@ -40,7 +40,6 @@ std::vector<Request> receive_step(const RankGrid& grid, TreeWorkload* gen, std::
   return decode_requests(buf);
 }
 
-void fill_op(EventRow& e, const char* op) { copy_fixed(e.op, sizeof(e.op), op); }
 
 }  // namespace
 
@@ -63,43 +62,15 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
 
   auto emit = [&](std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1,
                   std::int64_t a2, std::int32_t status) {
-    if (!trace) return;
-    EventRow e;
-    e.step = static_cast<std::uint64_t>(step);
-    e.wall_ns = wall_ns();
-    e.request = request;
-    fill_op(e, op);
-    e.args[0] = a0;
-    e.args[1] = a1;
-    e.args[2] = a2;
-    e.status = status;
-    trace->event(e);
+    if (trace) trace->event(static_cast<std::uint64_t>(step), wall_ns(), 0, request, op, a0, a1, a2, status);
   };
-  auto drain_to_trace = [&] {
-    if (!trace) return;
-    trace->decisions(log.take_new());
-    trace->faults(faults.take_new());
+  auto flush = [&] {
+    if (trace) trace->flush_all(log, faults);
   };
   auto check = [&](std::int64_t step) {
-    try {
-      dc.verify();
-    } catch (const InternalError& e) {
-      ++local_failures;
-      log_all(std::string("verify failed at step ") + std::to_string(step) + ": " + e.what());
-    }
-    CheckOutcome c = cross_check(grid, dc.digest(), log, local_failures, step);
-    ++res.checks;
-    res.verify_failures = c.verify_failures;
-    const bool agree = c.agree();
+    CheckOutcome c = periodic_check(grid, dc, log, local_failures, step, res, print);
     emit(step, 0, "check", static_cast<std::int64_t>(c.tree_differs.size()),
-         static_cast<std::int64_t>(c.decisions_differ.size()), c.verify_failures, agree ? 0 : 1);
-    if (!c.tree_differs.empty()) ++res.tree_divergences;
-    if (!c.decisions_differ.empty()) ++res.decision_divergences;
-    if (print && !c.tree_differs.empty())
-      log0("# step " + std::to_string(step) + ": tree digests differ from rank 0's on ranks" + rank_list(c.tree_differs));
-    if (print && !c.decisions_differ.empty())
-      log0("# step " + std::to_string(step) + ": decision logs differ from rank 0's on ranks" +
-           rank_list(c.decisions_differ));
+         static_cast<std::int64_t>(c.decisions_differ.size()), c.verify_failures, c.agree() ? 0 : 1);
   };
 
   if (print) log0("#  step    reqs   admit  reject    hit%   evicted   pages   nodes");
@@ -109,10 +80,7 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
     if (auto hit = faults.evaluate("rank.stall", static_cast<std::uint64_t>(step))) {
       const double ms = hit->param("duration_ms");
       emit(step, 0, "stall", static_cast<std::int64_t>(ms), 0, 0, 0);
-      if (trace) {  // a stalled rank may be aborted by its peers' watchdog: keep what it has
-        drain_to_trace();
-        trace->flush();
-      }
+      flush();  // a stalled rank may be aborted by its peers' watchdog: keep what it has
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
     }
 
@@ -166,18 +134,14 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
       log0(row);
       window_req = window_admit = window_matched = window_prompt = window_evicted = 0;
     }
-    if (trace && ((step + 1) % exp.output.flush_every == 0 || last)) {
-      drain_to_trace();
-      trace->flush();
-    }
+    if ((step + 1) % exp.output.flush_every == 0 || last) flush();
     res.steps = step + 1;
   }
   while (!held.empty()) {
     dc.release(held.front().admission);
     held.pop_front();
   }
-  drain_to_trace();
-  if (trace) trace->flush();
+  flush();
 
   auto& m = res.mine;
   m.rank = grid.world_rank();

@@ -17,18 +17,12 @@
 #include "core/failpoint.hpp"
 #include "core/topology.hpp"
 #include "runtime/experiment.hpp"
+#include "runtime/rank_check.hpp"
 #include "runtime/trace.hpp"
 
 namespace kvgrid {
 
-struct TreeRunResult {
-  std::int64_t steps = 0, checks = 0, verify_failures = 0;
-  std::int64_t tree_divergences = 0;      // checks at which some rank's tree digest differed
-  std::int64_t decision_divergences = 0;  // checks at which some rank's decision log differed
-  double wall_s = 0.0;
-  RankSummaryRow mine;
-  std::vector<RankSummaryRow> all;  // world rank 0 only
-  std::int64_t divergences() const { return tree_divergences + decision_divergences; }
+struct TreeRunResult : LoopResult {
   bool ok() const { return divergences() == 0 && verify_failures == 0; }
 };
 
