@@ -1,0 +1,68 @@
+// File storage backend (L3): a directory of objects, one per key.
+//
+// Object format: a 40-byte header — magic "KVGRIDO1", format version, key length, payload length,
+// payload checksum — then the key, then the payload. `set` writes to a unique temporary name and
+// renames it into place, so a reader (or another writer of the same key) never sees half an
+// object; an existing key only refreshes its LRU position. `get` validates everything: a missing,
+// short, corrupt or foreign object is a miss with a reason (counted, and the caller recomputes),
+// never data. Capacity: an LRU limit in bytes per instance (per rank); eviction deletes the least
+// recently set or read objects. `batch_exists` answers how many leading keys of a batch exist.
+// Thread-safe: the index is under a mutex; file I/O happens outside it.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace kvgrid::cache {
+
+enum class StorageMiss { None, Missing, Short, Corrupt, WrongKey, WrongLength };
+const char* storage_miss_name(StorageMiss m);
+
+struct StorageStats {
+  std::uint64_t sets = 0, set_skipped = 0, set_failed = 0, evicted = 0;
+  std::uint64_t gets = 0, hits = 0, missing = 0, short_reads = 0, corrupt = 0;
+  std::uint64_t bytes_written = 0, bytes_read = 0;
+};
+
+class FileStorage {
+ public:
+  // `dir` is created if missing. Objects already in it are adopted (oldest first in LRU order) so
+  // that a directory set explicitly can be reused across runs.
+  FileStorage(std::string dir, std::uint64_t capacity_bytes);
+
+  // false when the write failed (disk full, injected failure): nothing partial is left behind.
+  bool set(const std::string& key, std::span<const std::uint8_t> payload);
+  // StorageMiss::None on success (`out` filled); otherwise `out` is untouched.
+  StorageMiss get(const std::string& key, std::span<std::uint8_t> out);
+  bool exists(const std::string& key);
+  std::size_t batch_exists(std::span<const std::string> keys);
+
+  StorageStats stats() const;
+  std::uint64_t used_bytes() const;
+  const std::string& dir() const { return dir_; }
+  std::string path_of(const std::string& key) const;
+
+ private:
+  void touch_locked(const std::string& key);
+  std::string dir_;
+  std::uint64_t capacity_;
+  mutable std::mutex mu_;
+  std::list<std::string> lru_;  // front: least recently used
+  struct Entry {
+    std::list<std::string>::iterator pos;
+    std::uint64_t bytes;
+  };
+  std::unordered_map<std::string, Entry> index_;
+  std::uint64_t used_ = 0, tmp_counter_ = 0;
+  StorageStats stats_;
+};
+
+// 64-bit checksum of a byte payload (not cryptographic).
+std::uint64_t payload_checksum(std::span<const std::uint8_t> bytes);
+
+}  // namespace kvgrid::cache

@@ -1,0 +1,130 @@
+// File storage backend: round trip, leading-hit exists, corrupt/short/missing/foreign objects are
+// misses (never data), LRU capacity, reuse of a directory, concurrent writers of one key.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "cache/file_storage.hpp"
+
+namespace kvgrid::cache {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fresh_dir(const std::string& tag) {
+  auto d = fs::temp_directory_path() / ("kvgrid-storage-" + tag + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  return d.string();
+}
+
+std::vector<std::uint8_t> payload(std::size_t n, std::uint8_t seed) {
+  std::vector<std::uint8_t> p(n);
+  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::uint8_t>(seed + i * 7);
+  return p;
+}
+
+TEST(FileStorage, RoundTripAndLeadingHits) {
+  FileStorage s(fresh_dir("rt"), 1 << 20);
+  auto a = payload(1000, 1), b = payload(1000, 2);
+  ASSERT_TRUE(s.set("k0", a));
+  ASSERT_TRUE(s.set("k1", b));
+  ASSERT_TRUE(s.set("k1", a));  // existing key: kept, only refreshed
+  std::vector<std::uint8_t> out(1000);
+  EXPECT_EQ(s.get("k1", out), StorageMiss::None);
+  EXPECT_EQ(out, b);
+  std::vector<std::string> keys = {"k0", "k1", "k2", "k0"};
+  EXPECT_EQ(s.batch_exists(keys), 2u);
+  EXPECT_EQ(s.stats().set_skipped, 1u);
+  // No temporary file is left behind.
+  for (const auto& e : fs::directory_iterator(s.dir())) EXPECT_EQ(e.path().extension(), ".bin") << e.path();
+}
+
+TEST(FileStorage, DamagedObjectsAreMissesNeverData) {
+  FileStorage s(fresh_dir("bad"), 1 << 20);
+  auto a = payload(4096, 3);
+  std::vector<std::uint8_t> out(4096, 0xee);
+  const auto untouched = out;
+  EXPECT_EQ(s.get("nothing", out), StorageMiss::Missing);
+  ASSERT_TRUE(s.set("flip", a));
+  {
+    std::fstream f(s.path_of("flip"), std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(40 + 4 + 100);  // header, key "flip", then a payload byte
+    f.put(static_cast<char>(a[100] ^ 0x10));
+  }
+  EXPECT_EQ(s.get("flip", out), StorageMiss::Corrupt);
+  ASSERT_TRUE(s.set("cut", a));
+  fs::resize_file(s.path_of("cut"), 40 + 3 + 2000);
+  EXPECT_EQ(s.get("cut", out), StorageMiss::Short);
+  ASSERT_TRUE(s.set("head", a));
+  fs::resize_file(s.path_of("head"), 10);
+  EXPECT_EQ(s.get("head", out), StorageMiss::Short);
+  ASSERT_TRUE(s.set("other", a));
+  fs::copy_file(s.path_of("other"), s.path_of("renamed"));  // an object stored under another key
+  EXPECT_EQ(s.get("renamed", out), StorageMiss::WrongKey);  // a copy of another key's object
+  std::vector<std::uint8_t> small(10);
+  EXPECT_EQ(s.get("other", small), StorageMiss::WrongLength);
+  EXPECT_EQ(out, untouched);
+  auto st = s.stats();
+  EXPECT_EQ(st.hits, 0u);
+  EXPECT_EQ(st.corrupt + st.short_reads + st.missing, 6u);
+}
+
+TEST(FileStorage, ForeignObjectUnderAKeyIsRejected) {
+  FileStorage s(fresh_dir("foreign"), 1 << 20);
+  auto a = payload(64, 4);
+  ASSERT_TRUE(s.set("alpha", a));
+  ASSERT_TRUE(s.set("beta", payload(64, 5)));
+  fs::copy_file(s.path_of("alpha"), s.path_of("beta"), fs::copy_options::overwrite_existing);
+  std::vector<std::uint8_t> out(64);
+  EXPECT_EQ(s.get("beta", out), StorageMiss::WrongKey);
+}
+
+TEST(FileStorage, LruCapacityEvictsLeastRecentlyUsed) {
+  const std::uint64_t object = 40 + 2 + 100;
+  FileStorage s(fresh_dir("lru"), 3 * object);
+  for (const char* k : {"k0", "k1", "k2"}) ASSERT_TRUE(s.set(k, payload(100, 1)));
+  std::vector<std::uint8_t> out(100);
+  EXPECT_EQ(s.get("k0", out), StorageMiss::None);  // k0 becomes the most recent; k1 is now oldest
+  ASSERT_TRUE(s.set("k3", payload(100, 2)));
+  EXPECT_FALSE(s.exists("k1"));
+  EXPECT_FALSE(fs::exists(s.path_of("k1")));
+  EXPECT_TRUE(s.exists("k0") && s.exists("k2") && s.exists("k3"));
+  EXPECT_EQ(s.used_bytes(), 3 * object);
+  EXPECT_EQ(s.stats().evicted, 1u);
+  EXPECT_FALSE(s.set("huge", payload(10000, 1)));  // larger than the whole capacity
+}
+
+TEST(FileStorage, AnExplicitDirectoryIsReusedAcrossInstances) {
+  const auto dir = fresh_dir("reuse");
+  {
+    FileStorage s(dir, 1 << 20);
+    ASSERT_TRUE(s.set("kept", payload(50, 9)));
+  }
+  FileStorage again(dir, 1 << 20);
+  std::vector<std::uint8_t> out(50);
+  EXPECT_EQ(again.get("kept", out), StorageMiss::None);
+  EXPECT_EQ(out, payload(50, 9));
+}
+
+TEST(FileStorage, ConcurrentWritersOfOneKeyLeaveOneWholeObject) {
+  const auto dir = fresh_dir("race");
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 8; ++w)
+    writers.emplace_back([&, w] {
+      FileStorage s(dir, 1 << 24);  // one instance per writer, as ranks sharing a directory have
+      for (int i = 0; i < 20; ++i) s.set("shared", payload(8192, static_cast<std::uint8_t>(w)));
+    });
+  for (auto& t : writers) t.join();
+  FileStorage reader(dir, 1 << 24);
+  std::vector<std::uint8_t> out(8192);
+  ASSERT_EQ(reader.get("shared", out), StorageMiss::None);
+  bool matches_a_writer = false;
+  for (int w = 0; w < 8; ++w) matches_a_writer = matches_a_writer || out == payload(8192, static_cast<std::uint8_t>(w));
+  EXPECT_TRUE(matches_a_writer);
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().extension(), ".bin") << e.path();
+}
+
+}  // namespace
+}  // namespace kvgrid::cache
