@@ -59,6 +59,39 @@ void KvPool::reset(std::span<const PageId> pages) {
   }
 }
 
+std::uint64_t* KvPool::layer_block(PageId page, std::size_t layer) {
+  return const_cast<std::uint64_t*>(static_cast<const KvPool*>(this)->layer_block(page, layer));
+}
+
+const std::uint64_t* KvPool::layer_block(PageId page, std::size_t layer) const {
+  KVGRID_CHECK(page.value() >= 1 && page.value() < layout_.pages && layer < layout_.layers, "block of page ", page,
+               " layer ", layer);
+  return data_.data() + (cfg_.payload == Payload::Full ? layout_.full_index(page.value(), layer, 0, 0, 0)
+                                                       : layout_.digest_index(page.value(), layer, 0));
+}
+
+std::size_t KvPool::layer_block_bytes() const {
+  const std::size_t words = cfg_.payload == Payload::Full ? layout_.heads * layout_.page_size * layout_.dims : layout_.heads;
+  return words * sizeof(std::uint64_t);
+}
+
+bool KvPool::compatible(const KvPool& o) const {
+  return cfg_.payload == o.cfg_.payload && cfg_.page_size == o.cfg_.page_size && cfg_.layer_base == o.cfg_.layer_base &&
+         cfg_.layers == o.cfg_.layers && cfg_.heads == o.cfg_.heads && cfg_.dims == o.cfg_.dims;
+}
+
+std::vector<std::vector<transfer::Copy>> layer_copies(KvPool& dst, std::span<const PageId> dst_pages, const KvPool& src,
+                                                      std::span<const PageId> src_pages) {
+  KVGRID_CHECK(dst.compatible(src), "copy between KV pools of different geometry");
+  KVGRID_CHECK(dst_pages.size() == src_pages.size(), "copy of ", src_pages.size(), " pages into ", dst_pages.size());
+  std::vector<std::vector<transfer::Copy>> out(src.layers());
+  const std::size_t bytes = src.layer_block_bytes();
+  for (std::size_t l = 0; l < src.layers(); ++l)
+    for (std::size_t i = 0; i < src_pages.size(); ++i)
+      out[l].push_back({dst.layer_block(dst_pages[i], l), src.layer_block(src_pages[i], l), bytes});
+  return out;
+}
+
 void KvPool::corrupt(PageId page, Rng& rng) {
   KVGRID_CHECK(page.value() >= 1 && page.value() < layout_.pages, "corrupt of page ", page);
   const std::size_t words = cfg_.payload == Payload::Full ? layout_.layers * layout_.heads * layout_.page_size * layout_.dims

@@ -15,6 +15,7 @@
 #include "core/ids.hpp"
 #include "core/rng.hpp"
 #include "kernels/kv_kernels.hpp"
+#include "transfer/transfer_engine.hpp"
 
 namespace kvgrid::cache {
 
@@ -47,6 +48,14 @@ class KvPool {
   // Flips one random bit of the page's storage (failpoint device.page.corrupt).
   void corrupt(PageId page, Rng& rng);
 
+  // One (page, local layer) block: contiguous words, the unit the transfer engine copies
+  // (full: heads × page_size × dims words; digest: heads words).
+  std::uint64_t* layer_block(PageId page, std::size_t layer);
+  const std::uint64_t* layer_block(PageId page, std::size_t layer) const;
+  std::size_t layer_block_bytes() const;
+  // Same geometry and payload (so that pages can be copied between the two pools).
+  bool compatible(const KvPool& other) const;
+
   Payload payload() const { return cfg_.payload; }
   std::size_t layers() const { return layout_.layers; }
   std::size_t heads() const { return layout_.heads; }
@@ -60,5 +69,10 @@ class KvPool {
   std::vector<std::uint64_t> data_;
   std::vector<std::uint64_t> coef_;  // kv_coeff per [local layer][local head]
 };
+
+// The copies that move `src_pages` of `src` to `dst_pages` of `dst`, one batch per local layer
+// (for a layer-wise load: submit with TransferEngine::submit_layers; for a backup, flatten).
+std::vector<std::vector<transfer::Copy>> layer_copies(KvPool& dst, std::span<const PageId> dst_pages, const KvPool& src,
+                                                      std::span<const PageId> src_pages);
 
 }  // namespace kvgrid::cache

@@ -20,6 +20,8 @@ class ThreadEvent final : public EventState {
  public:
   bool query() override { return done.load(std::memory_order_acquire); }
   void synchronize() override {
+    // Short copies finish within microseconds: poll briefly before paying for a sleep and wake-up.
+    for (int i = 0; i < 2000 && !query(); ++i) std::this_thread::yield();
     if (query()) return;
     std::unique_lock<std::mutex> lk(mu);
     wait_cv(lk, cv, [&] { return done.load(std::memory_order_acquire); }, "a threaded transfer to complete");

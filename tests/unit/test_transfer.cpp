@@ -132,3 +132,58 @@ TEST(TransferEngine, UnknownBackendIsAnInputError) {
 
 }  // namespace
 }  // namespace kvgrid::transfer
+
+// ---- KV pages through an engine: device → host → device keeps every fold, in both payloads ----
+
+#include "cache/kv_pool.hpp"
+#include "kokkos_env.hpp"
+
+namespace kvgrid::transfer {
+namespace {
+
+[[maybe_unused]] const bool kokkos_ready = (kvgrid::testing::ensure_kokkos(), true);
+
+TEST(KvPoolTransfer, BackupAndLayerWiseLoadPreserveFoldsOnBothEngines) {
+  for (const char* backend : {"simulated", "threaded"}) {
+    for (auto payload : {cache::Payload::Full, cache::Payload::Digest}) {
+      SCOPED_TRACE(std::string(backend) + (payload == cache::Payload::Full ? " full" : " digest"));
+      cache::KvPoolConfig cfg{Pages(8), Tokens(4), 2, 3, {0, 5}, 4, payload};
+      cache::KvPool device(cfg), host(cfg), device2(cfg);
+      std::vector<std::uint32_t> page, slot;
+      std::vector<std::uint64_t> F;
+      for (std::uint32_t p : {2u, 6u})
+        for (std::uint32_t s = 0; s < 4; ++s) {
+          page.push_back(p);
+          slot.push_back(s);
+          F.push_back(0x1234567ULL * (p * 4 + s + 1));
+        }
+      device.write(page, slot, F);
+      std::vector<std::uint64_t> want(6, 0), got(6, 0);
+      device.fold_pages(std::vector<std::uint32_t>{2, 6}, want);
+
+      Clock clk;
+      auto e = make_engine(clk.cfg(backend));
+      std::vector<PageId> dev = {PageId(2), PageId(6)}, hst = {PageId(7), PageId(1)}, dev2 = {PageId(3), PageId(4)};
+      // Backup: one batch with every layer.
+      std::vector<Copy> flat;
+      for (auto& l : cache::layer_copies(host, hst, device, dev)) flat.insert(flat.end(), l.begin(), l.end());
+      e->submit(0, flat).synchronize();
+      // Load back layer by layer into other device pages.
+      auto evs = e->submit_layers(1, cache::layer_copies(device2, dev2, host, hst));
+      ASSERT_EQ(evs.size(), 3u);
+      for (auto& ev : evs) ev.synchronize();
+      device2.fold_pages(std::vector<std::uint32_t>{3, 4}, got);
+      EXPECT_EQ(got, want);
+    }
+  }
+}
+
+TEST(KvPoolTransfer, IncompatiblePoolsAreRefused) {
+  cache::KvPool a({Pages(4), Tokens(4), 0, 2, {0}, 2, cache::Payload::Full});
+  cache::KvPool b({Pages(4), Tokens(4), 0, 2, {0}, 2, cache::Payload::Digest});
+  std::vector<PageId> p = {PageId(1)};
+  EXPECT_THROW(cache::layer_copies(a, p, b, p), InternalError);
+}
+
+}  // namespace
+}  // namespace kvgrid::transfer
