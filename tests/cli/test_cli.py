@@ -4,6 +4,7 @@
 Run one scenario: test_cli.py NAME (ctest registers each). Needs KVGRID_BIN, KVGRID_SOURCE, MPIEXEC.
 Ordering between processes is by exit and files, never by sleeping.
 """
+import csv
 import json
 import os
 import re
@@ -296,6 +297,23 @@ def jobs_and_plot():
         expect(f.read(8) == b"\x89PNG\r\n\x1a\n", "a PNG file")
     p = subprocess.run([os.path.join(SRC, "jobs", "figure.sh"), "--list"], capture_output=True, text=True)
     expect(p.returncode == 0 and "hit-ttft" in p.stdout, "figure list", p.stdout, p.stderr)
+
+
+def sweep_smoke():
+    env = dict(ENV, PATH=os.path.dirname(MPIEXEC) + ":" + os.environ.get("PATH", ""))
+    p = subprocess.run([os.path.join(SRC, "jobs", "sweep.sh"), TREE, "--seeds", "1-2", "--set",
+                        "debug.plant_divergence_rank=-1,3", "--out", out("sw"), "--",
+                        "--set", "workload.tree.steps=40", "--set", "debug.plant_divergence_step=5"],
+                       capture_output=True, text=True, env=env, timeout=240, cwd=SRC)
+    expect(p.returncode == 0, "sweep ran", p.stdout, p.stderr)
+    with open(out("sw/sweep.csv")) as f:
+        rows = list(csv.DictReader(f))
+    expect(len(rows) == 4, "2 variants x 2 seeds", rows)
+    clean = [r for r in rows if r["variant"] == "debug.plant_divergence_rank=-1"]
+    planted = [r for r in rows if r["variant"] == "debug.plant_divergence_rank=3"]
+    expect(all(r["exit"] == "0" and r["verdict"] == "OK" for r in clean), "clean variant OK", rows)
+    expect(all(r["exit"] == "1" and r["verdict"] == "FAILED" and int(r["divergences"]) > 0 for r in planted),
+           "planted variant caught in every seed", rows)
 
 
 if __name__ == "__main__":
