@@ -39,6 +39,32 @@ void agree_or_throw(MPI_Comm comm, const std::string& local_error) {
   throw InputError("rank " + std::to_string(first) + " failed to start (see its message on stderr)");
 }
 
+RankSummaryRow rank_summary(const RankGrid& grid, const cache::DeviceCache& dc, const DecisionLog& log,
+                            const FailpointRegistry& faults, std::int64_t local_failures) {
+  RankSummaryRow m;
+  m.rank = grid.world_rank();
+  m.group = grid.coord().group;
+  m.tp = grid.coord().tp;
+  m.cp = grid.coord().cp;
+  m.pp = grid.coord().pp;
+  m.verify_failures = static_cast<std::int32_t>(local_failures);
+  m.tree_digest = dc.digest();
+  m.decision_digest = log.running_digest();
+  m.decisions = log.size();
+  m.faults_fired = faults.fired_count();
+  m.tree_pages = dc.tree().total_pages().value();
+  m.tree_nodes = static_cast<std::int64_t>(dc.tree().node_count());
+  return m;
+}
+
+void finish_summary(const RankGrid& grid, LoopResult& res) {
+  if (grid.world_rank() == 0) res.all.resize(static_cast<std::size_t>(grid.world_size()));
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Igather(&res.mine, sizeof(RankSummaryRow), MPI_BYTE, res.all.data(), sizeof(RankSummaryRow),
+                               MPI_BYTE, 0, grid.world(), &req));
+  wait_mpi(&req, "Igather of rank summaries");
+}
+
 CheckOutcome periodic_check(const RankGrid& grid, const cache::DeviceCache& dc, const DecisionLog& log,
                             std::int64_t& local_failures, std::int64_t step, LoopResult& res, bool print) {
   try {

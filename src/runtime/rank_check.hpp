@@ -9,6 +9,7 @@
 
 #include "cache/device_cache.hpp"
 #include "core/decision_log.hpp"
+#include "core/failpoint.hpp"
 #include "core/topology.hpp"
 #include "runtime/trace.hpp"
 
@@ -35,6 +36,12 @@ struct LoopResult {
   std::vector<RankSummaryRow> all;        // world rank 0 only
   std::int64_t divergences() const { return tree_divergences + decision_divergences; }
 };
+
+// This rank's summary row (cache and log state; the loop adds its request counters), and its
+// gathering at world rank 0 into `res.all`. `finish_summary` is collective over grid.world().
+RankSummaryRow rank_summary(const RankGrid& grid, const cache::DeviceCache& dc, const DecisionLog& log,
+                            const FailpointRegistry& faults, std::int64_t local_failures);
+void finish_summary(const RankGrid& grid, LoopResult& res);
 
 // The periodic check of both loops: verify this rank's cache (a failure is counted in
 // `local_failures` and logged, not thrown), cross_check, update `res`, print the ranks that

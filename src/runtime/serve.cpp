@@ -167,8 +167,6 @@ StepMessage bcast_step(const StepMessage& m, bool root, MPI_Comm comm, const std
   return root ? m : unpack(p);
 }
 
-std::uint64_t percentile_index(std::size_t n, double q) { return std::min<std::uint64_t>(n - 1, static_cast<std::uint64_t>(q * static_cast<double>(n))); }
-
 }  // namespace
 
 ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults, DecisionLog& log,
@@ -407,29 +405,15 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   res.oracle_mismatches = mism;
 
   auto& m = res.mine;
-  m.rank = grid.world_rank();
-  m.group = c.group;
-  m.tp = c.tp;
-  m.cp = c.cp;
-  m.pp = c.pp;
-  m.verify_failures = static_cast<std::int32_t>(local_failures);
-  m.tree_digest = dc.digest();
-  m.decision_digest = log.running_digest();
-  m.decisions = log.size();
-  m.faults_fired = faults.fired_count();
-  m.tree_pages = dc.tree().total_pages().value();
-  m.tree_nodes = static_cast<std::int64_t>(dc.tree().node_count());
+  m = rank_summary(grid, dc, log, faults, local_failures);
   m.requests = res.requests;
   m.admitted = res.finished;
   m.matched_tokens = res.cached_tokens;
   m.prompt_tokens = res.prompt_tokens;
   m.oracle_mismatches = local_mismatches;
   m.model_ns = static_cast<std::int64_t>(clock);
-  if (grid.world_rank() == 0) res.all.resize(static_cast<std::size_t>(grid.world_size()));
-  KVGRID_MPI_CHECK(MPI_Igather(&m, sizeof(m), MPI_BYTE, res.all.data(), sizeof(m), MPI_BYTE, 0, grid.world(), &req));
-  wait_mpi(&req, "Igather of rank summaries");
+  finish_summary(grid, res);
   res.wall_s = static_cast<double>(wall_ns()) / 1e9;
-  (void)percentile_index;
   return res;
 }
 

@@ -57,7 +57,7 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
 
   TreeRunResult res;
   std::deque<Held> held;
-  std::int64_t local_failures = 0, requests = 0, admitted = 0, matched = 0, prompt = 0, evicted = 0;
+  std::int64_t local_failures = 0, requests = 0, admitted = 0, matched = 0, prompt = 0;
   std::int64_t window_req = 0, window_admit = 0, window_matched = 0, window_prompt = 0, window_evicted = 0;
 
   auto emit = [&](std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1,
@@ -96,7 +96,6 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
       ++window_req;
       prompt += a.prompt.value();
       window_prompt += a.prompt.value();
-      evicted += a.evicted.value();
       window_evicted += a.evicted.value();
       if (a.evicted.value() > 0) emit(step, r.id.value(), "evict", a.evicted.value(), 0, 0, 0);
       emit(step, r.id.value(), "admit", a.prompt.value(), a.matched.value(), a.new_pages.value(), a.admitted ? 1 : 0);
@@ -144,27 +143,12 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
   flush();
 
   auto& m = res.mine;
-  m.rank = grid.world_rank();
-  m.group = grid.coord().group;
-  m.tp = grid.coord().tp;
-  m.cp = grid.coord().cp;
-  m.pp = grid.coord().pp;
-  m.verify_failures = static_cast<std::int32_t>(local_failures);
-  m.tree_digest = dc.digest();
-  m.decision_digest = log.running_digest();
-  m.decisions = log.size();
-  m.faults_fired = faults.fired_count();
-  m.tree_pages = dc.tree().total_pages().value();
-  m.tree_nodes = static_cast<std::int64_t>(dc.tree().node_count());
+  m = rank_summary(grid, dc, log, faults, local_failures);
   m.requests = requests;
   m.admitted = admitted;
   m.matched_tokens = matched;
   m.prompt_tokens = prompt;
-  (void)evicted;
-  if (grid.world_rank() == 0) res.all.resize(static_cast<std::size_t>(grid.world_size()));
-  MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Igather(&m, sizeof(m), MPI_BYTE, res.all.data(), sizeof(m), MPI_BYTE, 0, grid.world(), &req));
-  wait_mpi(&req, "Igather of rank summaries");
+  finish_summary(grid, res);
   res.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   return res;
 }
