@@ -21,6 +21,7 @@ nlohmann::json report_json(const RunTrace& run) {
   j["seed"] = run.meta_int("seed");
   j["topology"] = run.meta_string("topology");
   j["world_size"] = run.meta_int("world_size");
+  j["workload"] = run.meta_string("workload");
   j["git_revision"] = run.meta_string("git_revision");
   j["complete"] = run.summary.has_value();
   if (run.summary) {
@@ -38,7 +39,7 @@ nlohmann::json report_json(const RunTrace& run) {
   std::vector<RequestRow> reqs;
   for (const auto& r : run.ranks)
     if (reqs.empty() && !r.requests.empty()) reqs = r.requests;
-  if (!reqs.empty() || run.meta_string("config").find("kind = \"tree\"") == std::string::npos) {
+  if (run.meta_string("workload") != "tree") {
     auto pct = [](std::vector<double> v, double q) {
       if (v.empty()) return 0.0;
       std::sort(v.begin(), v.end());
