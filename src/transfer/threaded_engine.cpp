@@ -3,6 +3,7 @@
 // watchdog included). Threads never call MPI or HDF5.
 #include <atomic>
 #include <condition_variable>
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -20,7 +21,8 @@ class ThreadEvent final : public EventState {
  public:
   bool query() override { return done.load(std::memory_order_acquire); }
   void synchronize() override {
-    // Short copies finish within microseconds: poll briefly before paying for a sleep and wake-up.
+    // Copies finish within microseconds to a few hundred: poll with yields (which hand the core to
+    // the copy threads) before paying for a sleep and a wake-up.
     for (int i = 0; i < 2000 && !query(); ++i) std::this_thread::yield();
     if (query()) return;
     std::unique_lock<std::mutex> lk(mu);
@@ -33,9 +35,82 @@ class ThreadEvent final : public EventState {
   std::condition_variable cv;
 };
 
+// Copies a batch with up to `helpers + 1` threads: the stream's worker takes one share and the
+// helpers the others, so one batch can use the memory bandwidth of several cores. Shares are whole
+// copies (never split), handed out in order; the batch completes when every share is done.
+class HelperPool {
+ public:
+  explicit HelperPool(int helpers) {
+    for (int i = 0; i < helpers; ++i) threads_.emplace_back([this] { run(); });
+  }
+  ~HelperPool() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  int helpers() const { return static_cast<int>(threads_.size()); }
+
+  // Runs copies[i] for all i, spread over the caller and the helpers; returns when all are done.
+  void copy_all(const std::vector<Copy>& copies) {
+    const std::size_t shares = std::min<std::size_t>(copies.size(), threads_.size() + 1);
+    if (shares <= 1) {
+      for (const auto& c : copies) std::memcpy(c.dst, c.src, c.bytes);
+      return;
+    }
+    Job job;
+    job.copies = &copies;
+    job.shares = shares;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      jobs_.push_back(&job);
+    }
+    cv_.notify_all();
+    run_share(job, 0);
+    std::unique_lock<std::mutex> lk(job.mu);
+    job.cv.wait(lk, [&] { return job.done == job.shares; });
+  }
+
+ private:
+  struct Job {
+    const std::vector<Copy>* copies = nullptr;
+    std::size_t shares = 0, next_share = 1, done = 0;  // share 0 is the caller's
+    std::mutex mu;
+    std::condition_variable cv;
+  };
+  void run_share(Job& job, std::size_t share) {
+    const auto& c = *job.copies;
+    for (std::size_t i = share; i < c.size(); i += job.shares) std::memcpy(c[i].dst, c[i].src, c[i].bytes);
+    std::lock_guard<std::mutex> g(job.mu);
+    if (++job.done == job.shares) job.cv.notify_all();
+  }
+  void run() {
+    for (;;) {
+      Job* job = nullptr;
+      std::size_t share = 0;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        job = jobs_.front();
+        share = job->next_share++;
+        if (job->next_share == job->shares) jobs_.pop_front();
+      }
+      run_share(*job, share);
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job*> jobs_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
 class Worker {
  public:
-  Worker() : thread_([this] { run(); }) {}
+  explicit Worker(HelperPool& pool) : pool_(pool), thread_([this] { run(); }) {}
   ~Worker() {
     {
       std::lock_guard<std::mutex> g(mu_);
@@ -64,8 +139,7 @@ class Worker {
         q_.pop_front();
       }
       if (e->delay_ns) std::this_thread::sleep_for(std::chrono::nanoseconds(e->delay_ns));  // injected fault
-      if (!e->failed)
-        for (const auto& c : e->copies) std::memcpy(c.dst, c.src, c.bytes);
+      if (!e->failed) pool_.copy_all(e->copies);
       e->copies.clear();
       {
         std::lock_guard<std::mutex> g(e->mu);
@@ -74,6 +148,7 @@ class Worker {
       e->cv.notify_all();
     }
   }
+  HelperPool& pool_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<ThreadEvent>> q_;
@@ -83,9 +158,9 @@ class Worker {
 
 class ThreadedEngine final : public TransferEngine {
  public:
-  explicit ThreadedEngine(const EngineConfig& cfg) {
+  explicit ThreadedEngine(const EngineConfig& cfg) : pool_(std::max(cfg.copy_threads, 1) - 1) {
     KVGRID_CHECK(cfg.streams > 0, "streams ", cfg.streams);
-    for (int s = 0; s < cfg.streams; ++s) workers_.push_back(std::make_unique<Worker>());
+    for (int s = 0; s < cfg.streams; ++s) workers_.push_back(std::make_unique<Worker>(pool_));
   }
   std::string_view name() const override { return "threaded"; }
   Event submit(StreamId stream, std::vector<Copy> batch) override {
@@ -106,6 +181,7 @@ class ThreadedEngine final : public TransferEngine {
   }
 
  private:
+  HelperPool pool_;  // before the workers, which use it
   std::vector<std::unique_ptr<Worker>> workers_;
   std::uint64_t next_delay_ = 0;
   bool next_fail_ = false;

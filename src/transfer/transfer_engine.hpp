@@ -68,6 +68,7 @@ struct EngineConfig {
   double bytes_per_ns = 25.0;    // simulated bandwidth (25 GB/s: a PCIe 5 x16 link, derated)
   double jitter = 0.25;          // simulated: duration × (1 + jitter × U[0,1)) from the seeded stream
   std::uint64_t seed = 1;        // simulated: the rank stream seed
+  int copy_threads = 2;          // threaded: threads sharing one batch's copies (the stream worker + helpers)
   // Simulated: the rank's modelled clock, and how `synchronize` advances it.
   std::function<std::uint64_t()> now;
   std::function<void(std::uint64_t)> advance_to;
