@@ -70,25 +70,49 @@ std::size_t RadixTree::common_pages_tokens(const TreeNode* node, std::span<const
 }
 
 void RadixTree::touch(TreeNode* node) {
-  if (node->in_evictable) {
-    evictable_.erase(EvictKey{node->last_access, node->id, node});
-    node->last_access = clock_;
-    evictable_.insert(EvictKey{node->last_access, node->id, node});
-  } else {
-    node->last_access = clock_;
-  }
+  const bool d = node->in_evictable, h = node->in_host_evictable;
+  if (d) evictable_.erase(EvictKey{node->last_access, node->id, node});
+  if (h) host_evictable_.erase(EvictKey{node->last_access, node->id, node});
+  node->last_access = clock_;
+  if (d) evictable_.insert(EvictKey{node->last_access, node->id, node});
+  if (h) host_evictable_.insert(EvictKey{node->last_access, node->id, node});
 }
 
 bool RadixTree::is_candidate(const TreeNode* node) const {
-  return node != root_.get() && node->lock_ref == 0 && node->children.empty() && !node->device.empty();
+  if (node == root_.get() || node->lock_ref != 0 || node->device.empty()) return false;
+  for (const auto& [h, c] : node->children)
+    if (!c->device.empty()) return false;
+  return true;
+}
+
+bool RadixTree::is_host_candidate(const TreeNode* node) const {
+  return node != root_.get() && node->lock_ref == 0 && node->device.empty() && !node->host.empty() &&
+         node->children.empty();
 }
 
 void RadixTree::refresh(TreeNode* node) {
   const bool want = is_candidate(node);
-  if (want == node->in_evictable) return;
-  if (want) evictable_.insert(EvictKey{node->last_access, node->id, node});
-  else evictable_.erase(EvictKey{node->last_access, node->id, node});
-  node->in_evictable = want;
+  if (want != node->in_evictable) {
+    if (want) evictable_.insert(EvictKey{node->last_access, node->id, node});
+    else evictable_.erase(EvictKey{node->last_access, node->id, node});
+    node->in_evictable = want;
+  }
+  const bool want_host = is_host_candidate(node);
+  if (want_host != node->in_host_evictable) {
+    if (want_host) host_evictable_.insert(EvictKey{node->last_access, node->id, node});
+    else host_evictable_.erase(EvictKey{node->last_access, node->id, node});
+    node->in_host_evictable = want_host;
+  }
+}
+
+void RadixTree::delete_leaf(TreeNode* node) {
+  KVGRID_CHECK(node != root_.get() && node->children.empty(), "delete of node ", node->id, " with children");
+  if (node->in_evictable) evictable_.erase(EvictKey{node->last_access, node->id, node});
+  if (node->in_host_evictable) host_evictable_.erase(EvictKey{node->last_access, node->id, node});
+  TreeNode* parent = node->parent;
+  parent->children.erase(entry_of(node));
+  --node_count_;
+  refresh(parent);
 }
 
 TreeNode* RadixTree::split(TreeNode* child, std::size_t split_tokens) {
@@ -102,7 +126,10 @@ TreeNode* RadixTree::split(TreeNode* child, std::size_t split_tokens) {
   mid->id = next_id_++;
   mid->parent = parent;
   mid->key.assign(child->key.begin(), child->key.begin() + static_cast<std::ptrdiff_t>(split_tokens));
-  mid->device.assign(child->device.begin(), child->device.begin() + static_cast<std::ptrdiff_t>(split_tokens / p));
+  if (!child->device.empty())
+    mid->device.assign(child->device.begin(), child->device.begin() + static_cast<std::ptrdiff_t>(split_tokens / p));
+  if (!child->host.empty())
+    mid->host.assign(child->host.begin(), child->host.begin() + static_cast<std::ptrdiff_t>(split_tokens / p));
   mid->first_page_hash = child->first_page_hash;  // same first page
   mid->lock_ref = child->lock_ref;
   mid->last_access = child->last_access;
@@ -111,7 +138,10 @@ TreeNode* RadixTree::split(TreeNode* child, std::size_t split_tokens) {
 
   std::unique_ptr<TreeNode> owned = std::move(it->second);
   owned->key.erase(owned->key.begin(), owned->key.begin() + static_cast<std::ptrdiff_t>(split_tokens));
-  owned->device.erase(owned->device.begin(), owned->device.begin() + static_cast<std::ptrdiff_t>(split_tokens / p));
+  if (!owned->device.empty())
+    owned->device.erase(owned->device.begin(), owned->device.begin() + static_cast<std::ptrdiff_t>(split_tokens / p));
+  if (!owned->host.empty())
+    owned->host.erase(owned->host.begin(), owned->host.begin() + static_cast<std::ptrdiff_t>(split_tokens / p));
   TreeNode* mid_raw = mid.get();
   it->second = std::move(mid);  // same first page, so the same key in the parent
   add_child(mid_raw, std::move(owned));
@@ -137,7 +167,9 @@ MatchResult RadixTree::match_up_to(std::span<const TokenId> tokens, std::size_t 
   if (limit == 0) return r;
   ++clock_;
 
-  std::vector<PathStep> path;
+  std::vector<PathStep> path;         // device-resident part
+  std::vector<TreeNode*> host_part;   // host-only continuation
+  std::size_t host_end = 0;
   TreeNode* node = root_.get();
   std::size_t pos = 0;
   while (pos < limit) {
@@ -148,14 +180,21 @@ MatchResult RadixTree::match_up_to(std::span<const TokenId> tokens, std::size_t 
     const bool partial = n < child->key.size();
     if (partial) child = split(child, n);  // only the matched part counts as accessed
     touch(child);
-    path.push_back({child, Tokens(static_cast<std::int64_t>(pos))});
+    if (child->device.empty() || !host_part.empty()) {
+      host_part.push_back(child);  // device-resident nodes form a prefix: the rest is host-only
+      host_end = pos + n;
+    } else {
+      path.push_back({child, Tokens(static_cast<std::int64_t>(pos))});
+    }
     node = child;
     pos += n;
     if (partial) break;
   }
 
-  // Components may only shorten the match, to a boundary they can serve.
-  Tokens accepted(static_cast<std::int64_t>(pos));
+  // Components may only shorten the (device) match, to a boundary they can serve.
+  const std::size_t device_end =
+      path.empty() ? 0 : static_cast<std::size_t>(path.back().start.value()) + path.back().node->key.size();
+  Tokens accepted(static_cast<std::int64_t>(device_end));
   for (const auto& c : components_) {
     Tokens a = c->accept_boundary(path, accepted);
     KVGRID_CHECK(a <= accepted && a.value() >= 0 && a.value() % static_cast<std::int64_t>(p) == 0,
@@ -173,12 +212,19 @@ MatchResult RadixTree::match_up_to(std::span<const TokenId> tokens, std::size_t 
 
   r.matched = accepted;
   r.device_pages.reserve(acc / p);
-  for (const auto& s : path) {
-    auto* n = const_cast<TreeNode*>(s.node);
+  for (const auto& st : path) {
+    auto* n = const_cast<TreeNode*>(st.node);
     r.device_pages.insert(r.device_pages.end(), n->device.begin(), n->device.end());
     ++n->ext.hit_count;
   }
   r.last_node = path.empty() ? root_.get() : const_cast<TreeNode*>(path.back().node);
+  // The host continuation counts only when the device part was accepted whole.
+  r.host_matched = accepted;
+  if (!host_part.empty() && acc == device_end) {
+    for (TreeNode* n : host_part) r.host_pages.insert(r.host_pages.end(), n->host.begin(), n->host.end());
+    r.host_path = std::move(host_part);
+    r.host_matched = Tokens(static_cast<std::int64_t>(host_end));
+  }
   return r;
 }
 
@@ -189,7 +235,8 @@ InsertResult RadixTree::insert(std::span<const TokenId> tokens, std::span<const 
   ++clock_;
   InsertResult r;
   TreeNode* node = root_.get();
-  std::size_t pos = 0;
+  std::size_t pos = 0, present = 0;
+  bool adopted = false;
   while (pos < tokens.size()) {
     auto first = tokens.subspan(pos, p);
     const std::uint64_t h = page_hash(first);
@@ -206,17 +253,24 @@ InsertResult RadixTree::insert(std::span<const TokenId> tokens, std::span<const 
       add_child(node, std::move(leaf));
       refresh(node);
       refresh(raw);
-      r.prefix_len = Tokens(static_cast<std::int64_t>(pos));
+      r.prefix_len = Tokens(static_cast<std::int64_t>(adopted ? present : pos));
       r.last_node = raw;
       return r;
     }
     std::size_t n = common_pages_tokens(child, tokens.subspan(pos));
     if (n < child->key.size()) child = split(child, n);
     touch(child);
+    if (child->device.empty()) {
+      // A host-only node on the path takes the caller's pages for its range (they hold the same KV).
+      set_device(child, pages.subspan(pos / p, n / p));
+      adopted = true;
+    } else if (!adopted) {
+      present = pos + n;
+    }
     node = child;
     pos += n;
   }
-  r.prefix_len = Tokens(static_cast<std::int64_t>(pos));
+  r.prefix_len = Tokens(static_cast<std::int64_t>(present));
   r.last_node = node;
   return r;
 }
@@ -248,25 +302,71 @@ std::vector<PageId> RadixTree::evict(Pages n) {
   std::vector<PageId> freed;
   while (static_cast<std::int64_t>(freed.size()) < n.value() && !evictable_.empty()) {
     TreeNode* victim = evictable_.begin()->node;
-    evictable_.erase(evictable_.begin());
-    victim->in_evictable = false;
     freed.insert(freed.end(), victim->device.begin(), victim->device.end());
     evictable_pages_ -= victim->pages();
-    TreeNode* parent = victim->parent;
-    parent->children.erase(entry_of(victim));
-    --node_count_;
-    refresh(parent);
+    if (!victim->host.empty()) {
+      victim->device.clear();  // backed up: stays as a host-only node
+      refresh(victim);
+      refresh(victim->parent);
+    } else {
+      delete_leaf(victim);
+    }
   }
   return freed;
 }
 
+std::vector<PageId> RadixTree::evict_host(Pages n) {
+  std::vector<PageId> freed;
+  while (static_cast<std::int64_t>(freed.size()) < n.value() && !host_evictable_.empty()) {
+    TreeNode* victim = host_evictable_.begin()->node;
+    freed.insert(freed.end(), victim->host.begin(), victim->host.end());
+    host_pages_ -= Pages(static_cast<std::int64_t>(victim->host.size()));
+    delete_leaf(victim);
+  }
+  return freed;
+}
+
+void RadixTree::set_host(TreeNode* node, std::span<const PageId> host_pages) {
+  const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
+  KVGRID_CHECK(node != root_.get() && node->host.empty(), "backup of node ", node->id, " that is the root or backed up");
+  KVGRID_CHECK(host_pages.size() == node->key.size() / p, "backup of ", node->key.size() / p, " pages with ",
+               host_pages.size(), " host pages");
+  KVGRID_CHECK(node->parent == root_.get() || !node->parent->host.empty(), "backup of node ", node->id,
+               " whose parent is not backed up");
+  node->host.assign(host_pages.begin(), host_pages.end());
+  host_pages_ += Pages(static_cast<std::int64_t>(host_pages.size()));
+  refresh(node);
+}
+
+void RadixTree::set_device(TreeNode* node, std::span<const PageId> device_pages) {
+  const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
+  KVGRID_CHECK(node != root_.get() && node->device.empty() && !node->host.empty(), "load-back into node ", node->id,
+               " that is not host-only");
+  KVGRID_CHECK(device_pages.size() == node->key.size() / p, "load-back of ", node->key.size() / p, " pages with ",
+               device_pages.size(), " device pages");
+  KVGRID_CHECK(node->parent == root_.get() || !node->parent->device.empty(), "load-back of node ", node->id,
+               " whose parent is not device-resident");
+  node->device.assign(device_pages.begin(), device_pages.end());
+  (node->lock_ref > 0 ? protected_pages_ : evictable_pages_) += node->pages();
+  refresh(node);
+  refresh(node->parent);
+}
+
 void RadixTree::verify() const {
   const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
-  KVGRID_CHECK(root_->key.empty() && root_->device.empty() && root_->parent == nullptr && root_->lock_ref == 0,
+  KVGRID_CHECK(root_->key.empty() && root_->device.empty() && root_->host.empty() && root_->parent == nullptr &&
+                   root_->lock_ref == 0,
                "root state");
-  std::vector<std::uint8_t> seen;  // by page id: a bitmap, not a hash set (verify runs on large trees)
-  std::size_t nodes = 0, candidates = 0;
-  std::int64_t evictable = 0, prot = 0;
+  // Page ids seen, as bitmaps (not hash sets: verify runs on large trees).
+  std::vector<std::uint8_t> seen, seen_host;
+  auto mark = [](std::vector<std::uint8_t>& bits, PageId pg, const char* tier, std::uint64_t node) {
+    KVGRID_CHECK(pg.value() != 0, "node ", node, " holds the padding page");
+    if (pg.value() >= bits.size()) bits.resize(std::max<std::size_t>(2 * bits.size(), pg.value() + 1), 0);
+    KVGRID_CHECK(!bits[pg.value()], tier, " page ", pg, " appears twice in the tree");
+    bits[pg.value()] = 1;
+  };
+  std::size_t nodes = 0, candidates = 0, host_candidates = 0;
+  std::int64_t evictable = 0, prot = 0, host = 0;
   std::vector<const TreeNode*> stack{root_.get()};
   while (!stack.empty()) {
     const TreeNode* n = stack.back();
@@ -276,8 +376,15 @@ void RadixTree::verify() const {
       const TreeNode* c = owned.get();
       KVGRID_CHECK(c->parent == n, "node ", c->id, " has a wrong parent pointer");
       KVGRID_CHECK(!c->key.empty() && c->key.size() % p == 0, "node ", c->id, " key of ", c->key.size(), " tokens");
-      KVGRID_CHECK(c->device.size() == c->key.size() / p, "node ", c->id, " has ", c->device.size(),
-                   " pages for ", c->key.size(), " tokens");
+      KVGRID_CHECK(c->device.empty() || c->device.size() == c->key.size() / p, "node ", c->id, " has ", c->device.size(),
+                   " device pages for ", c->key.size(), " tokens");
+      KVGRID_CHECK(c->host.empty() || c->host.size() == c->key.size() / p, "node ", c->id, " has ", c->host.size(),
+                   " host pages for ", c->key.size(), " tokens");
+      KVGRID_CHECK(!c->device.empty() || !c->host.empty(), "node ", c->id, " holds no pages in any tier");
+      KVGRID_CHECK(c->device.empty() || n == root_.get() || !n->device.empty(), "device-resident node ", c->id,
+                   " under a node that is not (device nodes must form a prefix)");
+      KVGRID_CHECK(c->host.empty() || n == root_.get() || !n->host.empty(), "backed-up node ", c->id,
+                   " under a node that is not (backed-up nodes must form a prefix)");
       KVGRID_CHECK(c->first_page_hash == h && h == hash_u32(std::span<const TokenId>(c->key.data(), p)),
                    "node ", c->id, " is filed under a stale first-page hash");
       auto [same, end] = n->children.equal_range(h);
@@ -287,11 +394,14 @@ void RadixTree::verify() const {
                      "children of node ", n->id, " share a first page");
       KVGRID_CHECK(c->lock_ref >= 0, "node ", c->id, " lock_ref ", c->lock_ref);
       child_locks += c->lock_ref;
-      for (PageId pg : c->device) {
-        KVGRID_CHECK(pg.value() != 0, "node ", c->id, " holds the padding page");
-        if (pg.value() >= seen.size()) seen.resize(std::max<std::size_t>(2 * seen.size(), pg.value() + 1), 0);
-        KVGRID_CHECK(!seen[pg.value()], "device page ", pg, " appears twice in the tree");
-        seen[pg.value()] = 1;
+      for (PageId pg : c->device) mark(seen, pg, "device", c->id);
+      for (PageId pg : c->host) mark(seen_host, pg, "host", c->id);
+      host += static_cast<std::int64_t>(c->host.size());
+      KVGRID_CHECK(c->in_host_evictable == is_host_candidate(c), "node ", c->id, " host-eviction flag is stale");
+      if (c->in_host_evictable) {
+        ++host_candidates;
+        KVGRID_CHECK(host_evictable_.count(EvictKey{c->last_access, c->id, nullptr}) == 1, "host candidate node ", c->id,
+                     " missing from the host eviction set");
       }
       (c->lock_ref > 0 ? prot : evictable) += c->pages().value();
       KVGRID_CHECK(c->in_evictable == is_candidate(c), "node ", c->id, " eviction-candidate flag is stale");
@@ -311,6 +421,9 @@ void RadixTree::verify() const {
                " candidates exist");
   KVGRID_CHECK(evictable == evictable_pages_.value() && prot == protected_pages_.value(), "page counters: evictable ",
                evictable_pages_, "/", evictable, " protected ", protected_pages_, "/", prot);
+  KVGRID_CHECK(host_candidates == host_evictable_.size(), "host eviction set holds ", host_evictable_.size(), " but ",
+               host_candidates, " candidates exist");
+  KVGRID_CHECK(host == host_pages_.value(), "host page counter ", host_pages_, " but ", host, " in the tree");
 }
 
 std::uint64_t RadixTree::digest() const {
@@ -324,10 +437,11 @@ std::uint64_t RadixTree::digest() const {
   while (!stack.empty()) {
     auto [n, chain] = stack.back();
     stack.pop_back();
-    for (std::size_t i = 0; i < n->device.size(); ++i) {
+    const std::uint64_t tiers = (n->device.empty() ? 0 : 1) | (n->host.empty() ? 0 : 2);
+    for (std::size_t i = 0; i < n->key.size() / p; ++i) {
       chain = hash_combine(chain, hash_u32(std::span<const TokenId>(n->key.data() + i * p, p)));
       // wrapping sum: independent of traversal order and of where nodes are split
-      acc += mix64(chain ^ mix64(static_cast<std::uint64_t>(n->lock_ref) + 0x5bd1e995ULL));
+      acc += mix64(chain ^ mix64(static_cast<std::uint64_t>(n->lock_ref) + 0x5bd1e995ULL + (tiers << 40)));
     }
     for (const auto& [h, c] : n->children) stack.push_back({c.get(), chain});
   }

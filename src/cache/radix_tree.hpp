@@ -11,8 +11,11 @@
 //    first pages and are filed under the hash of their first page;
 //  * a node's lock_ref = locks ending at it + the sum of its children's lock_ref (a lock protects
 //    the whole path to the root); locked pages are "protected", the others "evictable";
-//  * a node is an eviction candidate iff it is a non-root leaf with lock_ref == 0;
-//  * every device page appears at most once in the tree.
+//  * a node holds device pages, host pages or both (one per page of key each); device-resident
+//    nodes form a prefix from the root, and so do backed-up (host) nodes;
+//  * a node is a device-eviction candidate iff it is unlocked, device-resident and no child is;
+//    a host-eviction candidate iff it is unlocked, host-only and a leaf;
+//  * every device page and every host page appears at most once in the tree.
 // Eviction order is LRU on a logical access counter bumped by every match and insert, ties broken
 // by node id — never wall time — so ranks that take the same calls evict the same nodes.
 //
@@ -48,7 +51,8 @@ struct TreeNode {
   std::uint64_t id = 0;
   TreeNode* parent = nullptr;
   std::vector<TokenId> key;
-  std::vector<PageId> device;
+  std::vector<PageId> device;  // empty: evicted from the device (host-only)
+  std::vector<PageId> host;    // empty: not backed up on the host
   // Keyed by the hash of the child's first page; children of one node have distinct first pages.
   // Iteration order carries no meaning: no decision depends on it (digest and verify are
   // order-independent), so lookups, inserts and erases stay O(1) for wide nodes.
@@ -57,9 +61,11 @@ struct TreeNode {
   std::int64_t lock_ref = 0;
   std::uint64_t last_access = 0;
   NodeExt ext;
-  bool in_evictable = false;
+  bool in_evictable = false;       // a device-eviction candidate
+  bool in_host_evictable = false;  // a host-eviction candidate
 
-  Pages pages() const { return Pages(static_cast<std::int64_t>(device.size())); }
+  Pages pages() const { return Pages(static_cast<std::int64_t>(device.size())); }  // device pages
+  Pages key_pages(std::size_t page_size) const { return Pages(static_cast<std::int64_t>(key.size() / page_size)); }
   bool is_leaf() const { return children.empty(); }
 };
 
@@ -86,9 +92,13 @@ class FullComponent final : public TreeComponent {
 };
 
 struct MatchResult {
-  Tokens matched{0};                 // page multiple, <= prompt - 1
+  Tokens matched{0};                 // device hit: page multiple, <= prompt - 1
   std::vector<PageId> device_pages;  // matched / page_size pages, in prefix order
-  TreeNode* last_node = nullptr;     // deepest matched node (the root when nothing matched)
+  TreeNode* last_node = nullptr;     // deepest device-resident matched node (the root when none)
+  // The host tier continues the match past the device boundary through host-only nodes:
+  Tokens host_matched{0};            // total hit (device + host-only part), >= matched
+  std::vector<PageId> host_pages;    // host pages of [matched, host_matched)
+  std::vector<TreeNode*> host_path;  // the host-only nodes of that range, in order
 };
 
 struct InsertResult {
@@ -127,9 +137,19 @@ class RadixTree {
   void lock(TreeNode* node);
   void unlock(TreeNode* node);
 
-  // Evicts unlocked leaves in LRU order until at least `n` pages are freed or no candidate is
-  // left; returns the freed device pages (the caller returns them to its pool).
+  // Evicts unlocked device leaves (no device-resident child) in LRU order until at least `n`
+  // device pages are freed or no candidate is left; returns the freed device pages. A backed-up
+  // victim stays as a host-only node; the others leave the tree.
   std::vector<PageId> evict(Pages n);
+
+  // Host tier. `set_host` publishes a finished device→host backup of a node (its parent must be
+  // backed up, or be the root: backed-up nodes form a prefix). `set_device` attaches device pages
+  // to a host-only node whose parent is device-resident (a load-back). `evict_host` removes
+  // unlocked host-only leaves in LRU order and returns their host pages.
+  void set_host(TreeNode* node, std::span<const PageId> host_pages);
+  void set_device(TreeNode* node, std::span<const PageId> device_pages);
+  std::vector<PageId> evict_host(Pages n);
+  Pages host_pages() const { return host_pages_; }
 
   Tokens page_size() const { return cfg_.page_size; }
   Pages total_pages() const { return evictable_pages_ + protected_pages_; }
@@ -164,16 +184,19 @@ class RadixTree {
   std::size_t common_pages_tokens(const TreeNode* node, std::span<const TokenId> tokens) const;
   void touch(TreeNode* node);
   bool is_candidate(const TreeNode* node) const;
+  bool is_host_candidate(const TreeNode* node) const;
   void refresh(TreeNode* node);
+  void delete_leaf(TreeNode* node);
   std::uint64_t page_hash(std::span<const TokenId> page) const;
 
   TreeConfig cfg_;
   std::unique_ptr<TreeNode> root_;
   std::vector<std::unique_ptr<TreeComponent>> components_;
-  std::set<EvictKey> evictable_;
+  std::set<EvictKey> evictable_, host_evictable_;
   std::uint64_t clock_ = 0, next_id_ = 1;
   std::size_t node_count_ = 0;
-  Pages evictable_pages_{0}, protected_pages_{0};
+  Pages evictable_pages_{0}, protected_pages_{0};  // device pages, by lock state
+  Pages host_pages_{0};
 };
 
 }  // namespace kvgrid::cache
