@@ -48,32 +48,46 @@ void DeviceCache::release(const Admission& a) {
   debug_verify();
 }
 
+std::optional<std::vector<PageId>> DeviceCache::alloc_evicting(Pages n, Pages* evicted) {
+  if (n > pool_.free_pages()) {
+    const Pages want = n - pool_.free_pages();
+    std::vector<PageId> freed = tree_.evict(want);
+    pool_.free(freed);
+    if (evicted) *evicted += Pages(static_cast<std::int64_t>(freed.size()));
+    last_evicted_ += Pages(static_cast<std::int64_t>(freed.size()));
+    KVGRID_CONSENSUS(log_, "evict", {want.value()},
+                     {static_cast<std::int64_t>(freed.size()), freed.empty() ? 0 : freed.front().value()},
+                     victims_digest(freed));
+  }
+  return pool_.alloc(n);
+}
+
 std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const TokenId> prompt, Tokens kv_tokens) {
   const std::int64_t p = tree_.page_size().value();
   MatchResult m = tree_.match_prefix(prompt);
   KVGRID_CONSENSUS(log_, "match_prefix", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(prompt.size())},
-                   {m.matched.value()});
+                   {m.matched.value(), m.host_matched.value()});
   tree_.lock(m.last_node);
   last_match_ = m.matched;
   last_evicted_ = Pages(0);
   Reservation r;
+  if (host_) {
+    const Tokens before = m.matched;
+    r.load_events = host_->load_back(m, [&](Pages n) { return alloc_evicting(n, &r.evicted); });
+    r.host_loaded = m.matched - before;
+  }
   r.matched = m.matched;
   r.kv_tokens = kv_tokens;
   const Pages total((kv_tokens.value() + p - 1) / p);
   const Pages need = total - Pages(static_cast<std::int64_t>(m.device_pages.size()));
-  if (need > pool_.free_pages()) {
-    const Pages want = need - pool_.free_pages();
-    std::vector<PageId> freed = tree_.evict(want);
-    pool_.free(freed);
-    r.evicted = Pages(static_cast<std::int64_t>(freed.size()));
-    last_evicted_ = r.evicted;
-    KVGRID_CONSENSUS(log_, "evict", {want.value()}, {r.evicted.value(), freed.empty() ? 0 : freed.front().value()},
-                     victims_digest(freed));
-  }
-  auto fresh = pool_.alloc(need);
+  auto fresh = alloc_evicting(need, &r.evicted);
   KVGRID_CONSENSUS(log_, "admit", {static_cast<std::int64_t>(id.value())}, {fresh ? 1 : 0, need.value()});
   if (!fresh) {
+    // Loaded pages stay in the tree (cached, just not used by this request now): let their copies
+    // land before anyone can read them.
+    for (auto& e : r.load_events) e.synchronize();
     tree_.unlock(m.last_node);
+    r.load_events.clear();
     debug_verify();
     return std::nullopt;
   }
@@ -86,6 +100,11 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
   r.node = m.last_node;
   debug_verify();
   return r;
+}
+
+void DeviceCache::attach_host_tier(HostTierConfig cfg, KvPool& device_kv, KvPool& host_kv, transfer::TransferEngine& engine,
+                                   AckAgreement& agreement) {
+  host_ = std::make_unique<HostTier>(std::move(cfg), tree_, device_kv, host_kv, engine, agreement, log_);
 }
 
 void DeviceCache::insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens) {
@@ -115,6 +134,7 @@ void DeviceCache::insert_computed(RequestId id, Reservation& r, std::span<const 
   tree_.unlock(r.node);
   r.node = ins.last_node;
   r.shared = Tokens(static_cast<std::int64_t>(aligned * p));
+  if (host_) host_->backup_path(ins.last_node);
   debug_verify();
 }
 
@@ -154,6 +174,12 @@ void DeviceCache::verify() const {
   pool_.verify();
   KVGRID_CHECK(tree_.total_pages() + reserved_ == pool_.used_pages(), "tree holds ", tree_.total_pages(), " pages and ",
                reserved_, " are reserved, but the pool has ", pool_.used_pages(), " allocated (leak or double ownership)");
+  if (host_) {
+    host_->pool().verify();
+    KVGRID_CHECK(tree_.host_pages() + host_->pending_pages() == host_->pool().used_pages(), "tree holds ",
+                 tree_.host_pages(), " host pages and ", host_->pending_pages(), " are being written, but the host pool has ",
+                 host_->pool().used_pages(), " allocated");
+  }
 }
 
 void DeviceCache::debug_verify() const {

@@ -9,11 +9,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "cache/device_pool.hpp"
+#include "cache/host_tier.hpp"
 #include "cache/radix_tree.hpp"
 #include "core/decision_log.hpp"
 
@@ -44,6 +46,8 @@ struct Reservation {
   Tokens shared{0};                 // positions [0, shared) are in the tree (matched or inserted)
   Pages private_pages{0};           // pages still held privately
   TreeNode* node = nullptr;         // locked (moves down as chunks are inserted) until commit
+  Tokens host_loaded{0};            // of `matched`, the part loaded back from the host tier
+  std::vector<transfer::Event> load_events;  // wait on these before reading the matched pages
 };
 
 class DeviceCache {
@@ -65,6 +69,12 @@ class DeviceCache {
   // Every cached (tree) page, for fault injection.
   std::vector<PageId> cached_pages() const;
 
+  // Adds the host tier: backups after inserts, load-backs in reserve(), host pages in verify().
+  void attach_host_tier(HostTierConfig cfg, KvPool& device_kv, KvPool& host_kv, transfer::TransferEngine& engine,
+                        AckAgreement& agreement);
+  HostTier* host_tier() { return host_.get(); }
+  const HostTier* host_tier() const { return host_.get(); }
+
   const RadixTree& tree() const { return tree_; }
   RadixTree& tree() { return tree_; }
   const DevicePool& pool() const { return pool_; }
@@ -79,6 +89,8 @@ class DeviceCache {
   RadixTree tree_;
   DevicePool pool_;
   DecisionLog& log_;
+  std::optional<std::vector<PageId>> alloc_evicting(Pages n, Pages* evicted);
+  std::unique_ptr<HostTier> host_;
   Pages reserved_{0};  // pages held privately by reservations
   Tokens last_match_{0};  // of the latest reserve(), for admit()'s report of a refusal
   Pages last_evicted_{0};

@@ -11,6 +11,7 @@ namespace kvgrid::cache {
 NodeExt NodeExt::split_prefix(Pages) {
   NodeExt prefix;
   prefix.hit_count = hit_count;  // every match that reached the suffix also crossed the prefix
+  prefix.pending_write = pending_write;  // both fragments are published when the write's ACK is consumed
   return prefix;
 }
 

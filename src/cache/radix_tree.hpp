@@ -41,7 +41,8 @@ namespace kvgrid::cache {
 // Per-node state owned by components beyond the device tier. Later tiers add host pages, storage
 // hashes and the CP rotation base here; `split_prefix` says how each field divides on a split.
 struct NodeExt {
-  std::uint64_t hit_count = 0;  // matches that reached this node (write_through_selective uses it)
+  std::uint64_t hit_count = 0;      // matches that reached this node (write_through_selective uses it)
+  std::uint64_t pending_write = 0;  // id of an unpublished device→host backup of this node (0: none)
   // The state of the first `prefix_pages` pages, for the new parent created by a split; `*this`
   // keeps the rest.
   NodeExt split_prefix(Pages prefix_pages);

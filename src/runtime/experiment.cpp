@@ -56,7 +56,13 @@ Schema build_schema() {
   s.add(skey({"model", "cp_split"}, {"interleave", "zigzag"}, "how CP ranks split a prefill chunk's query tokens"));
   s.add(ikey({"cache", "page_size"}, 16, 1, 65536, "tokens per KV page"));
   s.add(ikey({"cache", "device_pages"}, 4096, 1, 2147483647.0, "device (L1) pool capacity, pages, same on every stage"));
-  s.add_table({"protocol"});
+  s.add(ikey({"cache", "host_pages"}, 0, 0, 2147483647.0, "host (L2) pool capacity, pages (0: no host tier)"));
+  s.add(skey({"cache", "write_policy"}, {"write_through", "write_through_selective"},
+             "device->host backup: every inserted node, or once its hit count reaches write_through_threshold"));
+  s.add(ikey({"cache", "write_through_threshold"}, 2, 1, 1e9, "write_through_selective: hits before a backup"));
+  s.add(ikey({"cache", "load_back_threshold"}, 16, 1, 1e9, "load back host hits of at least this many tokens"));
+  s.add(skey({"protocol", "tp_sync"}, {"min_allreduce", "per_rank", "skip_when_empty"},
+             "agreement of ACK consumption in a stage (buggy: per_rank, skip_when_empty)"));
   s.add(skey({"workload", "kind"}, {"tree", "gsp", "multiturn", "mooncake"},
              "tree: cache-only loop; gsp, multiturn, mooncake: the serving loop with the synthetic model"));
   s.add(ikey({"workload", "vocab"}, 32000, 2, 4294967295.0, "vocabulary size (prompt and generated token ids are < vocab)"));
@@ -96,11 +102,14 @@ Schema build_schema() {
   s.add(ikey({"engine", "max_running"}, 64, 1, 1e6, "requests in prefill or decode at once"));
   s.add(skey({"engine", "payload"}, {"digest", "full"}, "full: real KV elements; digest: one word per page, layer and head"));
   s.add(bkey({"engine", "strict"}, false, "an oracle mismatch stops the run (also --strict)"));
+  s.add(skey({"engine", "transfer"}, {"simulated", "threaded"},
+             "transfer engine: simulated (modelled time, seeded jitter, deterministic) or threaded (real copies)"));
   s.add(fkey({"cost", "prefill_ns_per_token_layer"}, 1250.0, 0.0, 1e12, "prefill compute per token per layer at TP·CP = 1"));
   s.add(fkey({"cost", "attention_ns_per_context_token_layer"}, 0.041, 0.0, 1e12, "attention per (query, context) token pair per layer"));
   s.add(fkey({"cost", "decode_ns_per_layer"}, 150000.0, 0.0, 1e12, "one decode step per layer (weight reads)"));
   s.add(fkey({"cost", "pp_link_ns"}, 10000.0, 0.0, 1e12, "activation hop between PP stages"));
   s.add(fkey({"cost", "allreduce_ns"}, 20000.0, 0.0, 1e12, "one stage all-reduce of per-request checksums"));
+  s.add(fkey({"cost", "host_link_gb_s"}, 25.0, 0.001, 1e6, "device<->host copy bandwidth, GB/s (simulated engine)"));
   for (const auto& fp : failpoint_catalogue()) {
     s.add(optional(fkey({"faults", fp.name, "probability"}, 0.0, 0.0, 1.0, "chance per evaluation: " + fp.doc)));
     s.add(optional(key({"faults", fp.name, "ranks"}, ValueType::IntArray, std::vector<std::int64_t>{},
@@ -188,6 +197,11 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.model.attention = c.get_string("model.attention");
   e.cache.page_size = Tokens(c.get_int("cache.page_size"));
   e.cache.device_pages = Pages(c.get_int("cache.device_pages"));
+  e.cache.host_pages = Pages(c.get_int("cache.host_pages"));
+  e.cache.write_policy = c.get_string("cache.write_policy");
+  e.cache.write_through_threshold = c.get_int("cache.write_through_threshold");
+  e.cache.load_back_threshold = Tokens(c.get_int("cache.load_back_threshold"));
+  e.protocol.tp_sync = c.get_string("protocol.tp_sync");
   e.model.cp_split = c.get_string("model.cp_split");
   auto& w = e.workload;
   w.kind = c.get_string("workload.kind");
@@ -234,11 +248,13 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.engine.max_running = c.get_int("engine.max_running");
   e.engine.payload = c.get_string("engine.payload");
   e.engine.strict = c.get_bool("engine.strict");
+  e.engine.transfer = c.get_string("engine.transfer");
   e.cost.prefill_ns_per_token_layer = c.get_float("cost.prefill_ns_per_token_layer");
   e.cost.attention_ns_per_context_token_layer = c.get_float("cost.attention_ns_per_context_token_layer");
   e.cost.decode_ns_per_layer = c.get_float("cost.decode_ns_per_layer");
   e.cost.pp_link_ns = c.get_float("cost.pp_link_ns");
   e.cost.allreduce_ns = c.get_float("cost.allreduce_ns");
+  e.cost.host_link_gb_s = c.get_float("cost.host_link_gb_s");
   e.output.dir = c.get_string("output.dir");
   e.output.flush_every = c.get_int("output.flush_every");
   e.output.report_every = c.get_int("output.report_every");
@@ -275,6 +291,15 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   if (w.tree.prompt_tokens_min > w.tree.prompt_tokens_max)
     throw InputError(src + ": workload.tree.prompt_tokens_min = " + std::to_string(w.tree.prompt_tokens_min) +
                      " exceeds workload.tree.prompt_tokens_max = " + std::to_string(w.tree.prompt_tokens_max));
+  if (e.cache.host_pages.value() > 0) {
+    if (w.kind == "tree")
+      throw InputError(src + ": cache.host_pages: the host tier needs a serving workload (gsp, multiturn, mooncake), not \"tree\"");
+    for (const auto& g : e.topology.groups)
+      if (g.shape.pp > 1)
+        throw InputError(src + ": cache.host_pages with pp = " + std::to_string(g.shape.pp) +
+                         ": a host tier across pipeline stages needs protocol.pp_sync, which this version does not have yet "
+                         "(use pp = 1)");
+  }
   if (w.kind == "mooncake" && w.mooncake.trace.empty())
     throw InputError(src + ": workload.kind = \"mooncake\" needs workload.mooncake.trace");
   e.effective_toml = c.effective_toml();

@@ -24,6 +24,10 @@ struct ModelConfig {
 struct CacheConfig {
   Tokens page_size{16};
   Pages device_pages{4096};
+  Pages host_pages{0};                   // 0: no host tier
+  std::string write_policy = "write_through";
+  std::int64_t write_through_threshold = 2;
+  Tokens load_back_threshold{16};
 };
 
 struct TreeWorkloadConfig {  // Foundation I's cache-only workload
@@ -72,6 +76,7 @@ struct EngineConfig {
   std::int64_t max_running = 64;    // requests in prefill or decode at once
   std::string payload = "digest";   // "full" | "digest"
   bool strict = false;              // an oracle mismatch stops the run
+  std::string transfer = "simulated";  // transfer engine backend
 };
 
 // Modelled time (DESIGN §2 "Time"); values and their sources in runtime/cost.cpp.
@@ -81,6 +86,11 @@ struct CostConfig {
   double decode_ns_per_layer = 150000.0;
   double pp_link_ns = 10000.0;
   double allreduce_ns = 20000.0;
+  double host_link_gb_s = 25.0;  // device <-> host copies (simulated engine)
+};
+
+struct ProtocolConfig {
+  std::string tp_sync = "min_allreduce";
 };
 
 struct OutputConfig {
@@ -103,6 +113,7 @@ struct ExperimentConfig {
   WorkloadConfig workload;
   EngineConfig engine;
   CostConfig cost;
+  ProtocolConfig protocol;
   OutputConfig output;
   DebugConfig debug;
   std::vector<FailpointConfig> faults;

@@ -11,6 +11,7 @@
 #include "cache/device_cache.hpp"
 #include "cache/kv_pool.hpp"
 #include "core/check.hpp"
+#include "core/hash.hpp"
 #include "core/log.hpp"
 #include "core/wait.hpp"
 #include "runtime/cost.hpp"
@@ -18,6 +19,8 @@
 #include "runtime/rank_check.hpp"
 #include "runtime/scheduler.hpp"
 #include "runtime/serve_workload.hpp"
+#include "protocols/tp_sync.hpp"
+#include "transfer/transfer_engine.hpp"
 
 namespace kvgrid {
 
@@ -189,7 +192,30 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   if (exp.debug.shrink_stage == c.pp) capacity = Pages(exp.debug.shrink_device_pages);  // testing knob
   cache::KvPool pool({capacity, exp.cache.page_size, geo.layer_begin, geo.local_layers(), geo.kv_heads,
                       geo.head_dim, cache::parse_payload(exp.engine.payload)});
+  // The host tier (L2): its pool, the transfer engine on this rank's modelled clock, and the
+  // stage's agreement on ACK consumption (protocol.tp_sync). Declared before the cache that uses them.
+  std::uint64_t clock = 0;  // modelled ns
+  std::unique_ptr<cache::KvPool> host_kv;
+  std::unique_ptr<transfer::TransferEngine> engine;
+  std::unique_ptr<cache::AckAgreement> agreement;
+  if (exp.cache.host_pages.value() > 0) {
+    host_kv = std::make_unique<cache::KvPool>(cache::KvPoolConfig{exp.cache.host_pages, exp.cache.page_size, geo.layer_begin,
+                                                                  geo.local_layers(), geo.kv_heads, geo.head_dim,
+                                                                  cache::parse_payload(exp.engine.payload)});
+    transfer::EngineConfig ec;
+    ec.backend = exp.engine.transfer;
+    ec.bytes_per_ns = exp.cost.host_link_gb_s;  // GB/s == bytes/ns
+    ec.seed = exp.engine.seed ^ static_cast<std::uint64_t>(grid.world_rank());
+    ec.now = [&clock] { return clock; };
+    ec.advance_to = [&clock](std::uint64_t t) { clock = std::max(clock, t); };
+    engine = transfer::make_engine(ec);
+    agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
+  }
   cache::DeviceCache dc({exp.cache.page_size, capacity}, log);
+  if (host_kv)
+    dc.attach_host_tier({exp.cache.host_pages, exp.cache.write_policy,
+                         static_cast<std::uint64_t>(exp.cache.write_through_threshold), exp.cache.load_back_threshold},
+                        pool, *host_kv, *engine, *agreement);
   SyntheticModel model(geo, pool, exp.cache.page_size);
   Oracle oracle(geo);
   Scheduler sched({exp.engine.chunk_size, exp.engine.max_running, static_cast<std::uint64_t>(exp.workload.vocab)}, dc);
@@ -207,7 +233,6 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   Sender sender;
 
   ServeResult res;
-  std::uint64_t clock = 0;  // modelled ns
   std::int64_t local_failures = 0, local_mismatches = 0;
   std::uint64_t total_known = workload ? workload->total_requests() : 0;
   const std::size_t L = geo.local_layers();
@@ -276,7 +301,8 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       }
     }
 
-    // 2. this rank's own decisions.
+    // 2. this rank's own decisions; first the agreed write ACKs (every rank, every round).
+    if (auto* host = dc.host_tier()) host->writing_check();
     auto batch = sched.schedule(clock);
     pool.reset(sched.fresh_pages());
 
@@ -302,7 +328,35 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       }
     }
 
+    // Nothing to compute but backups in flight (pages locked by them may be what admission waits
+    // for): this rank's clock moves on to the oldest one's completion, as a real rank would wait.
+    if (batch.empty()) {
+      if (const auto* host = dc.host_tier(); host && host->pending_writes() > 0) clock = std::max(clock, host->oldest_write_ns());
+    }
+
     // 4. forward this rank's layers, heads and query tokens; one stage all-reduce per step.
+    //    Pages loaded back from the host are read only after their copies completed.
+    for (auto& e : batch) {
+      for (auto& ev : e.req->res.load_events) ev.synchronize();
+      e.req->res.load_events.clear();
+    }
+    // TP/CP peers must have scheduled the same batch: check it (one small all-reduce) before the
+    // all-reduce of the partials, whose element count depends on it.
+    if (stage_size > 1) {
+      std::uint64_t shape_digest = hash_combine(0x73746167ULL, batch.size());
+      for (const auto& e : batch) shape_digest = hash_combine(hash_combine(hash_combine(shape_digest, e.req->spec.id.value()), e.start), e.end);
+      std::uint64_t mine[2] = {shape_digest, ~shape_digest}, maxed[2] = {0, 0};
+      MPI_Request req;
+      KVGRID_MPI_CHECK(MPI_Iallreduce(mine, maxed, 2, MPI_UINT64_T, MPI_MAX, grid.stage(), &req));
+      wait_mpi(&req, "Iallreduce of the batch shape at step " + std::to_string(step));
+      if (maxed[0] != shape_digest || maxed[1] != ~shape_digest) {
+        emit(step, 0, "stage_mismatch", static_cast<std::int64_t>(batch.size()), 0, 0, 1);
+        flush();
+        throw RunFailure("stage peers scheduled different batches at step " + std::to_string(step) + " on stage " +
+                         std::to_string(c.pp) + " (this rank: " + std::to_string(batch.size()) +
+                         " requests): their cache decisions diverged");
+      }
+    }
     partials.assign(batch.size() * L, 0);
     StepWork work;
     for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -366,6 +420,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         row.prompt_tokens = static_cast<std::uint32_t>(r->prompt_len());
         row.output_tokens = r->spec.output_len;
         row.cached_tokens = static_cast<std::uint32_t>(r->res.matched.value());
+        row.host_tokens = static_cast<std::uint32_t>(r->res.host_loaded.value());
         row.computed_tokens = static_cast<std::uint32_t>(r->prompt_len() - static_cast<std::size_t>(r->res.matched.value()));
         row.oracle_ok = r->oracle_ok ? 1 : 0;
         row.arrival_ns = r->spec.arrival_ns;
@@ -412,6 +467,10 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   m.prompt_tokens = res.prompt_tokens;
   m.oracle_mismatches = local_mismatches;
   m.model_ns = static_cast<std::int64_t>(clock);
+  if (const auto* host = dc.host_tier()) {
+    m.d2h_pages = static_cast<std::int64_t>(host->stats().d2h_pages);
+    m.h2d_pages = static_cast<std::int64_t>(host->stats().h2d_pages);
+  }
   finish_summary(grid, res);
   res.wall_s = static_cast<double>(wall_ns()) / 1e9;
   return res;

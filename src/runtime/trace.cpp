@@ -101,6 +101,8 @@ Handle rank_summary_type() {
   KVGRID_FIELD(prompt_tokens, H5T_NATIVE_INT64);
   KVGRID_FIELD(oracle_mismatches, H5T_NATIVE_INT64);
   KVGRID_FIELD(model_ns, H5T_NATIVE_INT64);
+  KVGRID_FIELD(d2h_pages, H5T_NATIVE_INT64);
+  KVGRID_FIELD(h2d_pages, H5T_NATIVE_INT64);
 #undef KVGRID_FIELD
   return t;
 }
@@ -114,6 +116,7 @@ Handle request_type() {
   KVGRID_FIELD(output_tokens, H5T_NATIVE_UINT32);
   KVGRID_FIELD(cached_tokens, H5T_NATIVE_UINT32);
   KVGRID_FIELD(computed_tokens, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(host_tokens, H5T_NATIVE_UINT32);
   KVGRID_FIELD(oracle_ok, H5T_NATIVE_INT32);
   KVGRID_FIELD(arrival_ns, H5T_NATIVE_UINT64);
   KVGRID_FIELD(admit_ns, H5T_NATIVE_UINT64);

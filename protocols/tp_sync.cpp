@@ -1,0 +1,58 @@
+#include "protocols/tp_sync.hpp"
+
+#include <cstdint>
+
+#include "core/check.hpp"
+#include "core/wait.hpp"
+
+namespace kvgrid::protocols {
+
+namespace {
+
+std::size_t min_over(MPI_Comm comm, std::size_t v) {
+  std::uint64_t mine = v, out = 0;
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Iallreduce(&mine, &out, 1, MPI_UINT64_T, MPI_MIN, comm, &req));
+  wait_mpi(&req, "tp_sync all-reduce(MIN) of ready ACKs");
+  return static_cast<std::size_t>(out);
+}
+
+class MinAllreduce final : public cache::AckAgreement {
+ public:
+  explicit MinAllreduce(MPI_Comm c) : comm_(c) {}
+  std::string_view name() const override { return "min_allreduce"; }
+  std::size_t agree(std::size_t ready, std::size_t) override { return min_over(comm_, ready); }
+
+ private:
+  MPI_Comm comm_;
+};
+
+class PerRank final : public cache::AckAgreement {
+ public:
+  std::string_view name() const override { return "per_rank"; }
+  std::size_t agree(std::size_t ready, std::size_t) override { return ready; }
+};
+
+class SkipWhenEmpty final : public cache::AckAgreement {
+ public:
+  explicit SkipWhenEmpty(MPI_Comm c) : comm_(c) {}
+  std::string_view name() const override { return "skip_when_empty"; }
+  std::size_t agree(std::size_t ready, std::size_t queue_length) override {
+    if (queue_length == 0) return 0;  // the bug: peers with a non-empty queue wait in the collective
+    return min_over(comm_, ready);
+  }
+
+ private:
+  MPI_Comm comm_;
+};
+
+}  // namespace
+
+std::unique_ptr<cache::AckAgreement> make_tp_sync(const std::string& variant, MPI_Comm comm) {
+  if (variant == "min_allreduce") return std::make_unique<MinAllreduce>(comm);
+  if (variant == "per_rank") return std::make_unique<PerRank>();
+  if (variant == "skip_when_empty") return std::make_unique<SkipWhenEmpty>(comm);
+  throw InputError("unknown protocol.tp_sync variant '" + variant + "' (min_allreduce, per_rank, skip_when_empty)");
+}
+
+}  // namespace kvgrid::protocols

@@ -1,0 +1,20 @@
+// What the cache needs its protocols to agree on, as small interfaces the cache defines itself
+// (DESIGN §7): protocols/ implements them with communicators, so cache/ never includes protocols/.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace kvgrid::cache {
+
+// "How many of the leading finished ACKs do we all consume now?" Every rank of the agreeing group
+// (a stage's TP and CP ranks) calls it at the same points, with the number of leading finished
+// ACKs in its own queue and the queue's length; the result is what every rank consumes.
+class AckAgreement {
+ public:
+  virtual ~AckAgreement() = default;
+  virtual std::string_view name() const = 0;
+  virtual std::size_t agree(std::size_t local_ready, std::size_t queue_length) = 0;
+};
+
+}  // namespace kvgrid::cache

@@ -1,0 +1,114 @@
+#include "cache/host_tier.hpp"
+
+#include <algorithm>
+
+#include "core/check.hpp"
+
+namespace kvgrid::cache {
+
+HostTier::HostTier(HostTierConfig cfg, RadixTree& tree, KvPool& device_kv, KvPool& host_kv,
+                   transfer::TransferEngine& engine, AckAgreement& agreement, DecisionLog& log)
+    : cfg_(std::move(cfg)), tree_(tree), device_kv_(device_kv), host_kv_(host_kv), engine_(engine),
+      agreement_(agreement), log_(log), pool_(cfg_.host_pages) {
+  KVGRID_CHECK(device_kv_.compatible(host_kv_), "host and device KV pools differ in geometry");
+  KVGRID_CHECK(cfg_.write_policy == "write_through" || cfg_.write_policy == "write_through_selective",
+               "write policy '", cfg_.write_policy, "'");
+}
+
+void HostTier::backup_path(TreeNode* node) {
+  std::vector<TreeNode*> path;  // bottom-up, then reversed
+  for (TreeNode* n = node; n != tree_.root() && n->host.empty() && n->ext.pending_write == 0; n = n->parent)
+    path.push_back(n);
+  std::reverse(path.begin(), path.end());
+  const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
+  for (TreeNode* n : path) {
+    if (n->device.empty()) break;  // cannot happen on a freshly inserted path; keep the prefix rule
+    if (cfg_.write_policy == "write_through_selective" && n->ext.hit_count < cfg_.write_through_threshold) break;
+    const Pages need(static_cast<std::int64_t>(n->key.size() / p));
+    if (need > pool_.free_pages()) {
+      auto freed = tree_.evict_host(need - pool_.free_pages());
+      pool_.free(freed);
+      stats_.host_evicted += freed.size();
+    }
+    auto hp = pool_.alloc(need);
+    KVGRID_CONSENSUS(log_, "backup", {static_cast<std::int64_t>(n->key.size())}, {hp ? 1 : 0});
+    if (!hp) break;  // host full of protected pages: this and deeper nodes stay device-only
+    std::vector<transfer::Copy> copies;
+    for (auto& layer : layer_copies(host_kv_, *hp, device_kv_, n->device))
+      copies.insert(copies.end(), layer.begin(), layer.end());
+    WriteAck w{next_write_++, n, std::move(*hp), {}};
+    w.event = engine_.submit(kWriteStream, std::move(copies));
+    n->ext.pending_write = w.id;
+    tree_.lock(n);  // its device pages must stay until the copy is done
+    pending_pages_ += need;
+    stats_.d2h_pages += static_cast<std::uint64_t>(need.value());
+    ++stats_.writes;
+    queue_.push_back(std::move(w));
+  }
+}
+
+void HostTier::publish(const WriteAck& w) {
+  // The written node may have been split since: its fragments above it carry the same id.
+  std::vector<TreeNode*> fragments{w.node};
+  for (TreeNode* n = w.node->parent; n != tree_.root() && n->ext.pending_write == w.id; n = n->parent)
+    fragments.push_back(n);
+  std::reverse(fragments.begin(), fragments.end());
+  bool ok = !w.event.failed();
+  std::size_t at = 0;
+  std::vector<PageId> unused;
+  for (TreeNode* f : fragments) {
+    const std::size_t k = f->key.size() / static_cast<std::size_t>(tree_.page_size().value());
+    std::span<const PageId> slice(w.host_pages.data() + at, k);
+    at += k;
+    f->ext.pending_write = 0;
+    ok = ok && (f->parent == tree_.root() || !f->parent->host.empty());
+    if (ok) tree_.set_host(f, slice);
+    else unused.insert(unused.end(), slice.begin(), slice.end());
+  }
+  KVGRID_CHECK(at == w.host_pages.size(), "write ", w.id, " covered ", at, " of ", w.host_pages.size(), " pages");
+  if (!unused.empty()) {
+    pool_.free(unused);
+    ++stats_.writes_failed;
+  }
+  pending_pages_ -= Pages(static_cast<std::int64_t>(w.host_pages.size()));
+  tree_.unlock(w.node);
+  KVGRID_CONSENSUS(log_, "write_ack", {static_cast<std::int64_t>(w.id)}, {unused.empty() ? 1 : 0});
+}
+
+void HostTier::writing_check() {
+  std::size_t ready = 0;
+  while (ready < queue_.size() && queue_[ready].event.query()) ++ready;
+  const std::size_t consume = std::min(agreement_.agree(ready, queue_.size()), queue_.size());
+  for (std::size_t i = 0; i < consume; ++i) {
+    queue_.front().event.synchronize();  // already done unless a buggy agreement overshot
+    publish(queue_.front());
+    queue_.pop_front();
+  }
+}
+
+std::vector<transfer::Event> HostTier::load_back(
+    MatchResult& m, const std::function<std::optional<std::vector<PageId>>(Pages)>& alloc_device) {
+  std::vector<transfer::Event> events;
+  if (m.host_path.empty() || m.host_matched - m.matched < cfg_.load_back_threshold) return events;
+  const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
+  Tokens loaded{0};
+  for (TreeNode* n : m.host_path) {
+    const Pages need(static_cast<std::int64_t>(n->key.size() / p));
+    auto dp = alloc_device(need);
+    if (!dp) break;
+    auto layer_events = engine_.submit_layers(kLoadStream, layer_copies(device_kv_, *dp, host_kv_, n->host));
+    events.insert(events.end(), layer_events.begin(), layer_events.end());
+    tree_.set_device(n, *dp);
+    tree_.lock(n);  // keep what is loaded while loading the rest
+    tree_.unlock(m.last_node);
+    m.last_node = n;
+    m.device_pages.insert(m.device_pages.end(), dp->begin(), dp->end());
+    m.matched += Tokens(static_cast<std::int64_t>(n->key.size()));
+    loaded += Tokens(static_cast<std::int64_t>(n->key.size()));
+    stats_.h2d_pages += static_cast<std::uint64_t>(need.value());
+  }
+  KVGRID_CONSENSUS(log_, "load_back", {(m.host_matched - m.matched + loaded).value()}, {loaded.value()});
+  return events;
+}
+
+}  // namespace kvgrid::cache

@@ -1,0 +1,95 @@
+// The host tier (L2) of one rank's cache: host pages, device→host backups and host→device
+// load-backs through the transfer engine, and the ACK queue whose consumption every TP/CP peer
+// agrees on (protocol.tp_sync through AckAgreement).
+//
+// Backups (write_through: every newly inserted node; write_through_selective: once a node's hit
+// count reaches the threshold) go top-down along a path, so backed-up nodes keep forming a prefix.
+// A node being written is locked (its device pages must stay until the copy is done) and carries
+// the write's id; a split copies the id, so when the ACK is consumed every fragment is published
+// (set_host) in order, and a failed write publishes nothing and frees its host pages. ACKs are
+// consumed only in `writing_check`, FIFO, as many as the agreement says — never by polling alone.
+//
+// Load-back: the host-only continuation of a match (at least `load_back_threshold` tokens) gets
+// device pages (evicting other device pages if needed) and a layer-wise host→device copy; the
+// request waits on the per-layer events before reading those pages.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cache/agreement.hpp"
+#include "cache/device_pool.hpp"
+#include "cache/kv_pool.hpp"
+#include "cache/radix_tree.hpp"
+#include "core/decision_log.hpp"
+#include "transfer/transfer_engine.hpp"
+
+namespace kvgrid::cache {
+
+struct HostTierConfig {
+  Pages host_pages{0};
+  std::string write_policy = "write_through";  // or "write_through_selective"
+  std::uint64_t write_through_threshold = 2;   // selective: hits before a node is backed up
+  Tokens load_back_threshold{16};              // load back only host hits of at least this length
+};
+
+struct HostTierStats {
+  std::uint64_t d2h_pages = 0, h2d_pages = 0, writes = 0, writes_failed = 0, host_evicted = 0;
+};
+
+class HostTier {
+ public:
+  // Streams of the transfer engine used here.
+  static constexpr transfer::StreamId kWriteStream = 0, kLoadStream = 1;
+
+  HostTier(HostTierConfig cfg, RadixTree& tree, KvPool& device_kv, KvPool& host_kv, transfer::TransferEngine& engine,
+           AckAgreement& agreement, DecisionLog& log);
+
+  // After an insert: back up, top-down, the nodes of the path ending at `node` that are neither
+  // backed up nor being written (as the write policy allows and host pages last).
+  void backup_path(TreeNode* node);
+  // Consumes the agreed number of leading finished write ACKs. Call once per scheduler round on
+  // every rank of the stage, queue empty or not.
+  void writing_check();
+
+  // Loads the host-only continuation of `m` (whose last_node the caller has locked): device pages
+  // come from `alloc_device(pages)` (which may evict). Extends m (matched, device_pages, last_node
+  // — the lock moves along) and returns the per-layer events to wait on before reading.
+  std::vector<transfer::Event> load_back(MatchResult& m,
+                                         const std::function<std::optional<std::vector<PageId>>(Pages)>& alloc_device);
+
+  const HostTierStats& stats() const { return stats_; }
+  const DevicePool& pool() const { return pool_; }
+  std::size_t pending_writes() const { return queue_.size(); }
+  // Modelled completion time of the oldest pending write (simulated engine; 0 when none or unknown).
+  std::uint64_t oldest_write_ns() const { return queue_.empty() ? 0 : queue_.front().event.complete_ns(); }
+  // Host pages of unpublished writes (in the pool but not yet in the tree).
+  Pages pending_pages() const { return pending_pages_; }
+
+ private:
+  struct WriteAck {
+    std::uint64_t id;
+    TreeNode* node;
+    std::vector<PageId> host_pages;
+    transfer::Event event;
+  };
+  void publish(const WriteAck& w);
+
+  HostTierConfig cfg_;
+  RadixTree& tree_;
+  KvPool& device_kv_;
+  KvPool& host_kv_;
+  transfer::TransferEngine& engine_;
+  AckAgreement& agreement_;
+  DecisionLog& log_;
+  DevicePool pool_;  // host page allocator
+  std::deque<WriteAck> queue_;
+  std::uint64_t next_write_ = 1;
+  Pages pending_pages_{0};
+  HostTierStats stats_;
+};
+
+}  // namespace kvgrid::cache
