@@ -111,6 +111,7 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
   meta.config_toml = exp.effective_toml;
   meta.topology = exp.topology.str();
   meta.workload = exp.workload.kind;
+  meta.page_size = exp.cache.page_size.value();
   meta.started = utc_now();
   meta.seed = static_cast<std::int64_t>(exp.engine.seed);
   meta.world_size = world_size;

@@ -45,12 +45,13 @@ nlohmann::json report_json(const RunTrace& run) {
       std::sort(v.begin(), v.end());
       return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
     };
-    std::uint64_t prompt = 0, cached = 0, mism = 0, first_arrival = ~0ULL, last_finish = 0;
+    std::uint64_t prompt = 0, cached = 0, host = 0, mism = 0, first_arrival = ~0ULL, last_finish = 0;
     std::vector<double> ttft;
     std::map<std::uint32_t, std::tuple<std::uint64_t, std::uint64_t, double, std::uint64_t>> rounds;  // prompt, cached, ttft sum, n
     for (const auto& q : reqs) {
       prompt += q.prompt_tokens;
       cached += q.cached_tokens;
+      host += q.host_tokens;
       mism += q.oracle_ok ? 0 : 1;
       first_arrival = std::min(first_arrival, q.arrival_ns);
       last_finish = std::max(last_finish, q.finish_ns);
@@ -61,12 +62,21 @@ nlohmann::json report_json(const RunTrace& run) {
       rt += static_cast<double>(q.ttft_model_ns) / 1e6;
       ++rn;
     }
-    const double hit = prompt ? static_cast<double>(cached) / static_cast<double>(prompt) : 0.0;
+    auto rate = [&](std::uint64_t x) { return prompt ? static_cast<double>(x) / static_cast<double>(prompt) : 0.0; };
+    const double hit = rate(cached);
     j["finished"] = reqs.size();
     j["failed"] = 0;  // no failure path yet (P/D and the tiers add them)
     j["prompt_tokens"] = prompt;
-    j["cached_tokens"] = {{"device", cached}, {"host", 0}, {"storage", 0}};
-    j["hit_rate"] = {{"device", hit}, {"host", 0.0}, {"storage", 0.0}, {"total", hit}};
+    j["cached_tokens"] = {{"device", cached - host}, {"host", host}, {"storage", 0}};
+    j["hit_rate"] = {{"device", rate(cached - host)}, {"host", rate(host)}, {"storage", 0.0}, {"total", hit}};
+    // Copies of one rank (every TP/CP rank moves its own shard of the same tokens).
+    const std::int64_t ps = run.meta_int("page_size");
+    std::int64_t d2h = 0, h2d = 0;
+    if (!run.summary_ranks.empty()) {
+      d2h = run.summary_ranks.front().d2h_pages * ps;
+      h2d = run.summary_ranks.front().h2d_pages * ps;
+    }
+    j["transferred_tokens"] = {{"d2h", d2h}, {"h2d", h2d}, {"storage_read", 0}, {"storage_write", 0}};
     j["computed_tokens"] = prompt - cached;
     double mean = 0;
     for (double t : ttft) mean += t;
@@ -151,10 +161,11 @@ std::string report_text(const RunTrace& run) {
   if (j.contains("finished")) {
     char line[400];
     std::snprintf(line, sizeof(line),
-                  "# requests %llu finished, prompt tokens %llu, cached %llu (device hit rate %.2f%%), computed %llu\n"
+                  "# requests %llu finished, prompt tokens %llu, cached %llu (hit rate: device %.2f%%, host %.2f%%), computed %llu\n"
                   "# TTFT (modelled) ms: mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f;  input throughput %.0f tokens/s over %.3f s\n",
                   j["finished"].get<unsigned long long>(), j["prompt_tokens"].get<unsigned long long>(),
-                  j["cached_tokens"]["device"].get<unsigned long long>(), 100.0 * j["hit_rate"]["device"].get<double>(),
+                  j["cached_tokens"]["device"].get<unsigned long long>() + j["cached_tokens"]["host"].get<unsigned long long>(),
+                  100.0 * j["hit_rate"]["device"].get<double>(), 100.0 * j["hit_rate"]["host"].get<double>(),
                   j["computed_tokens"].get<unsigned long long>(), j["ttft_model_ms"]["mean"].get<double>(),
                   j["ttft_model_ms"]["p50"].get<double>(), j["ttft_model_ms"]["p90"].get<double>(),
                   j["ttft_model_ms"]["p99"].get<double>(), j["input_token_throughput"].get<double>(),

@@ -148,6 +148,7 @@ TraceWriter::TraceWriter(const std::string& dir, const RankGrid& grid, const Run
     h5::write_attr(g.get(), "config", meta.config_toml);
     h5::write_attr(g.get(), "topology", meta.topology);
     h5::write_attr(g.get(), "workload", meta.workload);
+    h5::write_attr(g.get(), "page_size", meta.page_size);
     h5::write_attr(g.get(), "started", meta.started);
     h5::write_attr(g.get(), "seed", meta.seed);
     h5::write_attr(g.get(), "world_size", meta.world_size);

@@ -69,6 +69,7 @@ struct RankSummaryRow {
 struct RunMeta {
   std::string experiment, source, config_toml, topology, started;
   std::string workload;  // workload.kind: "tree" runs have no model, oracle or requests table
+  std::int64_t page_size = 0;
   std::int64_t seed = 0, world_size = 0;
 };
 

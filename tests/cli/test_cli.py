@@ -20,6 +20,7 @@ SRC = os.environ["KVGRID_SOURCE"]
 MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
 QUICK = os.path.join(SRC, "experiments", "quickstart.toml")
 TREE = os.path.join(SRC, "experiments", "tree.toml")
+TIERS = os.path.join(SRC, "experiments", "multiturn_tiers.toml")
 MOONCAKE = os.path.join(SRC, "experiments", "mooncake_replay.toml")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1",
@@ -202,7 +203,9 @@ def report_json():
     expect(j["requests"] == j["finished"] == 256 and j["failed"] == 0, "request counts", so)
     expect(set(j["cached_tokens"]) == {"device", "host", "storage"}, "cached tokens by tier", so)
     expect(set(j["hit_rate"]) == {"device", "host", "storage", "total"}, "hit rate by tier", so)
-    expect(j["computed_tokens"] == j["prompt_tokens"] - j["cached_tokens"]["device"], "computed tokens", so)
+    expect(j["computed_tokens"] == j["prompt_tokens"] - j["cached_tokens"]["device"] - j["cached_tokens"]["host"],
+           "computed tokens", so)
+    expect(j["transferred_tokens"] == {"d2h": 0, "h2d": 0, "storage_read": 0, "storage_write": 0}, "no tiers, no copies", so)
     expect(0.5 < j["hit_rate"]["device"] < 1.0, "gsp reuses its system prompts", so)
     t = j["ttft_model_ms"]
     expect(0 < t["p50"] <= t["p90"] <= t["p99"], "TTFT percentiles ordered", so)
@@ -297,6 +300,25 @@ def jobs_and_plot():
         expect(f.read(8) == b"\x89PNG\r\n\x1a\n", "a PNG file")
     p = subprocess.run([os.path.join(SRC, "jobs", "figure.sh"), "--list"], capture_output=True, text=True)
     expect(p.returncode == 0 and "hit-ttft" in p.stdout, "figure list", p.stdout, p.stderr)
+
+
+def host_tier_keeps_history():
+    small = ["--set", "workload.multiturn.clients=16", "--set", "workload.multiturn.rounds=4", "--set", "cache.device_pages=128"]
+    late = {}
+    for name, host in (("device", "0"), ("host", "8192")):
+        rc, so, se = run(4, TIERS, "--out", out("tier-" + name), "--set", f"cache.host_pages={host}", *small)
+        expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so, f"{name} run", so, se)
+        rc, so, se = tool("report", out("tier-" + name), "--json")
+        j = json.loads(so)
+        late[name] = j["rounds"][-1]["hit_rate"]
+        if name == "host":
+            expect(j["hit_rate"]["host"] > 0.05 and j["transferred_tokens"]["h2d"] > 0 and j["transferred_tokens"]["d2h"] > 0,
+                   "history comes back from the host", so)
+    expect(late["device"] < 0.3 and late["host"] > 0.7, f"late-round hit rate: device only {late['device']:.2f}, "
+           f"with host {late['host']:.2f}")
+    rc, so, se = run(4, TIERS, "--out", out("tier-pp"), "--set", "topology.pp=2", "--set", "topology.cp=1")
+    expect(rc == 2 and "protocol.pp_sync" in se, "host tier with PP > 1 names the missing protocol", so, se)
+    expect(not os.path.exists(out("tier-pp/run.h5")), "no trace")
 
 
 def sweep_smoke():
