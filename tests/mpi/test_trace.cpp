@@ -34,7 +34,16 @@ void traced_run(const ExperimentConfig& e, const std::string& dir, TreeRunResult
   FailpointRegistry faults(e.engine.seed, grid.world_rank());
   for (const auto& f : e.faults) faults.configure(f);
   DecisionLog log;
-  RunMeta meta{e.name, e.source, e.effective_toml, e.topology.str(), "now", "tree", 3, grid.world_size()};
+  RunMeta meta;
+  meta.experiment = e.name;
+  meta.source = e.source;
+  meta.config_toml = e.effective_toml;
+  meta.topology = e.topology.str();
+  meta.started = "now";
+  meta.workload = "tree";
+  meta.page_size = e.cache.page_size.value();
+  meta.seed = 3;
+  meta.world_size = grid.world_size();
   {
     TraceWriter trace(dir, grid, meta);
     *out = run_tree_workload(e, grid, faults, log, &trace, false);
