@@ -17,20 +17,37 @@ std::size_t min_over(MPI_Comm comm, std::size_t v) {
   return static_cast<std::size_t>(out);
 }
 
+// Owns a duplicate of the stage communicator (created collectively, freed at the end).
+class DupComm {
+ public:
+  explicit DupComm(MPI_Comm c) { KVGRID_MPI_CHECK(MPI_Comm_dup(c, &comm_)); }
+  ~DupComm() {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+  DupComm(const DupComm&) = delete;
+  DupComm& operator=(const DupComm&) = delete;
+  MPI_Comm get() const { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
 class MinAllreduce final : public cache::AckAgreement {
  public:
   explicit MinAllreduce(MPI_Comm c) : comm_(c) {}
   std::string_view name() const override { return "min_allreduce"; }
-  std::size_t agree(std::size_t ready, std::size_t) override { return min_over(comm_, ready); }
+  std::size_t agree(std::size_t ready, std::size_t) override { return min_over(comm_.get(), ready); }
+  bool agree_allocation(bool ok) override { return min_over(comm_.get(), ok ? 1 : 0) == 1; }
 
  private:
-  MPI_Comm comm_;
+  DupComm comm_;
 };
 
 class PerRank final : public cache::AckAgreement {
  public:
   std::string_view name() const override { return "per_rank"; }
   std::size_t agree(std::size_t ready, std::size_t) override { return ready; }
+  bool agree_allocation(bool ok) override { return ok; }
 };
 
 class SkipWhenEmpty final : public cache::AckAgreement {
@@ -39,11 +56,12 @@ class SkipWhenEmpty final : public cache::AckAgreement {
   std::string_view name() const override { return "skip_when_empty"; }
   std::size_t agree(std::size_t ready, std::size_t queue_length) override {
     if (queue_length == 0) return 0;  // the bug: peers with a non-empty queue wait in the collective
-    return min_over(comm_, ready);
+    return min_over(comm_.get(), ready);
   }
+  bool agree_allocation(bool ok) override { return ok; }
 
  private:
-  MPI_Comm comm_;
+  DupComm comm_;
 };
 
 }  // namespace

@@ -15,6 +15,10 @@ class AckAgreement {
   virtual ~AckAgreement() = default;
   virtual std::string_view name() const = 0;
   virtual std::size_t agree(std::size_t local_ready, std::size_t queue_length) = 0;
+  // "Did the allocation succeed everywhere?" A backup goes ahead only if every rank could allocate
+  // its host pages (reserve → agree → commit or abort; SGLang #28429's fix). Same call points on
+  // every rank.
+  virtual bool agree_allocation(bool local_ok) = 0;
 };
 
 }  // namespace kvgrid::cache

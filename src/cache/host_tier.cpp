@@ -31,8 +31,18 @@ void HostTier::backup_path(TreeNode* node) {
       stats_.host_evicted += freed.size();
     }
     auto hp = pool_.alloc(need);
+    if (hp && cfg_.alloc_fault && cfg_.alloc_fault()) {
+      pool_.free(*hp);
+      hp.reset();
+    }
+    // Every rank of the stage must back up the same nodes: the allocation is agreed.
+    const bool ok = agreement_.agree_allocation(hp.has_value());
+    if (!ok && hp) {
+      pool_.free(*hp);
+      hp.reset();
+    }
     KVGRID_CONSENSUS(log_, "backup", {static_cast<std::int64_t>(n->key.size())}, {hp ? 1 : 0});
-    if (!hp) break;  // host full of protected pages: this and deeper nodes stay device-only
+    if (!hp) break;  // host full of protected pages (somewhere): this and deeper nodes stay device-only
     std::vector<transfer::Copy> copies;
     for (auto& layer : layer_copies(host_kv_, *hp, device_kv_, n->device))
       copies.insert(copies.end(), layer.begin(), layer.end());

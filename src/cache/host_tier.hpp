@@ -34,6 +34,7 @@ struct HostTierConfig {
   std::string write_policy = "write_through";  // or "write_through_selective"
   std::uint64_t write_through_threshold = 2;   // selective: hits before a node is backed up
   Tokens load_back_threshold{16};              // load back only host hits of at least this length
+  std::function<bool()> alloc_fault;           // failpoint host.alloc.fail: true = this allocation fails
 };
 
 struct HostTierStats {

@@ -12,6 +12,7 @@ const std::vector<FailpointSpec>& failpoint_catalogue() {
       {"rank.stall",
        "the rank stops working for duration_ms of wall time at the start of a step (a slow or hung rank)",
        {{"duration_ms", 1000.0, 0.0, 3.6e6, "stall length, wall milliseconds"}}},
+      {"host.alloc.fail", "a host-page allocation for a backup fails on this rank (host memory pressure)", {}},
       {"device.page.corrupt",
        "flips bits of a random cached (radix tree) device page at the start of a step; its next reader must see an oracle mismatch",
        {{"bits", 1.0, 1.0, 64.0, "bits flipped"}}},

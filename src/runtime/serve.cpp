@@ -214,7 +214,8 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   cache::DeviceCache dc({exp.cache.page_size, capacity}, log);
   if (host_kv)
     dc.attach_host_tier({exp.cache.host_pages, exp.cache.write_policy,
-                         static_cast<std::uint64_t>(exp.cache.write_through_threshold), exp.cache.load_back_threshold},
+                         static_cast<std::uint64_t>(exp.cache.write_through_threshold), exp.cache.load_back_threshold,
+                         [&faults, &log] { return faults.evaluate("host.alloc.fail", log.step()).has_value(); }},
                         pool, *host_kv, *engine, *agreement);
   SyntheticModel model(geo, pool, exp.cache.page_size);
   Oracle oracle(geo);

@@ -316,6 +316,13 @@ def host_tier_keeps_history():
                    "history comes back from the host", so)
     expect(late["device"] < 0.3 and late["host"] > 0.7, f"late-round hit rate: device only {late['device']:.2f}, "
            f"with host {late['host']:.2f}")
+    # SGLang #26921 + #28429: a host allocation fails on one rank; with skip_when_empty its ACK queue
+    # is empty while its peers' is not, they enter the collective alone and the watchdog reports it.
+    rc, so, se = run(4, TIERS, "--out", out("tier-hang"), *small, "--set", "protocol.tp_sync=skip_when_empty",
+                     "--set", "engine.deadline_s=2", "--set", "faults.host.alloc.fail.probability=1",
+                     "--set", "faults.host.alloc.fail.ranks=[1]", timeout=120)
+    expect(rc == 1 and re.search(r"watchdog: rank [023] waited [0-9.]+ s \(deadline 2 s\) for tp_sync all-reduce", se),
+           "the hang becomes a watchdog report", so, se)
     rc, so, se = run(4, TIERS, "--out", out("tier-pp"), "--set", "topology.pp=2", "--set", "topology.cp=1")
     expect(rc == 2 and "protocol.pp_sync" in se, "host tier with PP > 1 names the missing protocol", so, se)
     expect(not os.path.exists(out("tier-pp/run.h5")), "no trace")

@@ -198,6 +198,18 @@ TEST(HostTier, LoadBacksAreCorrectAndRanksAgreeOverSeeds) {
   }
 }
 
+TEST(HostTier, HostAllocationFailuresOnOneRankAreAgreed) {
+  if (testing::world_size() < 2) GTEST_SKIP() << "needs TP peers";
+  for (std::int64_t seed = 50; seed < 58; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    DecisionLog log;
+    auto r = serve(host_tier(seed, {"faults.host.alloc.fail.probability=0.3", "faults.host.alloc.fail.ranks=[1]"}), log);
+    EXPECT_EQ(r.finished, 24);
+    EXPECT_EQ(r.oracle_mismatches, 0);
+    EXPECT_EQ(r.divergences(), 0);  // every rank skips the backups that failed on rank 1
+  }
+}
+
 TEST(HostTier, SameSeedSameDecisions) {
   std::uint64_t d[2];
   for (int i = 0; i < 2; ++i) {
