@@ -316,6 +316,9 @@ def host_tier_keeps_history():
                    "history comes back from the host", so)
     expect(late["device"] < 0.3 and late["host"] > 0.7, f"late-round hit rate: device only {late['device']:.2f}, "
            f"with host {late['host']:.2f}")
+    # Real copies on worker threads (completions in real time, different on every rank): still agreed.
+    rc, so, se = run(4, TIERS, "--out", out("tier-threaded"), *small, "--set", "engine.transfer=threaded")
+    expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so, "threaded engine", so, se)
     # SGLang #26921 + #28429: a host allocation fails on one rank; with skip_when_empty its ACK queue
     # is empty while its peers' is not, they enter the collective alone and the watchdog reports it.
     rc, so, se = run(4, TIERS, "--out", out("tier-hang"), *small, "--set", "protocol.tp_sync=skip_when_empty",
