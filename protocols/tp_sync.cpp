@@ -9,12 +9,12 @@ namespace kvgrid::protocols {
 
 namespace {
 
-std::size_t min_over(MPI_Comm comm, std::size_t v) {
+std::uint64_t min_over(MPI_Comm comm, std::uint64_t v) {
   std::uint64_t mine = v, out = 0;
   MPI_Request req;
   KVGRID_MPI_CHECK(MPI_Iallreduce(&mine, &out, 1, MPI_UINT64_T, MPI_MIN, comm, &req));
-  wait_mpi(&req, "tp_sync all-reduce(MIN) of ready ACKs");
-  return static_cast<std::size_t>(out);
+  wait_mpi(&req, "tp_sync all-reduce(MIN)");
+  return out;
 }
 
 // Owns a duplicate of the stage communicator (created collectively, freed at the end).
@@ -38,6 +38,7 @@ class MinAllreduce final : public cache::AckAgreement {
   std::string_view name() const override { return "min_allreduce"; }
   std::size_t agree(std::size_t ready, std::size_t) override { return min_over(comm_.get(), ready); }
   bool agree_allocation(bool ok) override { return min_over(comm_.get(), ok ? 1 : 0) == 1; }
+  std::uint64_t agree_min(std::uint64_t v) override { return min_over(comm_.get(), v); }
 
  private:
   DupComm comm_;
@@ -48,6 +49,7 @@ class PerRank final : public cache::AckAgreement {
   std::string_view name() const override { return "per_rank"; }
   std::size_t agree(std::size_t ready, std::size_t) override { return ready; }
   bool agree_allocation(bool ok) override { return ok; }
+  std::uint64_t agree_min(std::uint64_t v) override { return v; }
 };
 
 class SkipWhenEmpty final : public cache::AckAgreement {
@@ -59,6 +61,7 @@ class SkipWhenEmpty final : public cache::AckAgreement {
     return min_over(comm_.get(), ready);
   }
   bool agree_allocation(bool ok) override { return ok; }
+  std::uint64_t agree_min(std::uint64_t v) override { return min_over(comm_.get(), v); }
 
  private:
   DupComm comm_;

@@ -100,6 +100,7 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
     return make_serve_workload(exp.workload, exp.engine.seed);
   });
   const std::string dir = prepare_run_dir(opt.out, exp.output.dir, exp.name, exp.engine.seed, grid.world());
+  if (exp.cache.storage != "none" && exp.cache.storage_dir.empty()) exp.cache.storage_dir = dir + "/storage";
 
   FailpointRegistry faults(exp.engine.seed, world_rank);
   for (const auto& f : exp.faults) faults.configure(f);

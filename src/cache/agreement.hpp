@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 namespace kvgrid::cache {
@@ -19,6 +20,10 @@ class AckAgreement {
   // its host pages (reserve → agree → commit or abort; SGLang #28429's fix). Same call points on
   // every rank.
   virtual bool agree_allocation(bool local_ok) = 0;
+  // "What is the smallest of our values?" — storage hit lengths before a prefetch reads, completed
+  // lengths after it, and "can this prefetch stop?" (1/0: all must be able to). Same call points
+  // on every rank.
+  virtual std::uint64_t agree_min(std::uint64_t local) = 0;
 };
 
 }  // namespace kvgrid::cache

@@ -75,12 +75,25 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
     const Tokens before = m.matched;
     r.load_events = host_->load_back(m, [&](Pages n) { return alloc_evicting(n, &r.evicted); });
     r.host_loaded = m.matched - before;
+    if (storage_) {
+      const auto [b, e] = storage_->prefetched_range(id);
+      const Tokens lo = std::max(b, before), hi = std::min(e, m.matched);
+      if (hi > lo) r.storage_loaded = hi - lo;
+      storage_->forget(id);
+    }
   }
   r.matched = m.matched;
   r.kv_tokens = kv_tokens;
   const Pages total((kv_tokens.value() + p - 1) / p);
   const Pages need = total - Pages(static_cast<std::int64_t>(m.device_pages.size()));
   auto fresh = alloc_evicting(need, &r.evicted);
+  if (alloc_fault_) {
+    const bool local = fresh.has_value() && !alloc_fault_();
+    if (!alloc_agreement_->agree_allocation(local) && fresh) {
+      pool_.free(*fresh);
+      fresh.reset();
+    }
+  }
   KVGRID_CONSENSUS(log_, "admit", {static_cast<std::int64_t>(id.value())}, {fresh ? 1 : 0, need.value()});
   if (!fresh) {
     // Loaded pages stay in the tree (cached, just not used by this request now): let their copies
@@ -105,6 +118,11 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
 void DeviceCache::attach_host_tier(HostTierConfig cfg, KvPool& device_kv, KvPool& host_kv, transfer::TransferEngine& engine,
                                    AckAgreement& agreement) {
   host_ = std::make_unique<HostTier>(std::move(cfg), tree_, device_kv, host_kv, engine, agreement, log_);
+}
+
+void DeviceCache::attach_storage_tier(StorageTierConfig cfg, KvPool& host_kv, AckAgreement& agreement) {
+  KVGRID_CHECK(host_ != nullptr, "the storage tier needs the host tier");
+  storage_ = std::make_unique<StorageTier>(std::move(cfg), tree_, *host_, host_kv, agreement, log_);
 }
 
 void DeviceCache::insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens) {
@@ -176,9 +194,10 @@ void DeviceCache::verify() const {
                reserved_, " are reserved, but the pool has ", pool_.used_pages(), " allocated (leak or double ownership)");
   if (host_) {
     host_->pool().verify();
-    KVGRID_CHECK(tree_.host_pages() + host_->pending_pages() == host_->pool().used_pages(), "tree holds ",
-                 tree_.host_pages(), " host pages and ", host_->pending_pages(), " are being written, but the host pool has ",
-                 host_->pool().used_pages(), " allocated");
+    const Pages held = storage_ ? storage_->held_pages() : Pages(0);
+    KVGRID_CHECK(tree_.host_pages() + host_->pending_pages() + held == host_->pool().used_pages(), "tree holds ",
+                 tree_.host_pages(), " host pages, ", host_->pending_pages(), " are being written and ", held,
+                 " prefetched, but the host pool has ", host_->pool().used_pages(), " allocated");
   }
 }
 

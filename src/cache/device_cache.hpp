@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -17,6 +18,7 @@
 #include "cache/device_pool.hpp"
 #include "cache/host_tier.hpp"
 #include "cache/radix_tree.hpp"
+#include "cache/storage_tier.hpp"
 #include "core/decision_log.hpp"
 
 namespace kvgrid::cache {
@@ -47,6 +49,7 @@ struct Reservation {
   Pages private_pages{0};           // pages still held privately
   TreeNode* node = nullptr;         // locked (moves down as chunks are inserted) until commit
   Tokens host_loaded{0};            // of `matched`, the part loaded back from the host tier
+  Tokens storage_loaded{0};         // of `host_loaded`, the part its storage prefetch brought in
   std::vector<transfer::Event> load_events;  // wait on these before reading the matched pages
 };
 
@@ -74,6 +77,23 @@ class DeviceCache {
                         AckAgreement& agreement);
   HostTier* host_tier() { return host_.get(); }
   const HostTier* host_tier() const { return host_.get(); }
+  // Adds the storage tier (needs the host tier): write-through of published backups, prefetch.
+  void attach_storage_tier(StorageTierConfig cfg, KvPool& host_kv, AckAgreement& agreement);
+  StorageTier* storage_tier() { return storage_.get(); }
+  const StorageTier* storage_tier() const { return storage_.get(); }
+  // Failpoint device.alloc.fail: `fault()` true makes this rank's allocation fail; the outcome
+  // of every admission's allocation is then agreed over the stage (all or nobody admits).
+  void set_alloc_fault(std::function<bool()> fault, AckAgreement& agreement) {
+    alloc_fault_ = std::move(fault);
+    alloc_agreement_ = &agreement;
+  }
+
+  // A request arrived (every rank, same order): the storage tier may start its prefetch.
+  void on_arrival(RequestId id, std::span<const TokenId> prompt) {
+    if (storage_) storage_->start_prefetch(id, prompt);
+  }
+  // May `id` be admitted now? (Ends its prefetch when the stop policy agrees; collective then.)
+  bool prefetch_ready(RequestId id) { return !storage_ || storage_->try_finish(id); }
 
   const RadixTree& tree() const { return tree_; }
   RadixTree& tree() { return tree_; }
@@ -91,6 +111,9 @@ class DeviceCache {
   DecisionLog& log_;
   std::optional<std::vector<PageId>> alloc_evicting(Pages n, Pages* evicted);
   std::unique_ptr<HostTier> host_;
+  std::unique_ptr<StorageTier> storage_;
+  std::function<bool()> alloc_fault_;
+  AckAgreement* alloc_agreement_ = nullptr;
   Pages reserved_{0};  // pages held privately by reservations
   Tokens last_match_{0};  // of the latest reserve(), for admit()'s report of a refusal
   Pages last_evicted_{0};

@@ -25,28 +25,14 @@ void HostTier::backup_path(TreeNode* node) {
     if (n->device.empty()) break;  // cannot happen on a freshly inserted path; keep the prefix rule
     if (cfg_.write_policy == "write_through_selective" && n->ext.hit_count < cfg_.write_through_threshold) break;
     const Pages need(static_cast<std::int64_t>(n->key.size() / p));
-    if (need > pool_.free_pages()) {
-      auto freed = tree_.evict_host(need - pool_.free_pages());
-      pool_.free(freed);
-      stats_.host_evicted += freed.size();
-    }
-    auto hp = pool_.alloc(need);
-    if (hp && cfg_.alloc_fault && cfg_.alloc_fault()) {
-      pool_.free(*hp);
-      hp.reset();
-    }
-    // Every rank of the stage must back up the same nodes: the allocation is agreed.
-    const bool ok = agreement_.agree_allocation(hp.has_value());
-    if (!ok && hp) {
-      pool_.free(*hp);
-      hp.reset();
-    }
+    auto hp = alloc_host(need);
     KVGRID_CONSENSUS(log_, "backup", {static_cast<std::int64_t>(n->key.size())}, {hp ? 1 : 0});
     if (!hp) break;  // host full of protected pages (somewhere): this and deeper nodes stay device-only
     std::vector<transfer::Copy> copies;
     for (auto& layer : layer_copies(host_kv_, *hp, device_kv_, n->device))
       copies.insert(copies.end(), layer.begin(), layer.end());
     WriteAck w{next_write_++, n, std::move(*hp), {}};
+    if (cfg_.transfer_fault && cfg_.transfer_fault()) engine_.inject(0, true);
     w.event = engine_.submit(kWriteStream, std::move(copies));
     n->ext.pending_write = w.id;
     tree_.lock(n);  // its device pages must stay until the copy is done
@@ -55,6 +41,26 @@ void HostTier::backup_path(TreeNode* node) {
     ++stats_.writes;
     queue_.push_back(std::move(w));
   }
+}
+
+std::optional<std::vector<PageId>> HostTier::alloc_host(Pages need) {
+  if (need > pool_.free_pages()) {
+    auto freed = tree_.evict_host(need - pool_.free_pages());
+    pool_.free(freed);
+    stats_.host_evicted += freed.size();
+  }
+  auto hp = pool_.alloc(need);
+  if (hp && cfg_.alloc_fault && cfg_.alloc_fault()) {
+    pool_.free(*hp);
+    hp.reset();
+  }
+  // Every rank of the stage must take the same decision: the allocation is agreed.
+  const bool ok = agreement_.agree_allocation(hp.has_value());
+  if (!ok && hp) {
+    pool_.free(*hp);
+    hp.reset();
+  }
+  return hp;
 }
 
 void HostTier::publish(const WriteAck& w) {
@@ -66,15 +72,22 @@ void HostTier::publish(const WriteAck& w) {
   bool ok = !w.event.failed();
   std::size_t at = 0;
   std::vector<PageId> unused;
+  std::vector<TreeNode*> published;
   for (TreeNode* f : fragments) {
     const std::size_t k = f->key.size() / static_cast<std::size_t>(tree_.page_size().value());
     std::span<const PageId> slice(w.host_pages.data() + at, k);
     at += k;
     f->ext.pending_write = 0;
     ok = ok && (f->parent == tree_.root() || !f->parent->host.empty());
-    if (ok) tree_.set_host(f, slice);
-    else unused.insert(unused.end(), slice.begin(), slice.end());
+    if (ok) {
+      tree_.set_host(f, slice);
+      published.push_back(f);
+    } else {
+      unused.insert(unused.end(), slice.begin(), slice.end());
+    }
   }
+  if (on_published_)
+    for (TreeNode* f : published) on_published_(f);
   KVGRID_CHECK(at == w.host_pages.size(), "write ", w.id, " covered ", at, " of ", w.host_pages.size(), " pages");
   if (!unused.empty()) {
     pool_.free(unused);

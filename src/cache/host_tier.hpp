@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@ struct HostTierConfig {
   std::uint64_t write_through_threshold = 2;   // selective: hits before a node is backed up
   Tokens load_back_threshold{16};              // load back only host hits of at least this length
   std::function<bool()> alloc_fault;           // failpoint host.alloc.fail: true = this allocation fails
+  std::function<bool()> transfer_fault;        // failpoint transfer.fail: true = this backup's copy fails
 };
 
 struct HostTierStats {
@@ -61,6 +63,13 @@ class HostTier {
   // — the lock moves along) and returns the per-layer events to wait on before reading.
   std::vector<transfer::Event> load_back(MatchResult& m,
                                          const std::function<std::optional<std::vector<PageId>>(Pages)>& alloc_device);
+
+  // Host pages for someone else (a storage prefetch): evicts host-only leaves if needed; the
+  // outcome is agreed like a backup's allocation. Every rank of the stage calls it at the same point.
+  std::optional<std::vector<PageId>> alloc_host(Pages n);
+  void free_host(std::span<const PageId> pages) { pool_.free(pages); }
+  // Called for each node whose backup was published (the storage tier writes it through).
+  void on_published(std::function<void(TreeNode*)> f) { on_published_ = std::move(f); }
 
   const HostTierStats& stats() const { return stats_; }
   const DevicePool& pool() const { return pool_; }
@@ -91,6 +100,7 @@ class HostTier {
   std::uint64_t next_write_ = 1;
   Pages pending_pages_{0};
   HostTierStats stats_;
+  std::function<void(TreeNode*)> on_published_;
 };
 
 }  // namespace kvgrid::cache

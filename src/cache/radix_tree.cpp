@@ -160,13 +160,22 @@ MatchResult RadixTree::match_prefix(std::span<const TokenId> tokens) {
 
 MatchResult RadixTree::match_computed(std::span<const TokenId> tokens) { return match_up_to(tokens, tokens.size()); }
 
-MatchResult RadixTree::match_up_to(std::span<const TokenId> tokens, std::size_t max_tokens) {
+MatchResult RadixTree::peek_prefix(std::span<const TokenId> tokens) {
+  if (tokens.size() <= 1) {
+    MatchResult r;
+    r.last_node = root_.get();
+    return r;
+  }
+  return match_up_to(tokens, tokens.size() - 1, false);
+}
+
+MatchResult RadixTree::match_up_to(std::span<const TokenId> tokens, std::size_t max_tokens, bool account) {
   const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
   MatchResult r;
   r.last_node = root_.get();
   const std::size_t limit = max_tokens / p * p;
   if (limit == 0) return r;
-  ++clock_;
+  if (account) ++clock_;
 
   std::vector<PathStep> path;         // device-resident part
   std::vector<TreeNode*> host_part;   // host-only continuation
@@ -180,7 +189,7 @@ MatchResult RadixTree::match_up_to(std::span<const TokenId> tokens, std::size_t 
     std::size_t n = common_pages_tokens(child, tokens.subspan(pos, limit - pos));
     const bool partial = n < child->key.size();
     if (partial) child = split(child, n);  // only the matched part counts as accessed
-    touch(child);
+    if (account) touch(child);
     if (child->device.empty() || !host_part.empty()) {
       host_part.push_back(child);  // device-resident nodes form a prefix: the rest is host-only
       host_end = pos + n;
@@ -216,7 +225,7 @@ MatchResult RadixTree::match_up_to(std::span<const TokenId> tokens, std::size_t 
   for (const auto& st : path) {
     auto* n = const_cast<TreeNode*>(st.node);
     r.device_pages.insert(r.device_pages.end(), n->device.begin(), n->device.end());
-    ++n->ext.hit_count;
+    if (account) ++n->ext.hit_count;
   }
   r.last_node = path.empty() ? root_.get() : const_cast<TreeNode*>(path.back().node);
   // The host continuation counts only when the device part was accepted whole.
@@ -337,6 +346,62 @@ void RadixTree::set_host(TreeNode* node, std::span<const PageId> host_pages) {
   node->host.assign(host_pages.begin(), host_pages.end());
   host_pages_ += Pages(static_cast<std::int64_t>(host_pages.size()));
   refresh(node);
+}
+
+std::vector<PageId> RadixTree::insert_host(std::span<const TokenId> tokens, Tokens start,
+                                           std::span<const PageId> host_pages) {
+  const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
+  const std::size_t from = static_cast<std::size_t>(start.value());
+  KVGRID_CHECK(tokens.size() % p == 0 && from % p == 0 && from <= tokens.size() && host_pages.size() == (tokens.size() - from) / p,
+               "insert_host of ", tokens.size(), " tokens from ", from, " with ", host_pages.size(), " pages");
+  auto slice = [&](std::size_t a, std::size_t b) { return host_pages.subspan((a - from) / p, (b - a) / p); };
+  std::vector<PageId> unused;
+  ++clock_;
+  TreeNode* node = root_.get();
+  std::size_t pos = 0;
+  while (pos < tokens.size()) {
+    auto first = tokens.subspan(pos, p);
+    TreeNode* child = find_child(node, first, page_hash(first));
+    const bool parent_backed = node == root_.get() || !node->host.empty();
+    if (!child) {
+      KVGRID_CHECK(pos >= from, "insert_host: the cached prefix [0, ", from, ") is missing at ", pos);
+      if (!parent_backed) break;
+      auto leaf = std::make_unique<TreeNode>();
+      leaf->id = next_id_++;
+      leaf->key.assign(tokens.begin() + static_cast<std::ptrdiff_t>(pos), tokens.end());
+      auto s = slice(pos, tokens.size());
+      leaf->host.assign(s.begin(), s.end());
+      leaf->last_access = clock_;
+      TreeNode* raw = leaf.get();
+      host_pages_ += Pages(static_cast<std::int64_t>(raw->host.size()));
+      ++node_count_;
+      add_child(node, std::move(leaf));
+      refresh(node);
+      refresh(raw);
+      return unused;
+    }
+    std::size_t n = common_pages_tokens(child, tokens.subspan(pos));
+    if (pos < from && pos + n > from) n = from - pos;  // the prefetched range starts on a node boundary
+    if (n < child->key.size()) child = split(child, n);
+    touch(child);
+    if (pos + n > from) {
+      if (!child->host.empty()) {
+        auto s = slice(pos, pos + n);
+        unused.insert(unused.end(), s.begin(), s.end());  // already backed up: ours are duplicates
+      } else if (parent_backed && child->ext.pending_write == 0) {
+        set_host(child, slice(pos, pos + n));  // the device node gets its host copy from storage
+      } else {
+        break;
+      }
+    }
+    node = child;
+    pos += n;
+  }
+  if (pos < tokens.size()) {
+    auto s = slice(std::max(pos, from), tokens.size());
+    unused.insert(unused.end(), s.begin(), s.end());
+  }
+  return unused;
 }
 
 void RadixTree::set_device(TreeNode* node, std::span<const PageId> device_pages) {

@@ -128,6 +128,9 @@ class RadixTree {
   // Longest cached page-aligned prefix of `tokens` itself (no prompt − 1 rule): what a request
   // that has computed `tokens` finds after inserting them (chunked prefill re-match).
   MatchResult match_computed(std::span<const TokenId> tokens);
+  // match_prefix without counting an access (no LRU touch, no hit count): the storage tier's look
+  // at what a just-arrived request would find, before the request is scheduled.
+  MatchResult peek_prefix(std::span<const TokenId> tokens);
 
   // Inserts a page-aligned key with one device page per page. The pages for the part already
   // present are NOT taken: the caller frees those of `pages[0 : prefix_len/page_size]` that are
@@ -150,6 +153,12 @@ class RadixTree {
   void set_host(TreeNode* node, std::span<const PageId> host_pages);
   void set_device(TreeNode* node, std::span<const PageId> device_pages);
   std::vector<PageId> evict_host(Pages n);
+  // A finished storage prefetch: `tokens` (page-aligned) is cached up to `start` (a backed-up
+  // path, or the root); `host_pages` hold pages [start, tokens.size()) read from storage. Adds
+  // them as host-only nodes, or as the host copy of device nodes on the path that have none
+  // (keeping backed-up nodes a prefix). Returns the pages not used (already cached, or beyond a
+  // node that cannot take them); the caller frees them.
+  std::vector<PageId> insert_host(std::span<const TokenId> tokens, Tokens start, std::span<const PageId> host_pages);
   Pages host_pages() const { return host_pages_; }
 
   Tokens page_size() const { return cfg_.page_size; }
@@ -176,7 +185,7 @@ class RadixTree {
     }
   };
 
-  MatchResult match_up_to(std::span<const TokenId> tokens, std::size_t limit);
+  MatchResult match_up_to(std::span<const TokenId> tokens, std::size_t limit, bool account = true);
   TreeNode* find_child(TreeNode* node, std::span<const TokenId> first_page, std::uint64_t h) const;
   // The parent's entry that owns `child`.
   std::unordered_multimap<std::uint64_t, std::unique_ptr<TreeNode>>::iterator entry_of(TreeNode* child);

@@ -61,6 +61,15 @@ Schema build_schema() {
              "device->host backup: every inserted node, or once its hit count reaches write_through_threshold"));
   s.add(ikey({"cache", "write_through_threshold"}, 2, 1, 1e9, "write_through_selective: hits before a backup"));
   s.add(ikey({"cache", "load_back_threshold"}, 16, 1, 1e9, "load back host hits of at least this many tokens"));
+  s.add(skey({"cache", "storage"}, {"none", "file"}, "storage tier (L3): none, or file (one object per page; needs the host tier)"));
+  s.add(skey({"cache", "storage_dir"}, {}, "storage directory (empty: <run dir>/storage; a directory set here is reused across runs)"));
+  s.add(ikey({"cache", "storage_capacity_mb"}, 1024, 1, 1e9, "storage capacity per rank, MiB (LRU eviction beyond it)"));
+  s.add(ikey({"cache", "prefetch_threshold"}, 64, 1, 1e9, "prefetch from storage only a hit of at least this many tokens"));
+  s.add(skey({"cache", "prefetch_policy"}, {"best_effort", "wait_complete", "timeout"},
+             "when a prefetch stops: when the request is scheduled, when all reads are done, or done/timed out"));
+  s.add(fkey({"cache", "prefetch_timeout_base_ms"}, 5.0, 0.0, 1e9, "timeout policy: base, modelled ms"));
+  s.add(fkey({"cache", "prefetch_timeout_per_1k_ms"}, 2.0, 0.0, 1e9, "timeout policy: added per 1024 prefetched tokens, ms"));
+  s.add(fkey({"cache", "prefetch_timeout_max_ms"}, 50.0, 0.0, 1e9, "timeout policy: cap, ms"));
   s.add(skey({"protocol", "tp_sync"}, {"min_allreduce", "per_rank", "skip_when_empty"},
              "agreement of ACK consumption in a stage (buggy: per_rank, skip_when_empty)"));
   s.add(skey({"workload", "kind"}, {"tree", "gsp", "multiturn", "mooncake"},
@@ -110,6 +119,8 @@ Schema build_schema() {
   s.add(fkey({"cost", "pp_link_ns"}, 10000.0, 0.0, 1e12, "activation hop between PP stages"));
   s.add(fkey({"cost", "allreduce_ns"}, 20000.0, 0.0, 1e12, "one stage all-reduce of per-request checksums"));
   s.add(fkey({"cost", "host_link_gb_s"}, 25.0, 0.001, 1e6, "device<->host copy bandwidth, GB/s (simulated engine)"));
+  s.add(fkey({"cost", "storage_gb_s"}, 5.0, 0.001, 1e6, "storage read bandwidth, GB/s (simulated)"));
+  s.add(fkey({"cost", "storage_latency_us"}, 100.0, 0.0, 1e9, "latency of one storage read batch, us (simulated)"));
   for (const auto& fp : failpoint_catalogue()) {
     s.add(optional(fkey({"faults", fp.name, "probability"}, 0.0, 0.0, 1.0, "chance per evaluation: " + fp.doc)));
     s.add(optional(key({"faults", fp.name, "ranks"}, ValueType::IntArray, std::vector<std::int64_t>{},
@@ -201,6 +212,14 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.cache.write_policy = c.get_string("cache.write_policy");
   e.cache.write_through_threshold = c.get_int("cache.write_through_threshold");
   e.cache.load_back_threshold = Tokens(c.get_int("cache.load_back_threshold"));
+  e.cache.storage = c.get_string("cache.storage");
+  e.cache.storage_dir = c.get_string("cache.storage_dir");
+  e.cache.storage_capacity_mb = c.get_int("cache.storage_capacity_mb");
+  e.cache.prefetch_threshold = Tokens(c.get_int("cache.prefetch_threshold"));
+  e.cache.prefetch_policy = c.get_string("cache.prefetch_policy");
+  e.cache.prefetch_timeout_base_ms = c.get_float("cache.prefetch_timeout_base_ms");
+  e.cache.prefetch_timeout_per_1k_ms = c.get_float("cache.prefetch_timeout_per_1k_ms");
+  e.cache.prefetch_timeout_max_ms = c.get_float("cache.prefetch_timeout_max_ms");
   e.protocol.tp_sync = c.get_string("protocol.tp_sync");
   e.model.cp_split = c.get_string("model.cp_split");
   auto& w = e.workload;
@@ -255,6 +274,8 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.cost.pp_link_ns = c.get_float("cost.pp_link_ns");
   e.cost.allreduce_ns = c.get_float("cost.allreduce_ns");
   e.cost.host_link_gb_s = c.get_float("cost.host_link_gb_s");
+  e.cost.storage_gb_s = c.get_float("cost.storage_gb_s");
+  e.cost.storage_latency_us = c.get_float("cost.storage_latency_us");
   e.output.dir = c.get_string("output.dir");
   e.output.flush_every = c.get_int("output.flush_every");
   e.output.report_every = c.get_int("output.report_every");
@@ -300,6 +321,9 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
                          ": a host tier across pipeline stages needs protocol.pp_sync, which this version does not have yet "
                          "(use pp = 1)");
   }
+  if (e.cache.storage != "none" && e.cache.host_pages.value() == 0)
+    throw InputError(src + ": cache.storage = \"" + e.cache.storage +
+                     "\" needs the host tier: prefetched pages land in host memory (set cache.host_pages > 0)");
   if (w.kind == "mooncake" && w.mooncake.trace.empty())
     throw InputError(src + ": workload.kind = \"mooncake\" needs workload.mooncake.trace");
   e.effective_toml = c.effective_toml();

@@ -28,6 +28,12 @@ struct CacheConfig {
   std::string write_policy = "write_through";
   std::int64_t write_through_threshold = 2;
   Tokens load_back_threshold{16};
+  std::string storage = "none";           // "file": the storage tier (L3, needs the host tier)
+  std::string storage_dir;                // empty: <run dir>/storage
+  std::int64_t storage_capacity_mb = 1024;  // per rank
+  Tokens prefetch_threshold{64};
+  std::string prefetch_policy = "best_effort";
+  double prefetch_timeout_base_ms = 5.0, prefetch_timeout_per_1k_ms = 2.0, prefetch_timeout_max_ms = 50.0;
 };
 
 struct TreeWorkloadConfig {  // Foundation I's cache-only workload
@@ -87,6 +93,8 @@ struct CostConfig {
   double pp_link_ns = 10000.0;
   double allreduce_ns = 20000.0;
   double host_link_gb_s = 25.0;  // device <-> host copies (simulated engine)
+  double storage_gb_s = 5.0;     // storage reads (simulated)
+  double storage_latency_us = 100.0;  // per read batch (simulated)
 };
 
 struct ProtocolConfig {

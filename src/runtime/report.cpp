@@ -45,38 +45,51 @@ nlohmann::json report_json(const RunTrace& run) {
       std::sort(v.begin(), v.end());
       return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
     };
-    std::uint64_t prompt = 0, cached = 0, host = 0, mism = 0, first_arrival = ~0ULL, last_finish = 0;
+    std::uint64_t prompt = 0, cached = 0, host = 0, storage = 0, mism = 0, first_arrival = ~0ULL, last_finish = 0;
     std::vector<double> ttft;
-    std::map<std::uint32_t, std::tuple<std::uint64_t, std::uint64_t, double, std::uint64_t>> rounds;  // prompt, cached, ttft sum, n
+    struct Round {
+      std::uint64_t prompt = 0, cached = 0, host = 0, storage = 0, n = 0;
+      double ttft = 0;
+    };
+    std::map<std::uint32_t, Round> rounds;
     for (const auto& q : reqs) {
       prompt += q.prompt_tokens;
       cached += q.cached_tokens;
       host += q.host_tokens;
+      storage += q.storage_tokens;
       mism += q.oracle_ok ? 0 : 1;
       first_arrival = std::min(first_arrival, q.arrival_ns);
       last_finish = std::max(last_finish, q.finish_ns);
       ttft.push_back(static_cast<double>(q.ttft_model_ns) / 1e6);
-      auto& [rp, rc, rt, rn] = rounds[q.round];
-      rp += q.prompt_tokens;
-      rc += q.cached_tokens;
-      rt += static_cast<double>(q.ttft_model_ns) / 1e6;
-      ++rn;
+      auto& r = rounds[q.round];
+      r.prompt += q.prompt_tokens;
+      r.cached += q.cached_tokens;
+      r.host += q.host_tokens;
+      r.storage += q.storage_tokens;
+      r.ttft += static_cast<double>(q.ttft_model_ns) / 1e6;
+      ++r.n;
     }
     auto rate = [&](std::uint64_t x) { return prompt ? static_cast<double>(x) / static_cast<double>(prompt) : 0.0; };
     const double hit = rate(cached);
     j["finished"] = reqs.size();
     j["failed"] = 0;  // no failure path yet (P/D and the tiers add them)
     j["prompt_tokens"] = prompt;
-    j["cached_tokens"] = {{"device", cached - host}, {"host", host}, {"storage", 0}};
-    j["hit_rate"] = {{"device", rate(cached - host)}, {"host", rate(host)}, {"storage", 0.0}, {"total", hit}};
+    // Tiers by where the hit was found: host_tokens includes what a storage prefetch brought in.
+    j["cached_tokens"] = {{"device", cached - host}, {"host", host - storage}, {"storage", storage}};
+    j["hit_rate"] = {{"device", rate(cached - host)}, {"host", rate(host - storage)}, {"storage", rate(storage)}, {"total", hit}};
     // Copies of one rank (every TP/CP rank moves its own shard of the same tokens).
     const std::int64_t ps = run.meta_int("page_size");
-    std::int64_t d2h = 0, h2d = 0;
+    std::int64_t d2h = 0, h2d = 0, sr = 0, sw = 0, sf = 0;
     if (!run.summary_ranks.empty()) {
-      d2h = run.summary_ranks.front().d2h_pages * ps;
-      h2d = run.summary_ranks.front().h2d_pages * ps;
+      const auto& r0 = run.summary_ranks.front();
+      d2h = r0.d2h_pages * ps;
+      h2d = r0.h2d_pages * ps;
+      sr = r0.storage_read_pages * ps;
+      sw = r0.storage_write_pages * ps;
+      for (const auto& r : run.summary_ranks) sf += r.storage_failed_pages;
     }
-    j["transferred_tokens"] = {{"d2h", d2h}, {"h2d", h2d}, {"storage_read", 0}, {"storage_write", 0}};
+    j["transferred_tokens"] = {{"d2h", d2h}, {"h2d", h2d}, {"storage_read", sr}, {"storage_write", sw}};
+    j["storage_failed_pages"] = sf;  // all ranks: failed/short/corrupt reads and failed writes
     j["computed_tokens"] = prompt - cached;
     double mean = 0;
     for (double t : ttft) mean += t;
@@ -88,12 +101,13 @@ nlohmann::json report_json(const RunTrace& run) {
     j["requests_with_oracle_mismatch"] = mism;
     if (rounds.size() > 1) {
       nlohmann::json rs = nlohmann::json::array();
-      for (const auto& [round, v] : rounds) {
-        const auto& [rp, rc, rt, rn] = v;
+      for (const auto& [round, r] : rounds) {
+        auto frac = [&](std::uint64_t x) { return r.prompt ? static_cast<double>(x) / static_cast<double>(r.prompt) : 0.0; };
         rs.push_back({{"round", round},
-                      {"requests", rn},
-                      {"hit_rate", rp ? static_cast<double>(rc) / static_cast<double>(rp) : 0.0},
-                      {"ttft_model_ms_mean", rn ? rt / static_cast<double>(rn) : 0.0}});
+                      {"requests", r.n},
+                      {"hit_rate", frac(r.cached)},
+                      {"hit_rate_by_tier", {{"device", frac(r.cached - r.host)}, {"host", frac(r.host - r.storage)}, {"storage", frac(r.storage)}}},
+                      {"ttft_model_ms_mean", r.n ? r.ttft / static_cast<double>(r.n) : 0.0}});
       }
       j["rounds"] = rs;
     }

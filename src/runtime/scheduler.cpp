@@ -16,6 +16,7 @@ void Scheduler::enqueue(RequestSpec spec, std::uint64_t wall_ns) {
   r->spec = std::move(spec);
   r->ph = kernels::kPrefixSeed;
   r->seen_wall_ns = wall_ns;
+  cache_.on_arrival(r->spec.id, r->spec.prompt);
   waiting_.push_back(std::move(r));
 }
 
@@ -33,6 +34,7 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
   }
   while (budget > 0 && !waiting_.empty() && static_cast<std::int64_t>(running_.size()) < cfg_.max_running) {
     ServeRequest& w = *waiting_.front();
+    if (!cache_.prefetch_ready(w.spec.id)) break;  // its storage prefetch goes on (stop policy)
     auto res = cache_.reserve(w.spec.id, w.spec.prompt, Tokens(static_cast<std::int64_t>(w.kv_len())));
     if (!res) break;  // head of line waits for pages
     w.res = std::move(*res);

@@ -10,6 +10,7 @@
 
 #include "cache/device_cache.hpp"
 #include "cache/kv_pool.hpp"
+#include "cache/page_hash.hpp"
 #include "core/check.hpp"
 #include "core/hash.hpp"
 #include "core/log.hpp"
@@ -212,11 +213,60 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
   }
   cache::DeviceCache dc({exp.cache.page_size, capacity}, log);
+  Rng fault_rng = rank_stream(exp.engine.seed, grid.world_rank()).fork("storage.fault.target");
   if (host_kv)
     dc.attach_host_tier({exp.cache.host_pages, exp.cache.write_policy,
                          static_cast<std::uint64_t>(exp.cache.write_through_threshold), exp.cache.load_back_threshold,
-                         [&faults, &log] { return faults.evaluate("host.alloc.fail", log.step()).has_value(); }},
+                         [&faults, &log] { return faults.evaluate("host.alloc.fail", log.step()).has_value(); },
+                         [&faults, &log, &engine] {
+                           if (auto d = faults.evaluate("transfer.delay", log.step()))
+                             engine->inject(static_cast<std::uint64_t>(d->param("delay_us") * 1e3), false);
+                           return faults.evaluate("transfer.fail", log.step()).has_value();
+                         }},
                         pool, *host_kv, *engine, *agreement);
+  if (host_kv && exp.cache.storage != "none") {
+    KVGRID_CHECK(!exp.cache.storage_dir.empty(), "cache.storage_dir is unset (kvgrid run sets <run dir>/storage)");
+    cache::ShardKey sk;
+    sk.model = "synth-l" + std::to_string(exp.model.layers) + "-h" + std::to_string(exp.model.kv_heads) + "-d" +
+               std::to_string(exp.model.head_dim) + "-" + exp.model.attention + "-" + exp.engine.payload;
+    sk.tp_rank = c.tp;
+    sk.tp_size = shape.tp;
+    sk.pp_rank = c.pp;
+    sk.pp_size = shape.pp;
+    sk.cp_rank = c.cp;
+    sk.cp_size = shape.cp;
+    sk.replicated_over_tp = geo.mla;
+    cache::StorageTierConfig sc;
+    sc.key_suffix = cache::key_suffix(sk);
+    sc.dir = exp.cache.storage_dir + "/" + sc.key_suffix.substr(1);  // one directory per shard (MLA: shared over TP)
+    sc.capacity_bytes = static_cast<std::uint64_t>(exp.cache.storage_capacity_mb) << 20;
+    sc.writer = !geo.mla || c.tp == 0;
+    sc.prefetch_threshold = exp.cache.prefetch_threshold;
+    sc.stop_policy = exp.cache.prefetch_policy;
+    sc.timeout_base_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_base_ms * 1e6);
+    sc.timeout_per_1k_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_per_1k_ms * 1e6);
+    sc.timeout_max_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_max_ms * 1e6);
+    sc.bytes_per_ns = exp.cost.storage_gb_s;
+    sc.latency_ns = static_cast<std::uint64_t>(exp.cost.storage_latency_us * 1e3);
+    sc.seed = exp.engine.seed ^ static_cast<std::uint64_t>(grid.world_rank());
+    sc.threaded = exp.engine.transfer == "threaded";
+    sc.now = [&clock] { return clock; };
+    auto step_now = [&log] { return log.step(); };
+    sc.faults.page_fault = [&faults, &fault_rng, step_now](const char* name, std::size_t n) -> std::optional<std::size_t> {
+      if (!faults.evaluate(name, step_now())) return std::nullopt;
+      return static_cast<std::size_t>(fault_rng.below(n));
+    };
+    sc.faults.read_delay_ns = [&faults, step_now]() -> std::uint64_t {
+      auto hit = faults.evaluate("storage.read.slow", step_now());
+      return hit ? static_cast<std::uint64_t>(hit->param("delay_ms") * 1e6) : 0;
+    };
+    sc.faults.write_fail = [&faults, step_now] { return faults.evaluate("storage.write.fail", step_now()).has_value(); };
+    dc.attach_storage_tier(std::move(sc), *host_kv, *agreement);
+  }
+  if (faults.configured("device.alloc.fail")) {
+    if (!agreement) agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
+    dc.set_alloc_fault([&faults, &log] { return faults.evaluate("device.alloc.fail", log.step()).has_value(); }, *agreement);
+  }
   SyntheticModel model(geo, pool, exp.cache.page_size);
   Oracle oracle(geo);
   Scheduler sched({exp.engine.chunk_size, exp.engine.max_running, static_cast<std::uint64_t>(exp.workload.vocab)}, dc);
@@ -333,6 +383,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     // for): this rank's clock moves on to the oldest one's completion, as a real rank would wait.
     if (batch.empty()) {
       if (const auto* host = dc.host_tier(); host && host->pending_writes() > 0) clock = std::max(clock, host->oldest_write_ns());
+      if (const auto* st = dc.storage_tier(); st && st->next_ack_ns() > 0) clock = std::max(clock, st->next_ack_ns());
     }
 
     // 4. forward this rank's layers, heads and query tokens; one stage all-reduce per step.
@@ -422,6 +473,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         row.output_tokens = r->spec.output_len;
         row.cached_tokens = static_cast<std::uint32_t>(r->res.matched.value());
         row.host_tokens = static_cast<std::uint32_t>(r->res.host_loaded.value());
+        row.storage_tokens = static_cast<std::uint32_t>(r->res.storage_loaded.value());
         row.computed_tokens = static_cast<std::uint32_t>(r->prompt_len() - static_cast<std::size_t>(r->res.matched.value()));
         row.oracle_ok = r->oracle_ok ? 1 : 0;
         row.arrival_ns = r->spec.arrival_ns;
@@ -471,6 +523,11 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   if (const auto* host = dc.host_tier()) {
     m.d2h_pages = static_cast<std::int64_t>(host->stats().d2h_pages);
     m.h2d_pages = static_cast<std::int64_t>(host->stats().h2d_pages);
+  }
+  if (const auto* st = dc.storage_tier()) {
+    m.storage_read_pages = static_cast<std::int64_t>(st->stats().read_pages);
+    m.storage_write_pages = static_cast<std::int64_t>(st->stats().written_pages);
+    m.storage_failed_pages = static_cast<std::int64_t>(st->stats().failed_pages + st->stats().write_failed);
   }
   finish_summary(grid, res);
   res.wall_s = static_cast<double>(wall_ns()) / 1e9;

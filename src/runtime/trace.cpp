@@ -103,6 +103,9 @@ Handle rank_summary_type() {
   KVGRID_FIELD(model_ns, H5T_NATIVE_INT64);
   KVGRID_FIELD(d2h_pages, H5T_NATIVE_INT64);
   KVGRID_FIELD(h2d_pages, H5T_NATIVE_INT64);
+  KVGRID_FIELD(storage_read_pages, H5T_NATIVE_INT64);
+  KVGRID_FIELD(storage_write_pages, H5T_NATIVE_INT64);
+  KVGRID_FIELD(storage_failed_pages, H5T_NATIVE_INT64);
 #undef KVGRID_FIELD
   return t;
 }
@@ -117,6 +120,7 @@ Handle request_type() {
   KVGRID_FIELD(cached_tokens, H5T_NATIVE_UINT32);
   KVGRID_FIELD(computed_tokens, H5T_NATIVE_UINT32);
   KVGRID_FIELD(host_tokens, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(storage_tokens, H5T_NATIVE_UINT32);
   KVGRID_FIELD(oracle_ok, H5T_NATIVE_INT32);
   KVGRID_FIELD(arrival_ns, H5T_NATIVE_UINT64);
   KVGRID_FIELD(admit_ns, H5T_NATIVE_UINT64);

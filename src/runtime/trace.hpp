@@ -53,6 +53,7 @@ struct RequestRow {
   std::uint64_t request = 0;
   std::uint32_t round = 0, prompt_tokens = 0, output_tokens = 0, cached_tokens = 0, computed_tokens = 0;
   std::uint32_t host_tokens = 0;  // of cached_tokens, loaded back from the host tier
+  std::uint32_t storage_tokens = 0;  // of host_tokens, prefetched from storage for this request
   std::int32_t oracle_ok = 1;
   std::uint64_t arrival_ns = 0, admit_ns = 0, first_token_ns = 0, finish_ns = 0;  // modelled clock
   std::uint64_t ttft_model_ns = 0, queue_ns = 0, forward_ns = 0, ttft_wall_ns = 0;
@@ -64,6 +65,7 @@ struct RankSummaryRow {
   std::int64_t tree_pages = 0, tree_nodes = 0, requests = 0, admitted = 0, matched_tokens = 0, prompt_tokens = 0;
   std::int64_t oracle_mismatches = 0, model_ns = 0;
   std::int64_t d2h_pages = 0, h2d_pages = 0;  // host tier copies
+  std::int64_t storage_read_pages = 0, storage_write_pages = 0, storage_failed_pages = 0;  // storage tier
 };
 
 struct RunMeta {

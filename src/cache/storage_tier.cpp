@@ -1,0 +1,263 @@
+#include "cache/storage_tier.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "cache/page_hash.hpp"
+#include "core/check.hpp"
+
+namespace kvgrid::cache {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Failpoint damage done to a real object before it is read: the reader must detect it.
+void truncate_object(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (!ec && size > 8) fs::resize_file(path, size / 2, ec);
+}
+
+void corrupt_object(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  if (!f) return;
+  f.seekg(0, std::ios::end);
+  const auto size = static_cast<std::streamoff>(f.tellg());
+  if (size < 2) return;
+  const std::streamoff at = size - 1;  // the payload's last byte: only the checksum can tell
+  f.seekg(at);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5a);
+  f.seekp(at);
+  f.write(&c, 1);
+}
+
+}  // namespace
+
+bool StorageTier::Batch::seen() const {
+  if (result.valid()) return result.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  return false;  // simulated batches are answered by StorageTier (needs the clock)
+}
+
+std::size_t StorageTier::Batch::intact() const { return result.valid() ? result.get() : ok; }
+
+StorageTier::StorageTier(StorageTierConfig cfg, RadixTree& tree, HostTier& host, KvPool& host_kv, AckAgreement& agreement,
+                         DecisionLog& log)
+    : cfg_(std::move(cfg)), tree_(tree), host_(host), host_kv_(host_kv), agreement_(agreement), log_(log),
+      store_(std::make_unique<FileStorage>(cfg_.dir, cfg_.capacity_bytes)), jitter_(Rng(cfg_.seed).fork("storage.jitter")) {
+  KVGRID_CHECK(cfg_.stop_policy == "best_effort" || cfg_.stop_policy == "wait_complete" || cfg_.stop_policy == "timeout",
+               "prefetch stop policy '", cfg_.stop_policy, "'");
+  KVGRID_CHECK(cfg_.batch_pages >= 1, "storage batch of ", cfg_.batch_pages, " pages");
+  host_.on_published([this](TreeNode* n) { backup(n); });
+}
+
+StorageTier::~StorageTier() {
+  for (auto& [id, p] : active_)
+    for (auto& b : p.batches)
+      if (b.result.valid()) b.result.wait();  // threads write into host pages: let them finish
+}
+
+std::vector<std::uint8_t> StorageTier::page_bytes(PageId page) const {
+  const std::size_t block = host_kv_.layer_block_bytes();
+  std::vector<std::uint8_t> out(block * host_kv_.layers());
+  for (std::size_t l = 0; l < host_kv_.layers(); ++l) std::memcpy(out.data() + l * block, host_kv_.layer_block(page, l), block);
+  return out;
+}
+
+std::vector<std::string> StorageTier::keys_for(std::span<const TokenId> tokens, std::size_t from_page) const {
+  const auto digests = page_hash_chain(tokens, static_cast<std::size_t>(tree_.page_size().value()));
+  std::vector<std::string> keys;
+  for (std::size_t i = from_page; i < digests.size(); ++i) keys.push_back(storage_key(digests[i], cfg_.key_suffix));
+  return keys;
+}
+
+void StorageTier::backup(TreeNode* node) {
+  if (!cfg_.writer) return;  // MLA: TP rank 0 writes for everyone
+  std::vector<const TreeNode*> path;
+  for (const TreeNode* n = node; n != tree_.root(); n = n->parent) path.push_back(n);
+  std::vector<TokenId> tokens;
+  for (auto it = path.rbegin(); it != path.rend(); ++it) tokens.insert(tokens.end(), (*it)->key.begin(), (*it)->key.end());
+  const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
+  const std::size_t first = (tokens.size() - node->key.size()) / p;
+  const auto keys = keys_for(tokens, first);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (store_->exists(keys[i])) continue;
+    if (cfg_.faults.write_fail && cfg_.faults.write_fail()) {
+      ++stats_.write_failed;  // a failed write leaves nothing behind: later prefetches just miss
+      continue;
+    }
+    const auto bytes = page_bytes(node->host[i]);
+    if (store_->set(keys[i], bytes)) ++stats_.written_pages;
+    else ++stats_.write_failed;
+  }
+}
+
+std::size_t StorageTier::read_pages(const std::vector<std::string>& keys, const std::vector<PageId>& pages,
+                                    std::size_t first, std::size_t count, std::optional<std::size_t> fail_at) {
+  const std::size_t block = host_kv_.layer_block_bytes();
+  std::vector<std::uint8_t> buf(block * host_kv_.layers());
+  for (std::size_t i = 0; i < count; ++i) {
+    if (fail_at && i >= *fail_at) return i;  // storage.read.fail: an I/O error from here on
+    if (store_->get(keys[first + i], buf) != StorageMiss::None) return i;
+    for (std::size_t l = 0; l < host_kv_.layers(); ++l)
+      std::memcpy(host_kv_.layer_block(pages[first + i], l), buf.data() + l * block, block);
+  }
+  return count;
+}
+
+void StorageTier::start_prefetch(RequestId id, std::span<const TokenId> prompt) {
+  const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
+  const std::size_t max_pages = prompt.empty() ? 0 : (prompt.size() - 1) / p;  // reuse at most prompt - 1
+  if (max_pages * p < static_cast<std::size_t>(cfg_.prefetch_threshold.value())) return;
+  MatchResult m = tree_.peek_prefix(prompt);
+  const std::size_t cached = static_cast<std::size_t>(m.host_matched.value()) / p;
+  if ((max_pages - cached) * p < static_cast<std::size_t>(cfg_.prefetch_threshold.value())) return;
+  // Prefetched pages hang below the deepest backed-up node of the hit (backed-up nodes form a
+  // prefix); device pages past it that have no host copy are read again and become that copy.
+  TreeNode* anchor = m.host_path.empty() ? m.last_node : m.host_path.back();
+  while (anchor != tree_.root() && anchor->host.empty()) anchor = anchor->parent;
+  std::size_t start = 0;
+  for (const TreeNode* n = anchor; n != tree_.root(); n = n->parent) start += n->key.size() / p;
+  if (start < cached) ++stats_.reread_device;  // counted: reads that re-fetch device-resident pages
+  auto tokens = prompt.first(max_pages * p);
+  auto keys = keys_for(tokens, start);
+  const std::size_t local = cfg_.writer ? store_->batch_exists(keys) : keys.size();  // MLA readers: the writer decides
+  const std::size_t hit = static_cast<std::size_t>(agreement_.agree_min(local));
+  KVGRID_CONSENSUS(log_, "prefetch_query", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(start)},
+                   {static_cast<std::int64_t>(hit)});
+  if (start + hit <= cached || (start + hit - cached) * p < static_cast<std::size_t>(cfg_.prefetch_threshold.value())) return;
+  auto pages = host_.alloc_host(Pages(static_cast<std::int64_t>(hit)));
+  KVGRID_CONSENSUS(log_, "prefetch_start", {static_cast<std::int64_t>(id.value())}, {pages ? 1 : 0});
+  if (!pages) return;
+  keys.resize(hit);
+  Prefetch pf;
+  pf.tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>((start + hit) * p));
+  pf.start = Tokens(static_cast<std::int64_t>(start * p));
+  pf.anchor = anchor;
+  pf.keys = std::move(keys);
+  pf.pages = std::move(*pages);
+  tree_.lock(anchor);
+  held_ += Pages(static_cast<std::int64_t>(hit));
+  const std::uint64_t now = cfg_.now ? cfg_.now() : 0;
+  const std::uint64_t timeout = std::min(cfg_.timeout_max_ns, cfg_.timeout_base_ns + cfg_.timeout_per_1k_ns * hit * p / 1024);
+  pf.deadline_ns = now + timeout;
+  std::uint64_t tail = std::max(now, next_free_ns_);
+  for (std::size_t first = 0; first < hit; first += cfg_.batch_pages) {
+    Batch b;
+    b.first = first;
+    b.count = std::min(cfg_.batch_pages, hit - first);
+    // Faults are drawn here, on the loop, in batch order (deterministic in both modes).
+    std::optional<std::size_t> fail_at;
+    if (cfg_.faults.page_fault) {
+      fail_at = cfg_.faults.page_fault("storage.read.fail", b.count);
+      if (auto i = cfg_.faults.page_fault("storage.read.short", b.count)) truncate_object(store_->path_of(pf.keys[first + *i]));
+      if (auto i = cfg_.faults.page_fault("storage.object.corrupt", b.count)) corrupt_object(store_->path_of(pf.keys[first + *i]));
+    }
+    const std::uint64_t delay = cfg_.faults.read_delay_ns ? cfg_.faults.read_delay_ns() : 0;
+    if (cfg_.threaded) {
+      b.result = std::async(std::launch::async, [this, keys = pf.keys, pages = pf.pages, first, count = b.count, fail_at, delay] {
+                   if (delay) std::this_thread::sleep_for(std::chrono::nanoseconds(delay));
+                   return read_pages(keys, pages, first, count, fail_at);
+                 }).share();
+    } else {
+      b.ok = read_pages(pf.keys, pf.pages, first, b.count, fail_at);
+      const double bytes = static_cast<double>(b.count * host_kv_.layer_block_bytes() * host_kv_.layers());
+      const auto dur = static_cast<std::uint64_t>(static_cast<double>(cfg_.latency_ns) +
+                                                  bytes / cfg_.bytes_per_ns * (1.0 + cfg_.jitter * jitter_.uniform()));
+      tail += dur + delay;
+      b.done_ns = tail;
+      stats_.read_ns += dur + delay;
+    }
+    pf.batches.push_back(std::move(b));
+  }
+  next_free_ns_ = tail;
+  ++stats_.prefetches;
+  stats_.prefetch_pages += hit;
+  active_.emplace(id.value(), std::move(pf));
+}
+
+std::uint64_t StorageTier::next_ack_ns() const {
+  std::uint64_t best = 0;
+  const std::uint64_t now = cfg_.now ? cfg_.now() : 0;
+  for (const auto& [id, p] : active_)
+    for (const auto& b : p.batches)
+      if (!b.result.valid() && b.done_ns > now && (best == 0 || b.done_ns < best)) best = b.done_ns;
+  return best;
+}
+
+bool StorageTier::try_finish(RequestId id) {
+  auto it = active_.find(id.value());
+  if (it == active_.end()) return true;
+  Prefetch& pf = it->second;
+  const std::uint64_t now = cfg_.now ? cfg_.now() : 0;
+  auto seen = [&](const Batch& b) { return b.result.valid() ? b.seen() : b.done_ns <= now; };
+  std::size_t acks = 0;  // leading ACKs this rank has seen
+  while (acks < pf.batches.size() && seen(pf.batches[acks])) ++acks;
+  const bool all = acks == pf.batches.size();
+  const bool local_stop = all || cfg_.stop_policy == "best_effort" || (cfg_.stop_policy == "timeout" && now >= pf.deadline_ns);
+  const bool stop = agreement_.agree_min(local_stop ? 1 : 0) == 1;
+  KVGRID_CONSENSUS(log_, "prefetch_stop", {static_cast<std::int64_t>(id.value())}, {stop ? 1 : 0});
+  if (!stop) return false;
+  std::size_t done = 0;  // leading intact pages of the leading seen ACKs
+  for (std::size_t i = 0; i < acks; ++i) {
+    const std::size_t ok = pf.batches[i].intact();
+    done += ok;
+    if (ok < pf.batches[i].count) break;
+  }
+  const std::size_t agreed = static_cast<std::size_t>(agreement_.agree_min(done));
+  KVGRID_CONSENSUS(log_, "prefetch_done", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(pf.keys.size())},
+                   {static_cast<std::int64_t>(agreed)});
+  const Tokens begin = pf.start;
+  release(pf, agreed);
+  active_.erase(it);
+  if (agreed > 0) finished_[id.value()] = {begin, begin + Tokens(static_cast<std::int64_t>(agreed) * tree_.page_size().value())};
+  return true;
+}
+
+void StorageTier::release(Prefetch& pf, std::size_t keep) {
+  for (auto& b : pf.batches) {
+    if (b.result.valid()) {
+      b.result.wait();  // a thread may still write into these pages
+      stats_.read_pages += b.result.get();
+    } else {
+      stats_.read_pages += b.ok;
+    }
+  }
+  for (const auto& b : pf.batches) {
+    const std::size_t ok = b.intact();
+    if (ok < b.count) stats_.failed_pages += b.count - ok;
+  }
+  const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
+  std::vector<PageId> unused;
+  if (keep > 0) {
+    const std::size_t end = static_cast<std::size_t>(pf.start.value()) + keep * p;
+    unused = tree_.insert_host(std::span<const TokenId>(pf.tokens).first(end), pf.start,
+                               std::span<const PageId>(pf.pages).first(keep));
+    stats_.used_pages += keep - unused.size();
+  }
+  unused.insert(unused.end(), pf.pages.begin() + static_cast<std::ptrdiff_t>(keep), pf.pages.end());
+  host_.free_host(unused);
+  held_ -= Pages(static_cast<std::int64_t>(pf.pages.size()));
+  tree_.unlock(pf.anchor);
+}
+
+void StorageTier::abort(RequestId id) {
+  auto it = active_.find(id.value());
+  if (it == active_.end()) return;
+  release(it->second, 0);
+  active_.erase(it);
+  ++stats_.aborted;
+  KVGRID_CONSENSUS(log_, "prefetch_abort", {static_cast<std::int64_t>(id.value())}, {});
+}
+
+std::pair<Tokens, Tokens> StorageTier::prefetched_range(RequestId id) const {
+  auto it = finished_.find(id.value());
+  return it == finished_.end() ? std::pair<Tokens, Tokens>{Tokens(0), Tokens(0)} : it->second;
+}
+
+}  // namespace kvgrid::cache

@@ -1,0 +1,149 @@
+// The storage tier (L3) of one rank's cache: write-through of backed-up host pages to the file
+// backend, and prefetch of a request's prompt beyond its device/host hit into host pages.
+//
+// Write: when a device→host backup is published, each page of the node is written as one object
+// under its storage key (page hash chain + shard suffix). With KV replicated over TP (MLA) only
+// TP rank 0 writes; the others share its directory and only read.
+//
+// Prefetch, for a request that has just arrived (every rank of the stage, same point):
+//   1. peek at the tree: the prefetch starts after the deepest backed-up node of the hit (the
+//      hit's device pages beyond it, if any, are read again and become their host copy);
+//   2. hit query: leading existing keys from there; MIN over the stage (agree_min); nothing
+//      happens when it adds fewer than `prefetch_threshold` tokens to the hit;
+//   3. host pages for the agreed hit (agreed allocation), the hit's last node locked;
+//   4. reads in batches of `batch_pages` pages; each batch is one ACK carrying how many of its
+//      leading pages were read intact — also after a failure (then fewer, or zero);
+//   5. when the scheduler reaches the request (`try_finish`), the stop policy says whether every
+//      rank may stop now — best_effort: always; wait_complete: all ACKs seen; timeout: all seen
+//      or the deadline passed (base + per-1024-token time, capped, on the modelled clock) —
+//      agreed as a MIN; then the completed length (leading intact pages of the leading seen
+//      ACKs) is agreed as a MIN, those pages become host-only nodes, the rest are released.
+// A failed, short or corrupt read is a miss: the page and everything after it are not used and
+// get recomputed. Time: `simulated` — reads are done at submission (into private host pages) and
+// each batch's ACK appears at its modelled completion time (latency + bytes / bandwidth × seeded
+// jitter + injected delay); `threaded` — each batch is read by a worker thread, its ACK appears
+// when the thread is done. Fault decisions are drawn on the rank's loop, so both are seeded.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/agreement.hpp"
+#include "cache/file_storage.hpp"
+#include "cache/host_tier.hpp"
+#include "cache/kv_pool.hpp"
+#include "cache/radix_tree.hpp"
+#include "core/decision_log.hpp"
+#include "core/rng.hpp"
+
+namespace kvgrid::cache {
+
+// A storage fault drawn for one read batch or one object write (failpoints, decided on the loop).
+struct StorageFaults {
+  // Read batch: index (within the batch) of the first page whose read fails / whose object is
+  // truncated / whose object is corrupted; nullopt: none. Extra completion delay in ns.
+  std::function<std::optional<std::size_t>(const char* failpoint, std::size_t batch_pages)> page_fault;
+  std::function<std::uint64_t()> read_delay_ns;  // storage.read.slow
+  std::function<bool()> write_fail;              // storage.write.fail
+};
+
+struct StorageTierConfig {
+  std::string dir;                 // this shard's object directory
+  std::uint64_t capacity_bytes = 1ULL << 30;
+  std::string key_suffix;          // page_hash.hpp key_suffix()
+  bool writer = true;              // false: MLA rank other than TP 0 (reads the writer's objects)
+  Tokens prefetch_threshold{64};
+  std::string stop_policy = "best_effort";  // best_effort | wait_complete | timeout
+  std::uint64_t timeout_base_ns = 5'000'000, timeout_per_1k_ns = 2'000'000, timeout_max_ns = 50'000'000;
+  std::size_t batch_pages = 128;
+  double bytes_per_ns = 5.0;       // simulated read bandwidth (5 GB/s: NVMe)
+  std::uint64_t latency_ns = 100'000;  // simulated per-batch latency
+  double jitter = 0.25;
+  std::uint64_t seed = 1;
+  bool threaded = false;
+  std::function<std::uint64_t()> now;  // the rank's modelled clock
+  StorageFaults faults;
+};
+
+struct StorageTierStats {
+  std::uint64_t prefetches = 0, prefetch_pages = 0, used_pages = 0, read_pages = 0, failed_pages = 0;
+  std::uint64_t written_pages = 0, write_failed = 0, aborted = 0, reread_device = 0;
+  std::uint64_t read_ns = 0;  // modelled read time (simulated), summed over batches
+};
+
+class StorageTier {
+ public:
+  StorageTier(StorageTierConfig cfg, RadixTree& tree, HostTier& host, KvPool& host_kv, AckAgreement& agreement,
+              DecisionLog& log);
+  ~StorageTier();
+
+  // Write-through of a node whose host backup was just published.
+  void backup(TreeNode* node);
+
+  // A request arrived: maybe start prefetching (collective over the stage).
+  void start_prefetch(RequestId id, std::span<const TokenId> prompt);
+  bool prefetching(RequestId id) const { return active_.count(id.value()) != 0; }
+  // The scheduler wants to admit `id`: true when it may (no prefetch, or the prefetch ended now
+  // and its pages are in the tree). Collective when a prefetch is active.
+  bool try_finish(RequestId id);
+  // The request went away: wait for its reads, release everything it held.
+  void abort(RequestId id);
+  // Tokens of `id`'s prompt that its finished prefetch added, as [begin, end); {0,0} when none.
+  std::pair<Tokens, Tokens> prefetched_range(RequestId id) const;
+  void forget(RequestId id) { finished_.erase(id.value()); }
+
+  // Modelled time of the earliest unseen ACK (simulated; 0 when none).
+  std::uint64_t next_ack_ns() const;
+  Pages held_pages() const { return held_; }
+  const StorageTierStats& stats() const { return stats_; }
+  FileStorage& storage() { return *store_; }
+
+  // Serialized page (all local layers of one host page), the object payload.
+  std::vector<std::uint8_t> page_bytes(PageId page) const;
+
+ private:
+  struct Batch {
+    std::size_t first = 0, count = 0;
+    std::uint64_t done_ns = 0;      // simulated
+    std::size_t ok = 0;             // leading pages read intact (simulated)
+    std::shared_future<std::size_t> result;  // threaded
+    bool seen() const;
+    std::size_t intact() const;
+  };
+  struct Prefetch {
+    std::vector<TokenId> tokens;    // the prompt up to the end of the agreed hit
+    Tokens start{0};
+    TreeNode* anchor = nullptr;     // locked: the hit's last node
+    std::vector<std::string> keys;
+    std::vector<PageId> pages;      // host pages, one per key
+    std::vector<Batch> batches;
+    std::uint64_t deadline_ns = 0;
+  };
+  std::size_t read_pages(const std::vector<std::string>& keys, const std::vector<PageId>& pages, std::size_t first,
+                         std::size_t count, std::optional<std::size_t> fail_at);
+  void release(Prefetch& p, std::size_t keep);
+  std::vector<std::string> keys_for(std::span<const TokenId> tokens, std::size_t from_page) const;
+
+  StorageTierConfig cfg_;
+  RadixTree& tree_;
+  HostTier& host_;
+  KvPool& host_kv_;
+  AckAgreement& agreement_;
+  DecisionLog& log_;
+  std::unique_ptr<FileStorage> store_;
+  Rng jitter_;
+  std::map<std::uint64_t, Prefetch> active_;  // by request id
+  std::map<std::uint64_t, std::pair<Tokens, Tokens>> finished_;
+  Pages held_{0};
+  std::uint64_t next_free_ns_ = 0;  // simulated: the storage queue's tail (batches are read in order)
+  StorageTierStats stats_;
+};
+
+}  // namespace kvgrid::cache
