@@ -51,7 +51,8 @@ void DeviceCache::release(const Admission& a) {
 std::optional<std::vector<PageId>> DeviceCache::alloc_evicting(Pages n, Pages* evicted) {
   if (n > pool_.free_pages()) {
     const Pages want = n - pool_.free_pages();
-    std::vector<PageId> freed = tree_.evict(want);
+    std::vector<PageId> freed =
+        host_ && host_->writes_back() ? tree_.evict(want, [this](TreeNode* v) { host_->write_back(v); }) : tree_.evict(want);
     pool_.free(freed);
     if (evicted) *evicted += Pages(static_cast<std::int64_t>(freed.size()));
     last_evicted_ += Pages(static_cast<std::int64_t>(freed.size()));

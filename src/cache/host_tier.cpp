@@ -11,11 +11,13 @@ HostTier::HostTier(HostTierConfig cfg, RadixTree& tree, KvPool& device_kv, KvPoo
     : cfg_(std::move(cfg)), tree_(tree), device_kv_(device_kv), host_kv_(host_kv), engine_(engine),
       agreement_(agreement), log_(log), pool_(cfg_.host_pages) {
   KVGRID_CHECK(device_kv_.compatible(host_kv_), "host and device KV pools differ in geometry");
-  KVGRID_CHECK(cfg_.write_policy == "write_through" || cfg_.write_policy == "write_through_selective",
+  KVGRID_CHECK(cfg_.write_policy == "write_through" || cfg_.write_policy == "write_through_selective" ||
+                   cfg_.write_policy == "write_back",
                "write policy '", cfg_.write_policy, "'");
 }
 
 void HostTier::backup_path(TreeNode* node) {
+  if (cfg_.write_policy == "write_back") return;  // backups happen on eviction
   std::vector<TreeNode*> path;  // bottom-up, then reversed
   for (TreeNode* n = node; n != tree_.root() && n->host.empty() && n->ext.pending_write == 0; n = n->parent)
     path.push_back(n);
@@ -63,13 +65,41 @@ std::optional<std::vector<PageId>> HostTier::alloc_host(Pages need) {
   return hp;
 }
 
-void HostTier::publish(const WriteAck& w) {
+void HostTier::write_back(TreeNode* victim) {
+  std::vector<TreeNode*> path;
+  for (TreeNode* n = victim; n != tree_.root() && n->host.empty(); n = n->parent) path.push_back(n);
+  std::reverse(path.begin(), path.end());
+  const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
+  for (TreeNode* n : path) {
+    KVGRID_CHECK(n->ext.pending_write == 0 && !n->device.empty(), "write-back of node ", n->id, " in a wrong state");
+    const Pages need(static_cast<std::int64_t>(n->key.size() / p));
+    auto hp = alloc_host(need);
+    KVGRID_CONSENSUS(log_, "write_back", {static_cast<std::int64_t>(n->key.size())}, {hp ? 1 : 0});
+    if (!hp) return;  // the victim (and what is below the failed node) is dropped
+    std::vector<transfer::Copy> copies;
+    for (auto& layer : layer_copies(host_kv_, *hp, device_kv_, n->device)) copies.insert(copies.end(), layer.begin(), layer.end());
+    if (cfg_.transfer_fault && cfg_.transfer_fault()) engine_.inject(0, true);
+    transfer::Event ev = engine_.submit(kWriteStream, std::move(copies));
+    ev.synchronize();  // the device pages are about to be freed
+    stats_.d2h_pages += static_cast<std::uint64_t>(need.value());
+    ++stats_.writes;
+    if (agreement_.agree_min(ev.failed() ? 0 : 1) == 0) {
+      pool_.free(*hp);
+      ++stats_.writes_failed;
+      return;
+    }
+    tree_.set_host(n, *hp);
+    if (on_published_) on_published_(n);
+  }
+}
+
+void HostTier::publish(const WriteAck& w, bool ok_everywhere) {
   // The written node may have been split since: its fragments above it carry the same id.
   std::vector<TreeNode*> fragments{w.node};
   for (TreeNode* n = w.node->parent; n != tree_.root() && n->ext.pending_write == w.id; n = n->parent)
     fragments.push_back(n);
   std::reverse(fragments.begin(), fragments.end());
-  bool ok = !w.event.failed();
+  bool ok = ok_everywhere;
   std::size_t at = 0;
   std::vector<PageId> unused;
   std::vector<TreeNode*> published;
@@ -102,9 +132,18 @@ void HostTier::writing_check() {
   std::size_t ready = 0;
   while (ready < queue_.size() && queue_[ready].event.query()) ++ready;
   const std::size_t consume = std::min(agreement_.agree(ready, queue_.size()), queue_.size());
+  if (consume == 0) return;
+  // A copy that failed on any rank is a failure everywhere: one MIN when none failed (the common
+  // case), one per ACK otherwise.
+  bool any_failed = false;
   for (std::size_t i = 0; i < consume; ++i) {
-    queue_.front().event.synchronize();  // already done unless a buggy agreement overshot
-    publish(queue_.front());
+    queue_[i].event.synchronize();  // already done unless a buggy agreement overshot
+    any_failed = any_failed || queue_[i].event.failed();
+  }
+  const bool all_ok = agreement_.agree_min(any_failed ? 0 : 1) == 1;
+  for (std::size_t i = 0; i < consume; ++i) {
+    const bool ok = all_ok || agreement_.agree_min(queue_.front().event.failed() ? 0 : 1) == 1;
+    publish(queue_.front(), ok);
     queue_.pop_front();
   }
 }
@@ -115,6 +154,10 @@ std::vector<transfer::Event> HostTier::load_back(
   if (m.host_path.empty() || m.host_matched - m.matched < cfg_.load_back_threshold) return events;
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
   Tokens loaded{0};
+  // Making room on the device may allocate host pages (write_back), which may evict host-only
+  // leaves: the path being loaded must not be among them.
+  TreeNode* tail = m.host_path.back();
+  tree_.lock(tail);
   for (TreeNode* n : m.host_path) {
     const Pages need(static_cast<std::int64_t>(n->key.size() / p));
     auto dp = alloc_device(need);
@@ -130,6 +173,7 @@ std::vector<transfer::Event> HostTier::load_back(
     loaded += Tokens(static_cast<std::int64_t>(n->key.size()));
     stats_.h2d_pages += static_cast<std::uint64_t>(need.value());
   }
+  tree_.unlock(tail);
   KVGRID_CONSENSUS(log_, "load_back", {(m.host_matched - m.matched + loaded).value()}, {loaded.value()});
   return events;
 }

@@ -32,7 +32,7 @@ namespace kvgrid::cache {
 
 struct HostTierConfig {
   Pages host_pages{0};
-  std::string write_policy = "write_through";  // or "write_through_selective"
+  std::string write_policy = "write_through";  // or "write_through_selective", "write_back"
   std::uint64_t write_through_threshold = 2;   // selective: hits before a node is backed up
   Tokens load_back_threshold{16};              // load back only host hits of at least this length
   std::function<bool()> alloc_fault;           // failpoint host.alloc.fail: true = this allocation fails
@@ -54,6 +54,10 @@ class HostTier {
   // After an insert: back up, top-down, the nodes of the path ending at `node` that are neither
   // backed up nor being written (as the write policy allows and host pages last).
   void backup_path(TreeNode* node);
+  // write_back: a device eviction victim that is not backed up is backed up now, with its
+  // unbacked ancestors (top-down, synchronously), so that it survives as a host-only node.
+  void write_back(TreeNode* victim);
+  bool writes_back() const { return cfg_.write_policy == "write_back"; }
   // Consumes the agreed number of leading finished write ACKs. Call once per scheduler round on
   // every rank of the stage, queue empty or not.
   void writing_check();
@@ -86,7 +90,7 @@ class HostTier {
     std::vector<PageId> host_pages;
     transfer::Event event;
   };
-  void publish(const WriteAck& w);
+  void publish(const WriteAck& w, bool ok);
 
   HostTierConfig cfg_;
   RadixTree& tree_;

@@ -308,10 +308,15 @@ void RadixTree::unlock(TreeNode* node) {
   }
 }
 
-std::vector<PageId> RadixTree::evict(Pages n) {
+std::vector<PageId> RadixTree::evict(Pages n, const std::function<void(TreeNode*)>& before_drop) {
   std::vector<PageId> freed;
   while (static_cast<std::int64_t>(freed.size()) < n.value() && !evictable_.empty()) {
     TreeNode* victim = evictable_.begin()->node;
+    if (victim->host.empty() && before_drop) {
+      before_drop(victim);
+      // The hook may only add host pages; the victim must still be the first candidate.
+      KVGRID_CHECK(!evictable_.empty() && evictable_.begin()->node == victim, "write-back changed the eviction order");
+    }
     freed.insert(freed.end(), victim->device.begin(), victim->device.end());
     evictable_pages_ -= victim->pages();
     if (!victim->host.empty()) {

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <span>
@@ -144,7 +145,9 @@ class RadixTree {
   // Evicts unlocked device leaves (no device-resident child) in LRU order until at least `n`
   // device pages are freed or no candidate is left; returns the freed device pages. A backed-up
   // victim stays as a host-only node; the others leave the tree.
-  std::vector<PageId> evict(Pages n);
+  // `before_drop` (optional) is called for a victim that is not backed up, before it would be
+  // deleted: if it gives the node host pages (write_back), the node stays as a host-only node.
+  std::vector<PageId> evict(Pages n, const std::function<void(TreeNode*)>& before_drop = {});
 
   // Host tier. `set_host` publishes a finished device→host backup of a node (its parent must be
   // backed up, or be the root: backed-up nodes form a prefix). `set_device` attaches device pages

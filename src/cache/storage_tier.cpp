@@ -131,9 +131,13 @@ void StorageTier::start_prefetch(RequestId id, std::span<const TokenId> prompt) 
   KVGRID_CONSENSUS(log_, "prefetch_query", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(start)},
                    {static_cast<std::int64_t>(hit)});
   if (start + hit <= cached || (start + hit - cached) * p < static_cast<std::size_t>(cfg_.prefetch_threshold.value())) return;
+  tree_.lock(anchor);  // before allocating: making room evicts host-only leaves, the anchor may be one
   auto pages = host_.alloc_host(Pages(static_cast<std::int64_t>(hit)));
   KVGRID_CONSENSUS(log_, "prefetch_start", {static_cast<std::int64_t>(id.value())}, {pages ? 1 : 0});
-  if (!pages) return;
+  if (!pages) {
+    tree_.unlock(anchor);
+    return;
+  }
   keys.resize(hit);
   Prefetch pf;
   pf.tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>((start + hit) * p));
@@ -141,7 +145,6 @@ void StorageTier::start_prefetch(RequestId id, std::span<const TokenId> prompt) 
   pf.anchor = anchor;
   pf.keys = std::move(keys);
   pf.pages = std::move(*pages);
-  tree_.lock(anchor);
   held_ += Pages(static_cast<std::int64_t>(hit));
   const std::uint64_t now = cfg_.now ? cfg_.now() : 0;
   const std::uint64_t timeout = std::min(cfg_.timeout_max_ns, cfg_.timeout_base_ns + cfg_.timeout_per_1k_ns * hit * p / 1024);

@@ -57,8 +57,8 @@ Schema build_schema() {
   s.add(ikey({"cache", "page_size"}, 16, 1, 65536, "tokens per KV page"));
   s.add(ikey({"cache", "device_pages"}, 4096, 1, 2147483647.0, "device (L1) pool capacity, pages, same on every stage"));
   s.add(ikey({"cache", "host_pages"}, 0, 0, 2147483647.0, "host (L2) pool capacity, pages (0: no host tier)"));
-  s.add(skey({"cache", "write_policy"}, {"write_through", "write_through_selective"},
-             "device->host backup: every inserted node, or once its hit count reaches write_through_threshold"));
+  s.add(skey({"cache", "write_policy"}, {"write_through", "write_through_selective", "write_back"},
+             "device->host backup: every inserted node, once its hit count reaches write_through_threshold, or on device eviction"));
   s.add(ikey({"cache", "write_through_threshold"}, 2, 1, 1e9, "write_through_selective: hits before a backup"));
   s.add(ikey({"cache", "load_back_threshold"}, 16, 1, 1e9, "load back host hits of at least this many tokens"));
   s.add(skey({"cache", "storage"}, {"none", "file"}, "storage tier (L3): none, or file (one object per page; needs the host tier)"));
