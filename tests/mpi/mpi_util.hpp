@@ -44,4 +44,11 @@ inline std::string shared_temp_dir(const std::string& tag) {
   return buf;
 }
 
+// Removes a shared_temp_dir once every rank is done with it.
+inline void remove_shared(const std::string& dir) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::error_code ec;
+  if (world_rank() == 0 && !dir.empty()) std::filesystem::remove_all(dir, ec);
+}
+
 }  // namespace kvgrid::testing

@@ -1,0 +1,284 @@
+// The cache controller's storage tier in one process (an agreement of one rank): hand-computed
+// prefetches — batches with one ACK each, stop policies on the modelled clock, failed / corrupt /
+// short objects becoming misses, abort releasing everything, host-only insertion, write-through
+// of published backups, and write_back on eviction. `verify()` (tree + pools + accounting) after
+// every step.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+
+#include "cache/device_cache.hpp"
+#include "cache/page_hash.hpp"
+#include "transfer/transfer_engine.hpp"
+
+namespace kvgrid::cache {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Solo final : public AckAgreement {
+ public:
+  std::string_view name() const override { return "solo"; }
+  std::size_t agree(std::size_t ready, std::size_t) override { return ready; }
+  bool agree_allocation(bool ok) override { return ok; }
+  std::uint64_t agree_min(std::uint64_t v) override { return v; }
+};
+
+constexpr std::int64_t kPage = 4;
+
+struct Rig {
+  std::uint64_t clock = 0;
+  DecisionLog log;
+  Solo agreement;
+  KvPool device{{Pages(64), Tokens(kPage), 0, 2, {0, 1}, 1, Payload::Digest}};
+  KvPool host{{Pages(64), Tokens(kPage), 0, 2, {0, 1}, 1, Payload::Digest}};
+  std::unique_ptr<transfer::TransferEngine> engine;
+  DeviceCache dc{{Tokens(kPage), Pages(64)}, log};
+  std::string dir;
+  std::vector<std::string> failpoints;  // fired in order by page_fault: "name@batch:index"
+
+  Rig(const std::string& tag, const std::string& policy, std::size_t batch_pages = 2, std::string write = "write_through",
+      Pages device_pages = Pages(64)) : dc{{Tokens(kPage), device_pages}, log} {
+    transfer::EngineConfig ec;
+    ec.jitter = 0;
+    ec.bytes_per_ns = 1.0;
+    ec.now = [this] { return clock; };
+    ec.advance_to = [this](std::uint64_t t) { clock = std::max(clock, t); };
+    engine = transfer::make_engine(ec);
+    dir = (fs::temp_directory_path() / ("kvgrid-storage-tier-" + tag + "-" + std::to_string(::getpid()))).string();
+    fs::remove_all(dir);
+    HostTierConfig hc;
+    hc.host_pages = Pages(64);
+    hc.write_policy = std::move(write);
+    hc.load_back_threshold = Tokens(kPage);
+    dc.attach_host_tier(hc, device, host, *engine, agreement);
+    StorageTierConfig sc;
+    sc.dir = dir;
+    sc.key_suffix = "_test";
+    sc.prefetch_threshold = Tokens(2 * kPage);
+    sc.stop_policy = policy;
+    sc.batch_pages = batch_pages;
+    sc.jitter = 0;
+    sc.latency_ns = 1000;
+    sc.bytes_per_ns = 1e9;  // latency only: batch k is seen at (k + 1) × 1000 ns
+    sc.timeout_base_ns = 2500;
+    sc.timeout_per_1k_ns = 0;
+    sc.timeout_max_ns = 1'000'000;
+    sc.now = [this] { return clock; };
+    sc.faults.page_fault = [this](const char* name, std::size_t) -> std::optional<std::size_t> {
+      for (auto& f : failpoints)
+        if (f.rfind(std::string(name) + "@" + std::to_string(batch_) + ":", 0) == 0)
+          return static_cast<std::size_t>(std::stoul(f.substr(f.find(':') + 1)));
+      return std::nullopt;
+    };
+    sc.faults.read_delay_ns = [this]() -> std::uint64_t { return batch_++ == slow_batch ? slow_ns : 0; };
+    dc.attach_storage_tier(sc, host, agreement);
+  }
+  ~Rig() { fs::remove_all(dir); }
+
+  StorageTier& st() { return *dc.storage_tier(); }
+  // Stores pages [0, n) of `prompt` with payload word = 1000 + page index (as a writer would).
+  void store(const std::vector<TokenId>& prompt, std::size_t n) {
+    auto chain = page_hash_chain(prompt, kPage);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<std::uint64_t> words(host.layer_block_bytes() / 8 * host.layers(), 1000 + i);
+      std::vector<std::uint8_t> bytes(words.size() * 8);
+      std::memcpy(bytes.data(), words.data(), bytes.size());
+      ASSERT_TRUE(st().storage().set(storage_key(chain[i], "_test"), bytes));
+    }
+  }
+  std::size_t slow_batch = ~std::size_t{0};
+  std::uint64_t slow_ns = 0;
+
+ private:
+  std::size_t batch_ = 0;
+};
+
+std::vector<TokenId> prompt(std::size_t n, TokenId base = 1) {
+  std::vector<TokenId> p(n);
+  std::iota(p.begin(), p.end(), base);
+  return p;
+}
+
+TEST(StorageTier, WaitCompleteConsumesOneAckPerBatchAndInsertsHostOnlyNodes) {
+  Rig rig("wait", "wait_complete");
+  const auto p = prompt(41);  // 10 whole pages reusable (at most prompt - 1 tokens)
+  rig.store(p, 10);
+  rig.dc.on_arrival(RequestId(1), p);
+  ASSERT_TRUE(rig.st().prefetching(RequestId(1)));
+  EXPECT_EQ(rig.st().held_pages(), Pages(10));
+  rig.dc.verify();
+  // Five batches of two pages; each ACK appears 1000 ns after the previous one.
+  std::vector<std::uint64_t> acks;
+  while (!rig.dc.prefetch_ready(RequestId(1))) {
+    acks.push_back(rig.st().next_ack_ns());
+    rig.clock = acks.back();
+  }
+  EXPECT_EQ(acks, (std::vector<std::uint64_t>{1000, 2000, 3000, 4000, 5000}));
+  EXPECT_EQ(rig.st().held_pages(), Pages(0));
+  EXPECT_EQ(rig.dc.tree().host_pages(), Pages(10));
+  rig.dc.verify();
+  auto m = rig.dc.tree().peek_prefix(p);
+  EXPECT_EQ(m.matched, Tokens(0));
+  EXPECT_EQ(m.host_matched, Tokens(40));
+  for (std::size_t i = 0; i < m.host_pages.size(); ++i) EXPECT_EQ(*rig.host.layer_block(m.host_pages[i], 1), 1000 + i) << i;
+  EXPECT_EQ(rig.st().prefetched_range(RequestId(1)), (std::pair<Tokens, Tokens>{Tokens(0), Tokens(40)}));
+  // Admission loads the host-only path back to the device and counts it as a storage hit.
+  auto r = rig.dc.reserve(RequestId(1), p, Tokens(44));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->matched, Tokens(40));
+  EXPECT_EQ(r->host_loaded, Tokens(40));
+  EXPECT_EQ(r->storage_loaded, Tokens(40));
+  for (auto& e : r->load_events) e.synchronize();
+  EXPECT_EQ(*rig.device.layer_block(r->pages[3], 0), 1003u);
+  rig.dc.verify();
+}
+
+TEST(StorageTier, BestEffortStopsAtOnceWithWhatHasArrived) {
+  Rig rig("best", "best_effort");
+  const auto p = prompt(41);
+  rig.store(p, 10);
+  rig.dc.on_arrival(RequestId(1), p);
+  rig.clock = 2500;  // two ACKs seen
+  EXPECT_TRUE(rig.dc.prefetch_ready(RequestId(1)));
+  EXPECT_EQ(rig.dc.tree().host_pages(), Pages(4));
+  EXPECT_EQ(rig.st().held_pages(), Pages(0));
+  EXPECT_EQ(rig.dc.host_tier()->pool().used_pages(), Pages(4));  // the other six were released
+  EXPECT_EQ(rig.dc.tree().peek_prefix(p).host_matched, Tokens(16));
+  rig.dc.verify();
+}
+
+TEST(StorageTier, TimeoutStopsAtTheDeadlineUnderASlowBatch) {
+  Rig rig("timeout", "timeout");
+  rig.slow_batch = 2;  // storage.read.slow on the third batch: 1'000'000 ns late
+  rig.slow_ns = 1'000'000;
+  const auto p = prompt(41);
+  rig.store(p, 10);
+  rig.dc.on_arrival(RequestId(1), p);
+  rig.clock = 2000;
+  EXPECT_FALSE(rig.dc.prefetch_ready(RequestId(1)));  // deadline 2500 not reached, reads not done
+  rig.clock = 2500;
+  EXPECT_TRUE(rig.dc.prefetch_ready(RequestId(1)));   // timed out: the two leading ACKs count
+  EXPECT_EQ(rig.dc.tree().peek_prefix(p).host_matched, Tokens(16));
+  rig.dc.verify();
+}
+
+TEST(StorageTier, WaitCompleteWaitsForASlowBatch) {
+  Rig rig("slow-wait", "wait_complete");
+  rig.slow_batch = 2;
+  rig.slow_ns = 1'000'000;
+  const auto p = prompt(41);
+  rig.store(p, 10);
+  rig.dc.on_arrival(RequestId(1), p);
+  rig.clock = 900'000;
+  EXPECT_FALSE(rig.dc.prefetch_ready(RequestId(1)));
+  rig.clock = 1'005'000;  // the slow batch delays the ones queued behind it
+  EXPECT_TRUE(rig.dc.prefetch_ready(RequestId(1)));
+  EXPECT_EQ(rig.dc.tree().peek_prefix(p).host_matched, Tokens(40));
+}
+
+TEST(StorageTier, FailedCorruptAndShortObjectsAreMissesNeverData) {
+  for (const char* fp : {"storage.read.fail", "storage.object.corrupt", "storage.read.short"}) {
+    SCOPED_TRACE(fp);
+    Rig rig(std::string("miss-") + fp, "wait_complete");
+    rig.failpoints = {std::string(fp) + "@1:1"};  // batch 1, its second page (page 3)
+    const auto p = prompt(41);
+    rig.store(p, 10);
+    rig.dc.on_arrival(RequestId(1), p);
+    rig.clock = 1'000'000;
+    EXPECT_TRUE(rig.dc.prefetch_ready(RequestId(1)));
+    // Pages 0..2 are intact; page 3 failed, so nothing after it is used either.
+    EXPECT_EQ(rig.dc.tree().peek_prefix(p).host_matched, Tokens(12));
+    EXPECT_EQ(rig.st().stats().failed_pages, 1u);  // batch 1's second page (later batches were read whole)
+    EXPECT_EQ(rig.dc.host_tier()->pool().used_pages(), Pages(3));
+    rig.dc.verify();
+    // A damaged object stays a miss: the next query stops at it.
+    rig.dc.on_arrival(RequestId(2), p);
+    if (std::string(fp) == "storage.read.fail") {
+      EXPECT_TRUE(rig.st().prefetching(RequestId(2)));  // an I/O error leaves the object intact
+    } else {
+      rig.clock = 2'000'000;
+      rig.dc.prefetch_ready(RequestId(2));
+      EXPECT_EQ(rig.dc.tree().peek_prefix(p).host_matched, Tokens(12));
+    }
+  }
+}
+
+TEST(StorageTier, BatchesOf128PagesEachGiveOneAck) {
+  Rig rig("big", "wait_complete", 128);
+  const auto p = prompt(4 * 60 + 1);
+  rig.store(p, 60);
+  rig.dc.on_arrival(RequestId(1), p);
+  EXPECT_EQ(rig.st().next_ack_ns(), 1000u);  // one batch for 60 pages
+  rig.clock = 1000;
+  EXPECT_TRUE(rig.dc.prefetch_ready(RequestId(1)));
+  EXPECT_EQ(rig.dc.tree().host_pages(), Pages(60));
+}
+
+TEST(StorageTier, AbortMidPrefetchReleasesEverything) {
+  Rig rig("abort", "wait_complete");
+  const auto p = prompt(41);
+  rig.store(p, 10);
+  rig.dc.on_arrival(RequestId(1), p);
+  rig.clock = 2500;
+  rig.st().abort(RequestId(1));
+  EXPECT_FALSE(rig.st().prefetching(RequestId(1)));
+  EXPECT_EQ(rig.st().held_pages(), Pages(0));
+  EXPECT_EQ(rig.dc.host_tier()->pool().used_pages(), Pages(0));
+  EXPECT_EQ(rig.dc.tree().host_pages(), Pages(0));
+  EXPECT_EQ(rig.st().stats().aborted, 1u);
+  rig.dc.verify();
+  EXPECT_TRUE(rig.dc.prefetch_ready(RequestId(1)));  // nothing left to wait for
+}
+
+TEST(StorageTier, BelowTheThresholdNothingIsRead) {
+  Rig rig("threshold", "wait_complete");
+  const auto p = prompt(41);
+  rig.store(p, 1);  // one page in storage: 4 tokens < threshold 8
+  rig.dc.on_arrival(RequestId(1), p);
+  EXPECT_FALSE(rig.st().prefetching(RequestId(1)));
+  EXPECT_EQ(rig.st().stats().prefetches, 0u);
+}
+
+TEST(StorageTier, PublishedBackupsAreWrittenThroughAndReadBackExactly) {
+  Rig rig("through", "wait_complete");
+  const auto p = prompt(33);
+  // A request computes 8 pages; its backup is published after the copy, then written to storage.
+  auto r = rig.dc.reserve(RequestId(1), p, Tokens(33));
+  ASSERT_TRUE(r.has_value());
+  for (std::size_t i = 0; i < 8; ++i) *rig.device.layer_block(r->pages[i], 0) = 500 + i;
+  rig.dc.commit(RequestId(1), *r, p);
+  EXPECT_EQ(rig.st().stats().written_pages, 0u);
+  rig.clock = 1'000'000;
+  rig.dc.host_tier()->writing_check();
+  EXPECT_EQ(rig.st().stats().written_pages, 8u);
+  // The object holds the page's KV as it was on the device.
+  std::vector<std::uint8_t> buf(rig.host.layer_block_bytes() * rig.host.layers());
+  auto chain = page_hash_chain(p, kPage);
+  ASSERT_EQ(rig.st().storage().get(storage_key(chain[5], "_test"), buf), StorageMiss::None);
+  std::uint64_t w0 = 0;
+  std::memcpy(&w0, buf.data(), 8);
+  EXPECT_EQ(w0, 505u);
+}
+
+TEST(StorageTier, WriteBackBacksUpOnEvictionAndKeepsHostOnlyNodes) {
+  Rig rig("wb", "wait_complete", 2, "write_back", Pages(10));
+  const auto a = prompt(33, 1), b = prompt(33, 1000);
+  auto ra = rig.dc.reserve(RequestId(1), a, Tokens(32));
+  ASSERT_TRUE(ra.has_value());
+  rig.dc.commit(RequestId(1), *ra, std::span<const TokenId>(a).first(32));
+  EXPECT_EQ(rig.dc.tree().host_pages(), Pages(0));  // no backup on insert
+  auto rb = rig.dc.reserve(RequestId(2), b, Tokens(32));  // needs 8 of 10 pages: evicts a
+  ASSERT_TRUE(rb.has_value());
+  EXPECT_EQ(rig.dc.tree().host_pages(), Pages(8));  // a was written back before it was dropped
+  EXPECT_EQ(rig.st().stats().written_pages, 8u);     // ... and through to storage
+  auto m = rig.dc.tree().peek_prefix(a);
+  EXPECT_EQ(m.matched, Tokens(0));
+  EXPECT_EQ(m.host_matched, Tokens(32));
+  rig.dc.verify();
+}
+
+}  // namespace
+}  // namespace kvgrid::cache
