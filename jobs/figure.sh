@@ -2,11 +2,18 @@
 # Runs the experiments behind a named figure, then its plot script (which reads only HDF5).
 #   jobs/figure.sh NAME        -> results/NAME/*.png and the run directories next to it
 #   jobs/figure.sh --list
+# Extra arguments go to every `kvgrid run` of the figure (e.g. --seed 7, --set ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 declare -A experiment plot
 # name                experiment                          plot script
 experiment[hit-ttft]=experiments/quickstart.toml; plot[hit-ttft]=results/plots/hit_ttft.py
+experiment[tiers]=experiments/multiturn_tiers.toml; plot[tiers]=results/plots/tiers.py
+# Figures drawn from several runs of one experiment: label and the overrides of each run.
+declare -A variants
+variants[tiers]="device-only:--set cache.storage=none --set cache.host_pages=0
++host:--set cache.storage=none
++storage:"
 
 if [ "${1:-}" = "--list" ] || [ $# -lt 1 ]; then
   for n in "${!experiment[@]}"; do echo "$n  ${experiment[$n]}  ${plot[$n]}"; done
@@ -18,7 +25,21 @@ shift
 [ -x build/kvgrid ] || jobs/setup.sh
 out="results/$name"
 mkdir -p "$out"
-run="$out/run-$(date -u +%Y%m%d-%H%M%S)"
-jobs/run.sh "${experiment[$name]}" -- --out "$run" "$@"
-/usr/bin/python3 "${plot[$name]}" "$run" "$out/$name.png"
-echo "# figure: $out/$name.png (from $run/run.h5)"
+stamp=$(date -u +%Y%m%d-%H%M%S)
+if [ -z "${variants[$name]:-}" ]; then
+  run="$out/run-$stamp"
+  jobs/run.sh "${experiment[$name]}" -- --out "$run" "$@"
+  /usr/bin/python3 "${plot[$name]}" "$run" "$out/$name.png"
+  echo "# figure: $out/$name.png (from $run/run.h5)"
+  exit 0
+fi
+pairs=()
+while IFS= read -r line; do
+  label=${line%%:*}
+  read -r -a sets <<< "${line#*:}"
+  run="$out/run-$stamp-${label//+/}"
+  jobs/run.sh "${experiment[$name]}" -- --out "$run" "${sets[@]}" "$@" < /dev/null  # mpirun would eat the list
+  pairs+=("$label=$run")
+done <<< "${variants[$name]}"
+/usr/bin/python3 "${plot[$name]}" "$out/$name.png" "${pairs[@]}"
+echo "# figure: $out/$name.png (from ${pairs[*]})"
