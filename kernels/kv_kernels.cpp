@@ -1,5 +1,7 @@
 #include "kv_kernels.hpp"
 
+#include <algorithm>
+
 #include <Kokkos_Core.hpp>
 
 #include "core/check.hpp"
@@ -65,12 +67,13 @@ void write_tokens_digest(const PageLayout& g, std::uint64_t* pool, std::span<con
 }
 
 void fold_pages_full(const PageLayout& g, const std::uint64_t* pool, std::span<const std::uint32_t> pages,
-                     std::span<std::uint64_t> out) {
+                     std::span<std::uint64_t> out, std::size_t layer_begin, std::size_t layer_end) {
+  layer_end = std::min(layer_end, g.layers);
   check_layout(g);
   check_pages(g, pages);
   KVGRID_CHECK(out.size() == g.layers * g.heads, "fold output of ", out.size(), " words");
   Kokkos::parallel_for(
-      "kvgrid::fold_pages_full", Kokkos::RangePolicy<Exec>(0, g.layers * g.heads), KOKKOS_LAMBDA(const std::size_t k) {
+      "kvgrid::fold_pages_full", Kokkos::RangePolicy<Exec>(layer_begin * g.heads, layer_end * g.heads), KOKKOS_LAMBDA(const std::size_t k) {
         const std::size_t h = k % g.heads, l = k / g.heads;
         std::uint64_t acc = 0;
         for (auto p : pages) {
@@ -83,12 +86,13 @@ void fold_pages_full(const PageLayout& g, const std::uint64_t* pool, std::span<c
 }
 
 void fold_pages_digest(const PageLayout& g, const std::uint64_t* pool, std::span<const std::uint32_t> pages,
-                       std::span<std::uint64_t> out) {
+                       std::span<std::uint64_t> out, std::size_t layer_begin, std::size_t layer_end) {
+  layer_end = std::min(layer_end, g.layers);
   check_layout(g);
   check_pages(g, pages);
   KVGRID_CHECK(out.size() == g.layers * g.heads, "fold output of ", out.size(), " words");
   Kokkos::parallel_for(
-      "kvgrid::fold_pages_digest", Kokkos::RangePolicy<Exec>(0, g.layers * g.heads), KOKKOS_LAMBDA(const std::size_t k) {
+      "kvgrid::fold_pages_digest", Kokkos::RangePolicy<Exec>(layer_begin * g.heads, layer_end * g.heads), KOKKOS_LAMBDA(const std::size_t k) {
         const std::size_t h = k % g.heads, l = k / g.heads;
         std::uint64_t acc = 0;
         for (auto p : pages) acc += pool[g.digest_index(p, l, h)];

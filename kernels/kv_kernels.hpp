@@ -36,10 +36,11 @@ void write_tokens_digest(const PageLayout& g, std::uint64_t* pool, std::span<con
                          std::span<const std::uint64_t> F);
 
 // out[l * heads + h] += fold over the listed whole pages.
+// Folds of local layers [layer_begin, layer_end) only (default: all) — a layer-wise reader.
 void fold_pages_full(const PageLayout& g, const std::uint64_t* pool, std::span<const std::uint32_t> pages,
-                     std::span<std::uint64_t> out);
+                     std::span<std::uint64_t> out, std::size_t layer_begin = 0, std::size_t layer_end = ~std::size_t{0});
 void fold_pages_digest(const PageLayout& g, const std::uint64_t* pool, std::span<const std::uint32_t> pages,
-                       std::span<std::uint64_t> out);
+                       std::span<std::uint64_t> out, std::size_t layer_begin = 0, std::size_t layer_end = ~std::size_t{0});
 
 // out[(i * layers + l) * heads + h] = fold of token i as stored at (page[i], slot[i]).
 void fold_tokens_full(const PageLayout& g, const std::uint64_t* pool, std::span<const std::uint32_t> page,

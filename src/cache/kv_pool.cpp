@@ -38,6 +38,11 @@ void KvPool::fold_pages(std::span<const std::uint32_t> pages, std::span<std::uin
   else kernels::fold_pages_digest(layout_, data_.data(), pages, out);
 }
 
+void KvPool::fold_pages_layer(std::span<const std::uint32_t> pages, std::size_t layer, std::span<std::uint64_t> out) const {
+  if (cfg_.payload == Payload::Full) kernels::fold_pages_full(layout_, data_.data(), pages, out, layer, layer + 1);
+  else kernels::fold_pages_digest(layout_, data_.data(), pages, out, layer, layer + 1);
+}
+
 void KvPool::fold_tokens(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot,
                          std::span<const std::uint64_t> F, std::span<std::uint64_t> out) const {
   if (cfg_.payload == Payload::Full) {

@@ -39,6 +39,8 @@ class KvPool {
   void write(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot, std::span<const std::uint64_t> F);
   // Adds the fold of each listed (complete) page to out[l * heads + h].
   void fold_pages(std::span<const std::uint32_t> pages, std::span<std::uint64_t> out) const;
+  // Only local layer `layer` (out still indexed [l * heads + h]).
+  void fold_pages_layer(std::span<const std::uint32_t> pages, std::size_t layer, std::span<std::uint64_t> out) const;
   // The fold of tokens just written: full mode reads them back from the pool; digest mode has no
   // per-token storage and takes them from the caller's scratch features F.
   void fold_tokens(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot,

@@ -62,7 +62,8 @@ SyntheticModel::SyntheticModel(ModelGeometry g, cache::KvPool& pool, Tokens page
 }
 
 void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tokens, std::size_t start, std::size_t end,
-                             std::span<const PageId> page_table, std::span<std::uint64_t> out) {
+                             std::span<const PageId> page_table, std::span<std::uint64_t> out,
+                             const std::function<void(std::size_t)>& before_layer) {
   const std::size_t L = g_.local_layers(), H = g_.kv_heads.size(), n = end - start;
   KVGRID_CHECK(start < end && end <= tokens.size(), "forward of [", start, ", ", end, ") over ", tokens.size(), " tokens");
   KVGRID_CHECK(out.size() == L, "forward output of ", out.size(), " layers");
@@ -73,7 +74,14 @@ void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tok
     st.run.assign(L * H, 0);
     pages_.clear();
     for (std::size_t p = 0; p < start / page_size_; ++p) pages_.push_back(page_table[p].value());
-    pool_.fold_pages(pages_, st.run);
+    if (before_layer) {
+      for (std::size_t l = 0; l < L; ++l) {
+        before_layer(l);
+        pool_.fold_pages_layer(pages_, l, st.run);
+      }
+    } else {
+      pool_.fold_pages(pages_, st.run);
+    }
     st.ph = kPrefixSeed;
     st.hashed = 0;
     st.primed = true;

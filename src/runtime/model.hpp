@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,8 +54,11 @@ class SyntheticModel {
   SyntheticModel(ModelGeometry g, cache::KvPool& pool, Tokens page_size);
 
   // out[l] = this rank's partial checksum of local layer l for positions [start, end).
+  // `before_layer(l)` (optional) is called before the cached prefix's pages of local layer l are
+  // read: a layer-wise load-back waits there for layer l's copy only.
   void forward(ModelRequestState& st, std::span<const TokenId> tokens, std::size_t start, std::size_t end,
-               std::span<const PageId> page_table, std::span<std::uint64_t> out);
+               std::span<const PageId> page_table, std::span<std::uint64_t> out,
+               const std::function<void(std::size_t)>& before_layer = {});
 
   const ModelGeometry& geometry() const { return g_; }
 

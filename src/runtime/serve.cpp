@@ -387,11 +387,14 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     }
 
     // 4. forward this rank's layers, heads and query tokens; one stage all-reduce per step.
-    //    Pages loaded back from the host are read only after their copies completed.
-    for (auto& e : batch) {
-      for (auto& ev : e.req->res.load_events) ev.synchronize();
-      e.req->res.load_events.clear();
-    }
+    //    Pages loaded back from the host are read layer by layer, each after its own copy
+    //    completed. Modelled time pipelines the layers: layer l starts when layer l-1's compute
+    //    and layer l's copies (of every request in the batch) are done.
+    std::vector<std::uint64_t> layer_ready(L, 0);
+    for (auto& e : batch)
+      for (std::size_t i = 0; i < e.req->res.load_events.size(); ++i)
+        layer_ready[i % L] = std::max(layer_ready[i % L], e.req->res.load_events[i].complete_ns());
+    const std::uint64_t step_start = clock;
     // TP/CP peers must have scheduled the same batch: check it (one small all-reduce) before the
     // all-reduce of the partials, whose element count depends on it.
     if (stage_size > 1) {
@@ -413,8 +416,15 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     StepWork work;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       auto& e = batch[i];
+      auto& events = e.req->res.load_events;  // load_back: one event per (node, local layer)
+      auto wait_layer = [&events, L](std::size_t l) {
+        for (std::size_t k = l; k < events.size(); k += L) events[k].synchronize();
+      };
       model.forward(e.req->model, e.req->tokens, e.start, e.end, e.req->res.pages,
-                    std::span<std::uint64_t>(partials).subspan(i * L, L));
+                    std::span<std::uint64_t>(partials).subspan(i * L, L),
+                    events.empty() ? std::function<void(std::size_t)>{} : std::function<void(std::size_t)>(wait_layer));
+      for (auto& ev : events) ev.synchronize();  // (all were, unless the request had no cached prefix to read)
+      events.clear();
       work.add(e.start, e.end, e.prefill);
     }
     if (stage_size > 1 && !batch.empty()) {
@@ -423,9 +433,13 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
                                       MPI_SUM, grid.stage(), &req));
       wait_mpi(&req, "Iallreduce of attention checksums at step " + std::to_string(step));
     }
-    const std::uint64_t step_ns = compute_ns(exp.cost, work, L, shape.tp, shape.cp) +
-                                  (stage_size > 1 && !batch.empty() ? static_cast<std::uint64_t>(exp.cost.allreduce_ns) : 0);
-    clock += step_ns;
+    const std::uint64_t compute = compute_ns(exp.cost, work, L, shape.tp, shape.cp);
+    const std::uint64_t step_ns =
+        compute + (stage_size > 1 && !batch.empty() ? static_cast<std::uint64_t>(exp.cost.allreduce_ns) : 0);
+    clock = step_start;  // the copies' completion times enter through the layer pipeline instead
+    for (std::size_t l = 0; l < L; ++l)
+      clock = std::max(clock, layer_ready[l]) + (compute * (l + 1) / L - compute * l / L);
+    clock += step_ns - compute;
 
     // 5. chain and pass on, or check against the oracle on the last stage.
     StepMessage out;
