@@ -367,6 +367,17 @@ def tiers_shape():
     # Real copies and storage reads on threads (completions in real time, different per rank): still agreed.
     rc, so, se = run(4, TIERS, "--out", out("shape-threaded"), *small, "--set", "engine.transfer=threaded")
     expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so, "threaded storage", so, se)
+    # A storage directory set explicitly outlives its run: the same conversations, replayed, find
+    # their first round in storage.
+    store = out("shared-store")
+    for i in (1, 2):
+        rc, so, se = run(4, TIERS, "--out", out(f"reuse-{i}"), *small, "--set", "workload.multiturn.rounds=2",
+                         "--set", f"cache.storage_dir={store}")
+        expect(rc == 0 and "# oracle mismatches: 0 OK" in so, f"reuse run {i}", so, se)
+        j = json.loads(tool("report", out(f"reuse-{i}"), "--json")[1])
+        first = j["rounds"][0]["hit_rate_by_tier"]["storage"]
+        expect((first == 0) if i == 1 else (first > 0.8), f"run {i}: round 0 storage hit {first:.2f}", j["rounds"])
+    expect(not os.path.exists(out("reuse-1/storage")), "an explicit directory replaces <run dir>/storage")
     # A storage tier needs the host tier: a start-up error naming both keys, nothing written.
     rc, so, se = run(4, TIERS, "--out", out("shape-nohost"), "--set", "cache.host_pages=0")
     expect(rc == 2 and "cache.storage" in se and "cache.host_pages" in se, "storage without host tier", so, se)

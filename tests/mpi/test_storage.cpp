@@ -146,6 +146,23 @@ TEST(Storage, SameSeedSameDecisionsWithAllTiers) {
   testing::remove_shared(base);
 }
 
+TEST(Storage, MlaOneWriterPerTpGroupTheOthersRead) {
+  if (testing::world_size() < 2) GTEST_SKIP() << "needs TP peers";
+  const std::string base = testing::shared_temp_dir("storage-mla");
+  DecisionLog log;
+  auto r = serve(tiers(9, base + "/run", {"model.attention=mla", "model.kv_heads=4"}), log);
+  expect_clean(r);
+  RankGrid grid(parse_experiment("", "t", {"topology.tp=2", "topology.cp=" + std::to_string(testing::world_size() / 2)}).topology,
+                MPI_COMM_WORLD);
+  if (grid.coord().tp == 0) {
+    EXPECT_GT(r.mine.storage_write_pages, 0);  // the writer of the replicated latent
+  } else {
+    EXPECT_EQ(r.mine.storage_write_pages, 0);  // acknowledges only
+  }
+  EXPECT_GT(r.mine.storage_read_pages, 0);  // everyone reads the writer's objects
+  testing::remove_shared(base);
+}
+
 TEST(Storage, PerRankAgreementIsCaught) {
   if (testing::world_size() < 2) GTEST_SKIP() << "needs TP peers";
   const std::string base = testing::shared_temp_dir("storage-per-rank");
