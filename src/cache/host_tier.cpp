@@ -36,6 +36,8 @@ void HostTier::backup_path(TreeNode* node) {
     WriteAck w{next_write_++, n, std::move(*hp), {}};
     if (cfg_.transfer_fault && cfg_.transfer_fault()) engine_.inject(0, true);
     w.event = engine_.submit(kWriteStream, std::move(copies));
+    stats_.d2h_bytes += w.event.bytes();
+    stats_.d2h_ns += w.event.modelled_ns();
     n->ext.pending_write = w.id;
     tree_.lock(n);  // its device pages must stay until the copy is done
     pending_pages_ += need;
@@ -81,6 +83,8 @@ void HostTier::write_back(TreeNode* victim) {
     if (cfg_.transfer_fault && cfg_.transfer_fault()) engine_.inject(0, true);
     transfer::Event ev = engine_.submit(kWriteStream, std::move(copies));
     ev.synchronize();  // the device pages are about to be freed
+    stats_.d2h_bytes += ev.bytes();
+    stats_.d2h_ns += ev.modelled_ns();
     stats_.d2h_pages += static_cast<std::uint64_t>(need.value());
     ++stats_.writes;
     if (agreement_.agree_min(ev.failed() ? 0 : 1) == 0) {
@@ -163,6 +167,10 @@ std::vector<transfer::Event> HostTier::load_back(
     auto dp = alloc_device(need);
     if (!dp) break;
     auto layer_events = engine_.submit_layers(kLoadStream, layer_copies(device_kv_, *dp, host_kv_, n->host));
+    for (const auto& e : layer_events) {
+      stats_.h2d_bytes += e.bytes();
+      stats_.h2d_ns += e.modelled_ns();
+    }
     events.insert(events.end(), layer_events.begin(), layer_events.end());
     tree_.set_device(n, *dp);
     tree_.lock(n);  // keep what is loaded while loading the rest

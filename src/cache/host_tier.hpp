@@ -41,6 +41,7 @@ struct HostTierConfig {
 
 struct HostTierStats {
   std::uint64_t d2h_pages = 0, h2d_pages = 0, writes = 0, writes_failed = 0, host_evicted = 0;
+  std::uint64_t d2h_bytes = 0, h2d_bytes = 0, d2h_ns = 0, h2d_ns = 0;  // ns: modelled copy time (simulated)
 };
 
 class HostTier {

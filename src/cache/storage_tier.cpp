@@ -92,8 +92,12 @@ void StorageTier::backup(TreeNode* node) {
       continue;
     }
     const auto bytes = page_bytes(node->host[i]);
-    if (store_->set(keys[i], bytes)) ++stats_.written_pages;
-    else ++stats_.write_failed;
+    if (store_->set(keys[i], bytes)) {
+      ++stats_.written_pages;
+      stats_.written_bytes += bytes.size();
+    } else {
+      ++stats_.write_failed;
+    }
   }
 }
 
@@ -231,8 +235,10 @@ void StorageTier::release(Prefetch& pf, std::size_t keep) {
       stats_.read_pages += b.ok;
     }
   }
+  const std::size_t page_bytes = host_kv_.layer_block_bytes() * host_kv_.layers();
   for (const auto& b : pf.batches) {
     const std::size_t ok = b.intact();
+    stats_.read_bytes += ok * page_bytes;
     if (ok < b.count) stats_.failed_pages += b.count - ok;
   }
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());

@@ -76,6 +76,7 @@ struct StorageTierStats {
   std::uint64_t prefetches = 0, prefetch_pages = 0, used_pages = 0, read_pages = 0, failed_pages = 0;
   std::uint64_t written_pages = 0, write_failed = 0, aborted = 0, reread_device = 0;
   std::uint64_t read_ns = 0;  // modelled read time (simulated), summed over batches
+  std::uint64_t read_bytes = 0, written_bytes = 0;
 };
 
 class StorageTier {

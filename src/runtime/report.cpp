@@ -89,7 +89,23 @@ nlohmann::json report_json(const RunTrace& run) {
       for (const auto& r : run.summary_ranks) sf += r.storage_failed_pages;
     }
     j["transferred_tokens"] = {{"d2h", d2h}, {"h2d", h2d}, {"storage_read", sr}, {"storage_write", sw}};
-    j["storage_failed_pages"] = sf;  // all ranks: failed/short/corrupt reads and failed writes
+    j["storage_failed_pages"] = sf;
+    // Bytes of every rank (each moves its own shard), and the modelled busy time of one rank's
+    // streams (simulated engine; 0 with real copies).
+    std::int64_t b[4] = {0, 0, 0, 0};
+    for (const auto& r : run.summary_ranks) {
+      b[0] += r.d2h_bytes;
+      b[1] += r.h2d_bytes;
+      b[2] += r.storage_read_bytes;
+      b[3] += r.storage_write_bytes;
+    }
+    j["transferred_bytes"] = {{"d2h", b[0]}, {"h2d", b[1]}, {"storage_read", b[2]}, {"storage_write", b[3]}};
+    if (!run.summary_ranks.empty()) {
+      const auto& r0 = run.summary_ranks.front();
+      j["transfer_time_model_ms"] = {{"d2h", static_cast<double>(r0.d2h_ns) / 1e6},
+                                     {"h2d", static_cast<double>(r0.h2d_ns) / 1e6},
+                                     {"storage_read", static_cast<double>(r0.storage_read_ns) / 1e6}};
+    }  // all ranks: failed/short/corrupt reads and failed writes
     j["computed_tokens"] = prompt - cached;
     double mean = 0;
     for (double t : ttft) mean += t;

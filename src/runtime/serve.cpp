@@ -537,11 +537,18 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   if (const auto* host = dc.host_tier()) {
     m.d2h_pages = static_cast<std::int64_t>(host->stats().d2h_pages);
     m.h2d_pages = static_cast<std::int64_t>(host->stats().h2d_pages);
+    m.d2h_bytes = static_cast<std::int64_t>(host->stats().d2h_bytes);
+    m.h2d_bytes = static_cast<std::int64_t>(host->stats().h2d_bytes);
+    m.d2h_ns = static_cast<std::int64_t>(host->stats().d2h_ns);
+    m.h2d_ns = static_cast<std::int64_t>(host->stats().h2d_ns);
   }
   if (const auto* st = dc.storage_tier()) {
     m.storage_read_pages = static_cast<std::int64_t>(st->stats().read_pages);
     m.storage_write_pages = static_cast<std::int64_t>(st->stats().written_pages);
     m.storage_failed_pages = static_cast<std::int64_t>(st->stats().failed_pages + st->stats().write_failed);
+    m.storage_read_bytes = static_cast<std::int64_t>(st->stats().read_bytes);
+    m.storage_write_bytes = static_cast<std::int64_t>(st->stats().written_bytes);
+    m.storage_read_ns = static_cast<std::int64_t>(st->stats().read_ns);
   }
   finish_summary(grid, res);
   res.wall_s = static_cast<double>(wall_ns()) / 1e9;

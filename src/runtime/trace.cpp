@@ -106,6 +106,13 @@ Handle rank_summary_type() {
   KVGRID_FIELD(storage_read_pages, H5T_NATIVE_INT64);
   KVGRID_FIELD(storage_write_pages, H5T_NATIVE_INT64);
   KVGRID_FIELD(storage_failed_pages, H5T_NATIVE_INT64);
+  KVGRID_FIELD(d2h_bytes, H5T_NATIVE_INT64);
+  KVGRID_FIELD(h2d_bytes, H5T_NATIVE_INT64);
+  KVGRID_FIELD(storage_read_bytes, H5T_NATIVE_INT64);
+  KVGRID_FIELD(storage_write_bytes, H5T_NATIVE_INT64);
+  KVGRID_FIELD(d2h_ns, H5T_NATIVE_INT64);
+  KVGRID_FIELD(h2d_ns, H5T_NATIVE_INT64);
+  KVGRID_FIELD(storage_read_ns, H5T_NATIVE_INT64);
 #undef KVGRID_FIELD
   return t;
 }

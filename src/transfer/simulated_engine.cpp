@@ -44,6 +44,7 @@ class SimulatedEngine final : public TransferEngine {
     const double base = static_cast<double>(ev->bytes) / cfg_.bytes_per_ns;
     const double jitter = 1.0 + cfg_.jitter * rng_.uniform();
     ev->complete_ns = start + static_cast<std::uint64_t>(base * jitter) + next_delay_ + 1;
+    ev->start_ns = start;
     ev->failed = next_fail_;
     next_delay_ = 0;
     next_fail_ = false;

@@ -45,6 +45,7 @@ class EventState {
   bool failed = false;
   std::uint64_t bytes = 0;
   std::uint64_t complete_ns = 0;  // simulated: modelled completion time; threaded: 0
+  std::uint64_t start_ns = 0;     // simulated: when the copy starts on its stream (after those before it)
 };
 
 class Event {
@@ -57,6 +58,9 @@ class Event {
   }
   bool failed() const { return s_ && s_->failed; }
   std::uint64_t complete_ns() const { return s_ ? s_->complete_ns : 0; }
+  std::uint64_t bytes() const { return s_ ? s_->bytes : 0; }
+  // Modelled duration on its stream (simulated; 0 for real backends).
+  std::uint64_t modelled_ns() const { return s_ && s_->complete_ns > s_->start_ns ? s_->complete_ns - s_->start_ns : 0; }
 
  private:
   std::shared_ptr<EventState> s_;

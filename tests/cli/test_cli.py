@@ -354,6 +354,9 @@ def tiers_shape():
         if name == "storage":
             expect(j["transferred_tokens"]["storage_read"] > 0 and j["transferred_tokens"]["storage_write"] > 0
                    and j["hit_rate"]["storage"] > 0, "storage read and written", so)
+            expect(all(j["transferred_bytes"][k] > 0 for k in ("d2h", "h2d", "storage_read", "storage_write"))
+                   and j["transfer_time_model_ms"]["storage_read"] > 0 and j["transfer_time_model_ms"]["h2d"] > 0,
+                   "bytes and modelled transfer time per direction", so)
             expect(os.path.isdir(out("shape-storage/storage")), "storage objects inside the run directory")
     summary = " | ".join(f"{n}: " + " ".join(f"{h:.2f}" for h in v) for n, v in hit.items())
     print("per-round hit rate:", summary)
