@@ -175,6 +175,26 @@ void DeviceCache::commit(RequestId id, Reservation& r, std::span<const TokenId> 
   debug_verify();
 }
 
+void DeviceCache::abort(RequestId id, Reservation& r) {
+  abort_waiting(id);
+  for (auto& e : r.load_events) e.synchronize();  // copies into tree pages must land before reuse
+  r.load_events.clear();
+  const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
+  const std::size_t shared = static_cast<std::size_t>(r.shared.value()) / p;
+  if (r.pages.size() > shared) {
+    pool_.free(std::span<const PageId>(r.pages).subspan(shared));
+    const Pages mine(static_cast<std::int64_t>(r.pages.size() - shared));
+    r.private_pages -= mine;
+    reserved_ -= mine;
+  }
+  KVGRID_CHECK(r.private_pages.value() == 0, "request ", id, " still holds ", r.private_pages, " private pages at abort");
+  if (r.node) tree_.unlock(r.node);
+  r.node = nullptr;
+  r.pages.clear();
+  KVGRID_CONSENSUS(log_, "abort", {static_cast<std::int64_t>(id.value())}, {});
+  debug_verify();
+}
+
 std::vector<PageId> DeviceCache::cached_pages() const {
   std::vector<PageId> out;
   std::vector<const TreeNode*> stack{tree_.root()};

@@ -69,6 +69,17 @@ class DeviceCache {
   void insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens);
   // The request finished: insert its page-aligned KV, free the partial tail page, unlock.
   void commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens);
+  // The request goes away before it finished (client abort): its storage prefetch stops and
+  // releases its host pages, its load-back copies are waited for (the loaded pages stay cached in
+  // the tree), its private pages are freed and its lock released. Nothing is inserted.
+  void abort(RequestId id, Reservation& r);
+  // Same for a request that was never admitted (waiting, maybe prefetching).
+  void abort_waiting(RequestId id) {
+    if (storage_) {
+      storage_->abort(id);
+      storage_->forget(id);
+    }
+  }
   // Every cached (tree) page, for fault injection.
   std::vector<PageId> cached_pages() const;
 

@@ -1,7 +1,7 @@
 // Paged radix tree: a randomized differential test against a deliberately simple reference model
 // (a map from cached page prefixes to their device and host pages) covering matches across tiers,
-// inserts (adopting host-only pages), locks, device and host eviction in LRU order, backups and
-// load-backs, with verify() after every operation. Seeds are printed; KVGRID_TEST_SEED replays.
+// inserts (adopting host-only pages), locks, device and host eviction in LRU order, backups,
+// load-backs and storage prefetches landing as host-only pages (insert_host), with verify() after every operation. Seeds are printed; KVGRID_TEST_SEED replays.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,6 +84,32 @@ struct Model {
     }
     return present;
   }
+  // A storage prefetch lands: pages [start, t.size()) get the host pages `pg`; returns the unused.
+  std::vector<PageId> insert_host(const std::vector<TokenId>& t, std::size_t start, const std::vector<PageId>& pg) {
+    ++clock;
+    std::vector<PageId> unused;
+    const std::size_t first = start / kPage, np = t.size() / kPage;
+    bool prev_backed = true;  // the root
+    for (std::size_t i = 0; i < np; ++i) {
+      auto key = prefix(t, (i + 1) * kPage);
+      auto it = pages.find(key);
+      if (it == pages.end()) {
+        if (!prev_backed) {
+          unused.insert(unused.end(), pg.begin() + static_cast<std::ptrdiff_t>(i - first), pg.end());
+          return unused;
+        }
+        for (std::size_t j = i; j < np; ++j) pages[prefix(t, (j + 1) * kPage)] = Entry{PageId(0), pg[j - first], 0, clock};
+        return unused;
+      }
+      it->second.last_access = clock;
+      if (i >= first) {
+        if (it->second.backed()) unused.push_back(pg[i - first]);
+        else if (prev_backed) it->second.host = pg[i - first];
+      }
+      prev_backed = it->second.backed();
+    }
+    return unused;
+  }
   void add_lock(const std::vector<TokenId>& t, std::size_t n, int delta) {
     for (std::size_t k = kPage; k <= n; k += kPage) pages.at(prefix(t, k)).locks += delta;
   }
@@ -126,7 +152,7 @@ struct Held {
 
 struct Coverage {
   std::size_t evicted = 0, host_evicted = 0, rejected = 0, locks = 0, backups = 0, loads = 0, adopted = 0,
-              host_hits = 0, max_nodes = 0;
+              host_hits = 0, max_nodes = 0, prefetched = 0;
 };
 
 void run_differential(std::uint64_t seed, int ops, Coverage& cov) {
@@ -195,7 +221,7 @@ void run_differential(std::uint64_t seed, int ops, Coverage& cov) {
 
   for (int op = 0; op < ops; ++op) {
     SCOPED_TRACE("operation " + std::to_string(op));
-    const auto kind = rng.below(16);
+    const auto kind = rng.below(18);
     if (kind < 3) {  // match (and maybe hold the match)
       auto t = random_prompt();
       auto m = tree.match_prefix(t);
@@ -318,6 +344,31 @@ void run_differential(std::uint64_t seed, int ops, Coverage& cov) {
         pos += n->key.size();
         ++cov.loads;
       }
+    } else if (kind >= 16) {  // a storage prefetch lands below the deepest backed-up page of a prompt
+      auto t = random_prompt();
+      t.resize(t.size() / kPage * kPage);
+      auto backed_prefix = [&] {
+        std::size_t n = 0;
+        for (; n + kPage <= t.size(); n += kPage) {
+          auto it = model.pages.find(Model::prefix(t, n + kPage));
+          if (it == model.pages.end() || !it->second.backed()) break;
+        }
+        return n;
+      };
+      if (backed_prefix() == t.size()) continue;
+      Pages need(static_cast<std::int64_t>((t.size() - backed_prefix()) / kPage));
+      if (need > host_pool.free_pages()) {
+        apply_host_eviction(tree.evict_host(need - host_pool.free_pages()));
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+      const std::size_t start = backed_prefix();  // the eviction may have shortened it
+      auto hp = host_pool.alloc(Pages(static_cast<std::int64_t>((t.size() - start) / kPage)));
+      if (!hp) continue;
+      auto unused = tree.insert_host(t, Tokens(static_cast<std::int64_t>(start)), *hp);
+      auto ref_unused = model.insert_host(t, start, *hp);
+      ASSERT_EQ(unused, ref_unused);
+      host_pool.free(unused);
+      cov.prefetched += hp->size() - unused.size();
     } else {  // host eviction
       const auto want = Pages(rng.between(1, 4));
       std::uint64_t oldest = ~0ull;
@@ -339,9 +390,10 @@ void run_differential(std::uint64_t seed, int ops, Coverage& cov) {
     cov.max_nodes = std::max(cov.max_nodes, tree.node_count());
   }
   std::printf("[ radix differential ] seed %llu: %zu device pages evicted, %zu host pages evicted, %zu backups, "
-              "%zu load-backs, %zu host-only pages adopted by inserts, %zu host-hit pages, %zu rejected, %zu nodes at most\n",
+              "%zu load-backs, %zu host-only pages adopted by inserts, %zu host-hit pages, %zu prefetched pages inserted, "
+              "%zu rejected, %zu nodes at most\n",
               static_cast<unsigned long long>(seed), cov.evicted, cov.host_evicted, cov.backups, cov.loads, cov.adopted,
-              cov.host_hits, cov.rejected, cov.max_nodes);
+              cov.host_hits, cov.prefetched, cov.rejected, cov.max_nodes);
   for (auto& h : held) tree.unlock(h.node);
   tree.verify();
 }
@@ -360,13 +412,15 @@ TEST(RadixTreeDifferential, TenThousandMixedOperationsAgreeWithReferenceModel) {
     total.host_hits += c.host_hits;
     total.host_evicted += c.host_evicted;
     total.adopted += c.adopted;
+    total.prefetched += c.prefetched;
     total.max_nodes = std::max(total.max_nodes, c.max_nodes);
   }
   // The runs must have exercised what they claim to test.
   EXPECT_GT(total.evicted, 1000u);
-  EXPECT_GT(total.backups, 100u);
+  EXPECT_GT(total.backups, 50u);  // (prefetch landings give many nodes their host copy first)
   EXPECT_GT(total.loads, 20u);
   EXPECT_GT(total.host_hits, 20u);
+  EXPECT_GT(total.prefetched, 100u);
   EXPECT_GT(total.host_evicted, 50u);
   EXPECT_GT(total.adopted, 20u);
   EXPECT_GT(total.max_nodes, 10u);

@@ -233,6 +233,41 @@ TEST(StorageTier, AbortMidPrefetchReleasesEverything) {
   EXPECT_TRUE(rig.dc.prefetch_ready(RequestId(1)));  // nothing left to wait for
 }
 
+TEST(StorageTier, AbortMidLoadReleasesEverythingAndKeepsTheLoadedPagesCached) {
+  Rig rig("abort-load", "wait_complete");
+  const auto p = prompt(41);
+  rig.store(p, 10);
+  rig.dc.on_arrival(RequestId(1), p);
+  rig.clock = 1'000'000;
+  ASSERT_TRUE(rig.dc.prefetch_ready(RequestId(1)));
+  const std::uint64_t before = rig.clock;
+  auto r = rig.dc.reserve(RequestId(1), p, Tokens(60));  // 40 loaded + 5 private pages
+  ASSERT_TRUE(r.has_value());
+  EXPECT_FALSE(r->load_events.empty());
+  EXPECT_FALSE(r->load_events.back().query());  // the load is in flight
+  EXPECT_EQ(rig.dc.reserved_pages(), Pages(5));
+  rig.dc.abort(RequestId(1), *r);
+  EXPECT_GT(rig.clock, before);                    // waited for the copies
+  EXPECT_EQ(rig.dc.reserved_pages(), Pages(0));   // private pages freed
+  EXPECT_EQ(rig.dc.pool().used_pages(), Pages(10));  // the loaded prefix stays cached
+  EXPECT_EQ(rig.dc.tree().protected_pages(), Pages(0));  // nothing locked
+  rig.dc.verify();
+  auto m = rig.dc.tree().peek_prefix(p);
+  EXPECT_EQ(m.matched, Tokens(40));
+  for (std::size_t i = 0; i < m.device_pages.size(); ++i) EXPECT_EQ(*rig.device.layer_block(m.device_pages[i], 0), 1000 + i);
+}
+
+TEST(StorageTier, AbortOfAWaitingRequestStopsItsPrefetch) {
+  Rig rig("abort-waiting", "wait_complete");
+  const auto p = prompt(41);
+  rig.store(p, 10);
+  rig.dc.on_arrival(RequestId(1), p);
+  rig.dc.abort_waiting(RequestId(1));
+  EXPECT_EQ(rig.dc.host_tier()->pool().used_pages(), Pages(0));
+  EXPECT_EQ(rig.dc.tree().host_pages(), Pages(0));
+  rig.dc.verify();
+}
+
 TEST(StorageTier, BelowTheThresholdNothingIsRead) {
   Rig rig("threshold", "wait_complete");
   const auto p = prompt(41);
