@@ -36,6 +36,22 @@ void BM_Memcpy64Pages(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy64Pages)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// The per-layer load's own copies (8 KiB layer slices, layer by layer) done by one thread: the
+// baseline of the same bytes in the same access pattern.
+void BM_MemcpyPerLayerSlices(benchmark::State& state) {
+  Buffers b;
+  const std::size_t slice = kPage / kLayers;
+  for (auto _ : state) {
+    const std::size_t first = b.take();
+    for (std::size_t l = 0; l < kLayers; ++l)
+      for (std::size_t p = first; p < first + kBatch; ++p)
+        std::memcpy(&b.dst[p * kPage + l * slice], &b.src[p * kPage + l * slice], slice);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kBatch * kPage));
+}
+BENCHMARK(BM_MemcpyPerLayerSlices)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 void BM_ThreadedContiguousBatch(benchmark::State& state) {
   Buffers b;
   EngineConfig cfg;
