@@ -69,6 +69,9 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
   KVGRID_CONSENSUS(log_, "match_prefix", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(prompt.size())},
                    {m.matched.value(), m.host_matched.value()});
   tree_.lock(m.last_node);
+  // write_through_selective: a prefix that just reached the hit threshold is backed up now, not
+  // only when something is inserted below it.
+  if (host_ && m.matched.value() > 0) host_->on_hit(m.last_node);
   last_match_ = m.matched;
   last_evicted_ = Pages(0);
   Reservation r;

@@ -55,6 +55,11 @@ class HostTier {
   // After an insert: back up, top-down, the nodes of the path ending at `node` that are neither
   // backed up nor being written (as the write policy allows and host pages last).
   void backup_path(TreeNode* node);
+  // A match reached `node` (its path's hit counts were bumped): under write_through_selective,
+  // back up what reached the threshold.
+  void on_hit(TreeNode* node) {
+    if (cfg_.write_policy == "write_through_selective") backup_path(node);
+  }
   // write_back: a device eviction victim that is not backed up is backed up now, with its
   // unbacked ancestors (top-down, synchronously), so that it survives as a host-only node.
   void write_back(TreeNode* victim);

@@ -9,98 +9,11 @@
 #include <filesystem>
 #include <numeric>
 
-#include "cache/device_cache.hpp"
-#include "cache/page_hash.hpp"
-#include "transfer/transfer_engine.hpp"
+#include "tier_rig.hpp"
 
 namespace kvgrid::cache {
 namespace {
 
-namespace fs = std::filesystem;
-
-class Solo final : public AckAgreement {
- public:
-  std::string_view name() const override { return "solo"; }
-  std::size_t agree(std::size_t ready, std::size_t) override { return ready; }
-  bool agree_allocation(bool ok) override { return ok; }
-  std::uint64_t agree_min(std::uint64_t v) override { return v; }
-};
-
-constexpr std::int64_t kPage = 4;
-
-struct Rig {
-  std::uint64_t clock = 0;
-  DecisionLog log;
-  Solo agreement;
-  KvPool device{{Pages(64), Tokens(kPage), 0, 2, {0, 1}, 1, Payload::Digest}};
-  KvPool host{{Pages(64), Tokens(kPage), 0, 2, {0, 1}, 1, Payload::Digest}};
-  std::unique_ptr<transfer::TransferEngine> engine;
-  DeviceCache dc{{Tokens(kPage), Pages(64)}, log};
-  std::string dir;
-  std::vector<std::string> failpoints;  // fired in order by page_fault: "name@batch:index"
-
-  Rig(const std::string& tag, const std::string& policy, std::size_t batch_pages = 2, std::string write = "write_through",
-      Pages device_pages = Pages(64)) : dc{{Tokens(kPage), device_pages}, log} {
-    transfer::EngineConfig ec;
-    ec.jitter = 0;
-    ec.bytes_per_ns = 1.0;
-    ec.now = [this] { return clock; };
-    ec.advance_to = [this](std::uint64_t t) { clock = std::max(clock, t); };
-    engine = transfer::make_engine(ec);
-    dir = (fs::temp_directory_path() / ("kvgrid-storage-tier-" + tag + "-" + std::to_string(::getpid()))).string();
-    fs::remove_all(dir);
-    HostTierConfig hc;
-    hc.host_pages = Pages(64);
-    hc.write_policy = std::move(write);
-    hc.load_back_threshold = Tokens(kPage);
-    dc.attach_host_tier(hc, device, host, *engine, agreement);
-    StorageTierConfig sc;
-    sc.dir = dir;
-    sc.key_suffix = "_test";
-    sc.prefetch_threshold = Tokens(2 * kPage);
-    sc.stop_policy = policy;
-    sc.batch_pages = batch_pages;
-    sc.jitter = 0;
-    sc.latency_ns = 1000;
-    sc.bytes_per_ns = 1e9;  // latency only: batch k is seen at (k + 1) × 1000 ns
-    sc.timeout_base_ns = 2500;
-    sc.timeout_per_1k_ns = 0;
-    sc.timeout_max_ns = 1'000'000;
-    sc.now = [this] { return clock; };
-    sc.faults.page_fault = [this](const char* name, std::size_t) -> std::optional<std::size_t> {
-      for (auto& f : failpoints)
-        if (f.rfind(std::string(name) + "@" + std::to_string(batch_) + ":", 0) == 0)
-          return static_cast<std::size_t>(std::stoul(f.substr(f.find(':') + 1)));
-      return std::nullopt;
-    };
-    sc.faults.read_delay_ns = [this]() -> std::uint64_t { return batch_++ == slow_batch ? slow_ns : 0; };
-    dc.attach_storage_tier(sc, host, agreement);
-  }
-  ~Rig() { fs::remove_all(dir); }
-
-  StorageTier& st() { return *dc.storage_tier(); }
-  // Stores pages [0, n) of `prompt` with payload word = 1000 + page index (as a writer would).
-  void store(const std::vector<TokenId>& prompt, std::size_t n) {
-    auto chain = page_hash_chain(prompt, kPage);
-    for (std::size_t i = 0; i < n; ++i) {
-      std::vector<std::uint64_t> words(host.layer_block_bytes() / 8 * host.layers(), 1000 + i);
-      std::vector<std::uint8_t> bytes(words.size() * 8);
-      std::memcpy(bytes.data(), words.data(), bytes.size());
-      ASSERT_TRUE(st().storage().set(storage_key(chain[i], "_test"), bytes));
-    }
-  }
-  std::size_t slow_batch = ~std::size_t{0};
-  std::uint64_t slow_ns = 0;
-
- private:
-  std::size_t batch_ = 0;
-};
-
-std::vector<TokenId> prompt(std::size_t n, TokenId base = 1) {
-  std::vector<TokenId> p(n);
-  std::iota(p.begin(), p.end(), base);
-  return p;
-}
 
 TEST(StorageTier, WaitCompleteConsumesOneAckPerBatchAndInsertsHostOnlyNodes) {
   Rig rig("wait", "wait_complete");
