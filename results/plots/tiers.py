@@ -23,6 +23,8 @@ def requests(run):
         meta = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f["meta"].attrs.items()}
         for r in sorted(f["ranks"].keys()):
             t = f["ranks"][r]["requests"][:]
+            if "failed" in t.dtype.names:
+                t = t[t["failed"] == 0]  # aborted requests have no first token
             if len(t):
                 return meta, t
     raise SystemExit(f"{path}: no requests table with rows (not a serving run?)")

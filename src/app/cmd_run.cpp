@@ -155,6 +155,7 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
       s.oracle_mismatches = r.oracle_mismatches;
       s.requests = r.requests;
       s.finished = r.finished;
+      s.failed = r.failed;
     }
   } catch (const std::exception&) {
     // Keep what this rank decided before the error; the caller aborts the job.
@@ -186,7 +187,8 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
     os << "# steps " << s.steps << ", checks " << s.checks << " (every " << exp.engine.check_every
        << " steps and at the end), wall " << s.wall_s << " s\n";
     if (s.oracle_mismatches >= 0) {
-      os << "# requests " << s.finished << " finished of " << s.requests << ", modelled time "
+      os << "# requests " << s.finished << " finished" << (s.failed ? ", " + std::to_string(s.failed) + " failed (aborted)" : "")
+         << " of " << s.requests << ", modelled time "
          << static_cast<double>(rows.back().model_ns) / 1e6 << " ms\n";
     }
     os << "# decision log: " << rows[0].decisions << " decisions per rank, digest " << digest

@@ -22,6 +22,10 @@ const std::vector<FailpointSpec>& failpoint_catalogue() {
       {"storage.read.fail", "a storage read batch fails from a random page on (an I/O error): those pages are misses", {}},
       {"storage.read.short", "a random object of a storage read batch is truncated before it is read (detected: a miss)", {}},
       {"storage.object.corrupt", "a random object of a storage read batch has a payload byte flipped (checksum: a miss)", {}},
+      {"request.abort",
+       "at the start of a step PP0's leader aborts a random waiting or running request (a client going away); every rank "
+       "releases what it held, mid-prefetch or mid-load included; the request counts as failed",
+       {}},
       {"storage.write.fail", "a storage object write fails (nothing is left behind; later prefetches miss it)", {}},
       {"device.page.corrupt",
        "flips bits of a random cached (radix tree) device page at the start of a step; its next reader must see an oracle mismatch",

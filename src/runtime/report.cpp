@@ -52,7 +52,12 @@ nlohmann::json report_json(const RunTrace& run) {
       double ttft = 0;
     };
     std::map<std::uint32_t, Round> rounds;
+    std::uint64_t failed = 0;
     for (const auto& q : reqs) {
+      if (q.failed) {  // aborted: counted, its tokens nowhere
+        ++failed;
+        continue;
+      }
       prompt += q.prompt_tokens;
       cached += q.cached_tokens;
       host += q.host_tokens;
@@ -71,8 +76,8 @@ nlohmann::json report_json(const RunTrace& run) {
     }
     auto rate = [&](std::uint64_t x) { return prompt ? static_cast<double>(x) / static_cast<double>(prompt) : 0.0; };
     const double hit = rate(cached);
-    j["finished"] = reqs.size();
-    j["failed"] = 0;  // no failure path yet (P/D and the tiers add them)
+    j["finished"] = reqs.size() - failed;
+    j["failed"] = failed;  // aborted requests (request.abort)
     j["prompt_tokens"] = prompt;
     // Tiers by where the hit was found: host_tokens includes what a storage prefetch brought in.
     j["cached_tokens"] = {{"device", cached - host}, {"host", host - storage}, {"storage", storage}};

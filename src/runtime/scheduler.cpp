@@ -50,6 +50,32 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
   return batch;
 }
 
+std::unique_ptr<ServeRequest> Scheduler::abort(RequestId id) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->spec.id != id) continue;
+    auto r = std::move(*it);
+    waiting_.erase(it);
+    cache_.abort_waiting(id);
+    return r;
+  }
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if ((*it)->spec.id != id) continue;
+    auto r = std::move(*it);
+    running_.erase(it);
+    cache_.abort(id, r->res);
+    return r;
+  }
+  return nullptr;
+}
+
+std::vector<RequestId> Scheduler::ids() const {
+  std::vector<RequestId> out;
+  for (const auto& r : waiting_) out.push_back(r->spec.id);
+  for (const auto& r : running_) out.push_back(r->spec.id);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::vector<std::unique_ptr<ServeRequest>> Scheduler::complete_step(const std::vector<BatchEntry>& batch,
                                                                    std::uint64_t now_ns, std::uint64_t wall_ns) {
   for (const auto& e : batch) {

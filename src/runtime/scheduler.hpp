@@ -68,6 +68,12 @@ class Scheduler {
   std::vector<std::unique_ptr<ServeRequest>> complete_step(const std::vector<BatchEntry>& batch, std::uint64_t now_ns,
                                                            std::uint64_t wall_ns);
 
+  // Removes request `id` wherever it is and releases everything it held (cache abort); null when
+  // it is not here (finished already).
+  std::unique_ptr<ServeRequest> abort(RequestId id);
+  // Ids of the waiting and running requests, in ascending order.
+  std::vector<RequestId> ids() const;
+
   bool idle() const { return waiting_.empty() && running_.empty(); }
   std::size_t waiting() const { return waiting_.size(); }
   std::size_t running() const { return running_.size(); }

@@ -49,10 +49,11 @@ struct StepMessage {
   std::uint64_t clock_ns = 0, exhausted = 0, total = 0;
   std::vector<Entry> entries;
   Words specs;  // encode_specs() of the arrivals; empty when none arrived
+  std::vector<std::uint64_t> aborts;  // requests PP0's leader aborted at this step (request.abort)
 };
 
 constexpr int kTagHeader = 301, kTagPayload = 302;
-constexpr std::size_t kHeaderWords = 64, kHeadWords = 10, kInlineWords = kHeaderWords - kHeadWords;
+constexpr std::size_t kHeaderWords = 64, kHeadWords = 11, kInlineWords = kHeaderWords - kHeadWords;
 
 // A packed message: header (with the payload inline when it fits), then the payload otherwise.
 struct Packed {
@@ -71,6 +72,7 @@ Packed pack(const StepMessage& m) {
     put64(body, e.value);
   }
   body.insert(body.end(), m.specs.begin(), m.specs.end());
+  for (auto a : m.aborts) put64(body, a);
   Words head;
   put64(head, m.clock_ns);
   put64(head, m.exhausted);
@@ -79,6 +81,7 @@ Packed pack(const StepMessage& m) {
   p.header[6] = static_cast<std::uint32_t>(m.entries.size());
   p.header[7] = static_cast<std::uint32_t>(m.specs.size());
   p.header[9] = static_cast<std::uint32_t>(body.size());
+  p.header[10] = static_cast<std::uint32_t>(m.aborts.size());
   if (body.size() <= kInlineWords) {
     p.header[8] = 1;
     std::copy(body.begin(), body.end(), p.header.begin() + kHeadWords);
@@ -93,14 +96,16 @@ StepMessage unpack(const Packed& p) {
   m.clock_ns = get64(p.header, 0);
   m.exhausted = get64(p.header, 2);
   m.total = get64(p.header, 4);
-  const std::size_t n = p.header[6], spec_words = p.header[7], size = p.header[9];
-  KVGRID_CHECK(size == 8 * n + spec_words, "step message of ", size, " words for ", n, " entries and ", spec_words, " spec words");
+  const std::size_t n = p.header[6], spec_words = p.header[7], size = p.header[9], aborts = p.header[10];
+  KVGRID_CHECK(size == 8 * n + spec_words + 2 * aborts, "step message of ", size, " words for ", n, " entries, ", spec_words,
+               " spec words and ", aborts, " aborts");
   const std::uint32_t* body = p.inline_payload() ? p.header.data() + kHeadWords : p.payload.data();
   KVGRID_CHECK(p.inline_payload() || p.payload.size() == size, "step message payload of ", p.payload.size(), " words, expected ", size);
   Words w(body, body + size);
   for (std::size_t i = 0; i < n; ++i)
     m.entries.push_back({get64(w, 8 * i), get64(w, 8 * i + 2), get64(w, 8 * i + 4), get64(w, 8 * i + 6)});
-  m.specs.assign(w.begin() + static_cast<std::ptrdiff_t>(8 * n), w.end());
+  m.specs.assign(w.begin() + static_cast<std::ptrdiff_t>(8 * n), w.begin() + static_cast<std::ptrdiff_t>(8 * n + spec_words));
+  for (std::size_t i = 0; i < aborts; ++i) m.aborts.push_back(get64(w, 8 * n + spec_words + 2 * i));
   return m;
 }
 
@@ -281,6 +286,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   }
   agree_or_throw(grid.world(), workload_error);
   Rng corrupt_rng = rank_stream(exp.engine.seed, grid.world_rank()).fork("device.page.corrupt.target");
+  Rng abort_rng = rank_stream(exp.engine.seed, grid.world_rank()).fork("request.abort.target");
   Sender sender;
 
   ServeResult res;
@@ -331,6 +337,10 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         if (sched.idle()) {
           if (auto next = workload->next_arrival_ns(); next && *next > clock) clock = *next;  // idle: jump ahead
         }
+        if (faults.evaluate("request.abort", static_cast<std::uint64_t>(step))) {
+          auto ids = sched.ids();
+          if (!ids.empty()) in.aborts.push_back(ids[abort_rng.below(ids.size())].value());
+        }
         auto specs = workload->arrivals(clock);
         in.clock_ns = clock;
         in.exhausted = workload->exhausted() ? 1 : 0;
@@ -349,6 +359,29 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       for (auto& sp : decode_specs(in.specs)) {
         ++res.requests;
         sched.enqueue(std::move(sp), wall_ns());
+      }
+    }
+    // Aborted requests (chosen by PP0's leader from requests every rank holds): every rank of
+    // every stage releases them at this same step.
+    for (const auto a : in.aborts) {
+      const bool prefetching = dc.storage_tier() && dc.storage_tier()->prefetching(RequestId(a));
+      auto r = sched.abort(RequestId(a));
+      KVGRID_CHECK(r != nullptr, "aborted request ", a, " is not here");
+      ++res.failed;
+      if (workload) workload->finished(r->spec.id, clock);  // the client goes on (closed loop)
+      ++(prefetching ? res.aborted_prefetching : res.aborted_other);
+      emit(step, a, "abort", static_cast<std::int64_t>(r->computed), r->res.host_loaded.value(), prefetching ? 1 : 0, 1);
+      if (checker && trace) {
+        RequestRow row;
+        row.request = a;
+        row.round = r->spec.round;
+        row.prompt_tokens = static_cast<std::uint32_t>(r->prompt_len());
+        row.output_tokens = r->spec.output_len;
+        row.failed = 1;
+        row.arrival_ns = r->spec.arrival_ns;
+        row.admit_ns = r->admit_ns;
+        row.finish_ns = clock;
+        trace->request(row);
       }
     }
 
@@ -447,6 +480,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     out.exhausted = in.exhausted;
     out.total = in.total;
     out.specs = std::move(in.specs);
+    out.aborts = in.aborts;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       auto& e = batch[i];
       const std::uint64_t a_in = first_stage ? chain_seed(e.req->spec.id, e.start, e.end) : in.entries[i].value;

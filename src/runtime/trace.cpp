@@ -129,6 +129,7 @@ Handle request_type() {
   KVGRID_FIELD(host_tokens, H5T_NATIVE_UINT32);
   KVGRID_FIELD(storage_tokens, H5T_NATIVE_UINT32);
   KVGRID_FIELD(oracle_ok, H5T_NATIVE_INT32);
+  KVGRID_FIELD(failed, H5T_NATIVE_INT32);
   KVGRID_FIELD(arrival_ns, H5T_NATIVE_UINT64);
   KVGRID_FIELD(admit_ns, H5T_NATIVE_UINT64);
   KVGRID_FIELD(first_token_ns, H5T_NATIVE_UINT64);
@@ -275,6 +276,7 @@ void TraceWriter::write_summary(const std::string& dir, const RunSummary& s) {
   h5::write_attr(g.get(), "oracle_mismatches", s.oracle_mismatches);
   h5::write_attr(g.get(), "requests", s.requests);
   h5::write_attr(g.get(), "finished", s.finished);
+  h5::write_attr(g.get(), "failed", s.failed);
   Handle t = rank_summary_type();
   hsize_t n[1] = {s.ranks.size()};
   Handle space(KVGRID_HDF5_CHECK(H5Screate_simple(1, n, nullptr)), Handle::Kind::Dataspace);

@@ -48,13 +48,14 @@ struct FaultRow {
   char params[96] = {};
 };
 
-// One finished request, written by the last stage's leader (tp 0, cp 0) of each group.
+// One finished (or failed) request, written by the last stage's leader (tp 0, cp 0) of each group.
 struct RequestRow {
   std::uint64_t request = 0;
   std::uint32_t round = 0, prompt_tokens = 0, output_tokens = 0, cached_tokens = 0, computed_tokens = 0;
   std::uint32_t host_tokens = 0;  // of cached_tokens, loaded back from the host tier
   std::uint32_t storage_tokens = 0;  // of host_tokens, prefetched from storage for this request
   std::int32_t oracle_ok = 1;
+  std::int32_t failed = 0;  // 1: aborted before it finished (finish_ns: when); its tokens count nowhere
   std::uint64_t arrival_ns = 0, admit_ns = 0, first_token_ns = 0, finish_ns = 0;  // modelled clock
   std::uint64_t ttft_model_ns = 0, queue_ns = 0, forward_ns = 0, ttft_wall_ns = 0;
 };
@@ -82,7 +83,7 @@ struct RunSummary {
   std::int64_t steps = 0, verify_failures = 0, checks = 0;
   std::int64_t tree_divergences = 0, decision_divergences = 0;  // checks with a disagreement
   std::int64_t oracle_mismatches = -1;                            // -1: the loop has no oracle (tree)
-  std::int64_t requests = 0, finished = 0;
+  std::int64_t requests = 0, finished = 0, failed = 0;
   double wall_s = 0.0;
   std::vector<RankSummaryRow> ranks;
 };

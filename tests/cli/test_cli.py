@@ -387,6 +387,19 @@ def tiers_shape():
     expect(not os.path.exists(out("shape-nohost/run.h5")), "no trace")
 
 
+def request_abort():
+    """request.abort at TP2xCP2xPP2: every stage releases the same requests at the same step; they
+    count as failed in the summary and the report, never as finished or cached."""
+    rc, so, se = run(8, QUICK, "--out", out("abort"), "--set", "faults.request.abort.probability=0.05")
+    expect(rc == 0 and "# verdict: OK" in so and re.search(r"# requests \d+ finished, \d+ failed \(aborted\) of 256", so),
+           "aborts at every stage, verdict OK", so, se)
+    j = json.loads(tool("report", out("abort"), "--json")[1])
+    expect(j["failed"] > 0 and j["finished"] + j["failed"] == j["requests"] == 256
+           and j["faults"].get("request.abort", 0) >= j["failed"], "report counts the aborted requests", j)
+    with h5py.File(out("abort/run.h5"), "r") as f:
+        expect(int(f["summary"].attrs["failed"]) == j["failed"], "summary attribute failed")
+
+
 def sweep_smoke():
     env = dict(ENV, PATH=os.path.dirname(MPIEXEC) + ":" + os.environ.get("PATH", ""))
     p = subprocess.run([os.path.join(SRC, "jobs", "sweep.sh"), TREE, "--seeds", "1-2", "--set",

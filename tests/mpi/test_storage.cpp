@@ -121,6 +121,32 @@ TEST(Storage, EveryFailpointOverManySeedsKeepsRanksAgreedAndKvCorrect) {
   testing::remove_shared(base);
 }
 
+TEST(Storage, AbortedRequestsReleaseEverythingMidPrefetchIncluded) {
+  const std::string base = testing::shared_temp_dir("storage-abort");
+  std::int64_t failed = 0, mid_prefetch = 0;
+  for (std::int64_t seed = 400; seed < 400 + seeds(10); ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    DecisionLog log;
+    // Slow reads keep prefetches in flight long enough to be aborted.
+    auto r = serve(tiers(seed, base + "/" + std::to_string(seed),
+                         {"faults.request.abort.probability=0.1", "faults.storage.read.slow.probability=0.5",
+                          "faults.storage.read.slow.delay_ms=5", "engine.debug_checks=true"}),
+                   log);
+    EXPECT_EQ(r.finished + r.failed, 24);  // every request ends, one way or the other
+    EXPECT_EQ(r.oracle_mismatches, 0);
+    EXPECT_EQ(r.divergences(), 0);
+    EXPECT_EQ(r.verify_failures, 0);  // (debug checks: verify() after every cache operation)
+    failed += r.failed;
+    mid_prefetch += r.aborted_prefetching;
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(mid_prefetch, 0) << "no abort hit a prefetch in flight: the case tests less than it claims";
+  if (testing::world_rank() == 0)
+    std::printf("[ storage abort ] %lld aborted, %lld of them mid-prefetch\n", static_cast<long long>(failed),
+                static_cast<long long>(mid_prefetch));
+  testing::remove_shared(base);
+}
+
 TEST(Storage, FailedReadsBecomeMissesAndAreRecomputed) {
   const std::string base = testing::shared_temp_dir("storage-misses");
   DecisionLog clean_log, bad_log;
