@@ -33,6 +33,18 @@ std::string version_string() {
 
 namespace {
 
+// One line that reruns this run (same experiment, seed, overrides, rank count): decisions repeat.
+std::uint64_t g_run_seed = 0;  // the run's seed, for the failure line
+
+std::string reproduce_line(const RunOptions& opt, std::uint64_t seed, int world_size) {
+  std::string line = "mpirun -np " + std::to_string(world_size) + " build/kvgrid run " + opt.experiment + " --seed " +
+                     std::to_string(seed);
+  for (const auto& s : opt.sets) line += " --set '" + s + "'";
+  if (opt.strict) line += " --strict";
+  return line;
+}
+
+
 // Runs a start-up step on every rank, then agrees on its outcome (one collective either way).
 template <typename F>
 auto on_every_rank(MPI_Comm world, F&& step) {
@@ -99,6 +111,7 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
     if (exp.workload.kind == "tree" || !grid.is_first_stage() || !grid.is_stage_leader()) return nullptr;
     return make_serve_workload(exp.workload, exp.engine.seed);
   });
+  g_run_seed = exp.engine.seed;
   const std::string dir = prepare_run_dir(opt.out, exp.output.dir, exp.name, exp.engine.seed, grid.world());
   if (exp.cache.storage != "none" && exp.cache.storage_dir.empty()) exp.cache.storage_dir = dir + "/storage";
 
@@ -201,6 +214,7 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
        << ", decision logs " << s.decision_divergences << ")\n";
     os << "# trace " << dir << "/run.h5\n";
     os << "# verdict: " << s.verdict;
+    if (!ok) os << "\n# seed " << exp.engine.seed << "; reproduce: " << reproduce_line(opt, exp.engine.seed, world_size);
     log0(os.str());
   }
   set_watchdog_handler({});
@@ -251,7 +265,8 @@ int cmd_run(const RunOptions& opt, int argc, char** argv) {
       if (world_rank == 0) std::cerr << "kvgrid run: error: " << e.what() << "\n";
       rc = 2;
     } catch (const RunFailure& e) {
-      log_all(std::string("FAILED: ") + e.what());
+      log_all(std::string("FAILED: ") + e.what() + "\n# seed " + std::to_string(g_run_seed) + "; reproduce: " +
+              reproduce_line(opt, g_run_seed, world_size));
       MPI_Abort(MPI_COMM_WORLD, 1);
     } catch (const std::exception& e) {
       log_all(std::string("internal error: ") + e.what());

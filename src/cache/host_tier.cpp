@@ -132,16 +132,23 @@ void HostTier::publish(const WriteAck& w, bool ok_everywhere) {
   KVGRID_CONSENSUS(log_, "write_ack", {static_cast<std::int64_t>(w.id)}, {unused.empty() ? 1 : 0});
 }
 
-void HostTier::writing_check() {
+void HostTier::writing_check() { consume_writes(agreed_ready_writes()); }
+
+std::size_t HostTier::agreed_ready_writes() {
   std::size_t ready = 0;
   while (ready < queue_.size() && queue_[ready].event.query()) ++ready;
-  const std::size_t consume = std::min(agreement_.agree(ready, queue_.size()), queue_.size());
+  return std::min(agreement_.agree(ready, queue_.size()), queue_.size());
+}
+
+void HostTier::consume_writes(std::size_t consume) {
+  KVGRID_CHECK(consume <= queue_.size(), "asked to consume ", consume, " write ACKs of ", queue_.size(),
+               " (the stages' backups differ)");
   if (consume == 0) return;
   // A copy that failed on any rank is a failure everywhere: one MIN when none failed (the common
   // case), one per ACK otherwise.
   bool any_failed = false;
   for (std::size_t i = 0; i < consume; ++i) {
-    queue_[i].event.synchronize();  // already done unless a buggy agreement overshot
+    queue_[i].event.synchronize();  // done already on PP0; a later stage may block here
     any_failed = any_failed || queue_[i].event.failed();
   }
   const bool all_ok = agreement_.agree_min(any_failed ? 0 : 1) == 1;
@@ -150,6 +157,7 @@ void HostTier::writing_check() {
     publish(queue_.front(), ok);
     queue_.pop_front();
   }
+  KVGRID_CONSENSUS(log_, "writing_check", {static_cast<std::int64_t>(consume)}, {});
 }
 
 std::vector<transfer::Event> HostTier::load_back(

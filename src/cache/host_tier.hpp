@@ -65,8 +65,14 @@ class HostTier {
   void write_back(TreeNode* victim);
   bool writes_back() const { return cfg_.write_policy == "write_back"; }
   // Consumes the agreed number of leading finished write ACKs. Call once per scheduler round on
-  // every rank of the stage, queue empty or not.
+  // every rank of the stage, queue empty or not. = consume_writes(agreed_ready_writes()).
   void writing_check();
+  // The leading finished write ACKs of this rank, agreed over the stage (a collective).
+  std::size_t agreed_ready_writes();
+  // Consumes exactly `n` write ACKs in FIFO order, blocking on each one's completion (a later
+  // stage under pp_sync does this with PP0's count, without querying first). Collective over the
+  // stage when n > 0 (the copies' success is agreed).
+  void consume_writes(std::size_t n);
 
   // Loads the host-only continuation of `m` (whose last_node the caller has locked): device pages
   // come from `alloc_device(pages)` (which may evict). Extends m (matched, device_pages, last_node

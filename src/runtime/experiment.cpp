@@ -70,6 +70,8 @@ Schema build_schema() {
   s.add(fkey({"cache", "prefetch_timeout_base_ms"}, 5.0, 0.0, 1e9, "timeout policy: base, modelled ms"));
   s.add(fkey({"cache", "prefetch_timeout_per_1k_ms"}, 2.0, 0.0, 1e9, "timeout policy: added per 1024 prefetched tokens, ms"));
   s.add(fkey({"cache", "prefetch_timeout_max_ms"}, 50.0, 0.0, 1e9, "timeout policy: cap, ms"));
+  s.add(skey({"protocol", "pp_sync"}, {"pp_sync", "independent_polling"},
+             "agreement of host-tier ACK consumption across PP stages (buggy: independent_polling)"));
   s.add(skey({"protocol", "tp_sync"}, {"min_allreduce", "per_rank", "skip_when_empty"},
              "agreement of ACK consumption in a stage (buggy: per_rank, skip_when_empty)"));
   s.add(skey({"workload", "kind"}, {"tree", "gsp", "multiturn", "mooncake"},
@@ -118,8 +120,9 @@ Schema build_schema() {
   s.add(fkey({"cost", "decode_ns_per_layer"}, 150000.0, 0.0, 1e12, "one decode step per layer (weight reads)"));
   s.add(fkey({"cost", "pp_link_ns"}, 10000.0, 0.0, 1e12, "activation hop between PP stages"));
   s.add(fkey({"cost", "allreduce_ns"}, 20000.0, 0.0, 1e12, "one stage all-reduce of per-request checksums"));
-  s.add(fkey({"cost", "host_link_gb_s"}, 25.0, 0.001, 1e6, "device<->host copy bandwidth, GB/s (simulated engine)"));
-  s.add(fkey({"cost", "storage_gb_s"}, 5.0, 0.001, 1e6, "storage read bandwidth, GB/s (simulated)"));
+  s.add(fkey({"cost", "host_link_gb_s"}, 25.0, 1e-6, 1e6, "device<->host copy bandwidth, GB/s (simulated engine)"));
+  s.add(fkey({"cost", "stage_skew"}, 0.0, 0.0, 1e6, "cross-stage skew: stage p's device<->host copies take (1 + stage_skew * p) times as long"));
+  s.add(fkey({"cost", "storage_gb_s"}, 5.0, 1e-6, 1e6, "storage read bandwidth, GB/s (simulated)"));
   s.add(fkey({"cost", "storage_latency_us"}, 100.0, 0.0, 1e9, "latency of one storage read batch, us (simulated)"));
   for (const auto& fp : failpoint_catalogue()) {
     s.add(optional(fkey({"faults", fp.name, "probability"}, 0.0, 0.0, 1.0, "chance per evaluation: " + fp.doc)));
@@ -221,6 +224,7 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.cache.prefetch_timeout_per_1k_ms = c.get_float("cache.prefetch_timeout_per_1k_ms");
   e.cache.prefetch_timeout_max_ms = c.get_float("cache.prefetch_timeout_max_ms");
   e.protocol.tp_sync = c.get_string("protocol.tp_sync");
+  e.protocol.pp_sync = c.get_string("protocol.pp_sync");
   e.model.cp_split = c.get_string("model.cp_split");
   auto& w = e.workload;
   w.kind = c.get_string("workload.kind");
@@ -275,6 +279,7 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.cost.allreduce_ns = c.get_float("cost.allreduce_ns");
   e.cost.host_link_gb_s = c.get_float("cost.host_link_gb_s");
   e.cost.storage_gb_s = c.get_float("cost.storage_gb_s");
+  e.cost.stage_skew = c.get_float("cost.stage_skew");
   e.cost.storage_latency_us = c.get_float("cost.storage_latency_us");
   e.output.dir = c.get_string("output.dir");
   e.output.flush_every = c.get_int("output.flush_every");
@@ -315,11 +320,13 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   if (e.cache.host_pages.value() > 0) {
     if (w.kind == "tree")
       throw InputError(src + ": cache.host_pages: the host tier needs a serving workload (gsp, multiturn, mooncake), not \"tree\"");
+  }
+  if (e.cache.storage != "none") {
     for (const auto& g : e.topology.groups)
       if (g.shape.pp > 1)
-        throw InputError(src + ": cache.host_pages with pp = " + std::to_string(g.shape.pp) +
-                         ": a host tier across pipeline stages needs protocol.pp_sync, which this version does not have yet "
-                         "(use pp = 1)");
+        throw InputError(src + ": cache.storage with pp = " + std::to_string(g.shape.pp) +
+                         ": storage prefetch across pipeline stages needs protocol.prefetch_consensus, which this version "
+                         "does not have yet (use pp = 1, or cache.storage = \"none\")");
   }
   if (e.cache.storage != "none" && e.cache.host_pages.value() == 0)
     throw InputError(src + ": cache.storage = \"" + e.cache.storage +

@@ -94,11 +94,13 @@ struct CostConfig {
   double allreduce_ns = 20000.0;
   double host_link_gb_s = 25.0;  // device <-> host copies (simulated engine)
   double storage_gb_s = 5.0;     // storage reads (simulated)
+  double stage_skew = 0.0;       // stage p's copies take (1 + stage_skew * p) times as long
   double storage_latency_us = 100.0;  // per read batch (simulated)
 };
 
 struct ProtocolConfig {
   std::string tp_sync = "min_allreduce";
+  std::string pp_sync = "pp_sync";
 };
 
 struct OutputConfig {

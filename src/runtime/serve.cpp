@@ -20,6 +20,7 @@
 #include "runtime/rank_check.hpp"
 #include "runtime/scheduler.hpp"
 #include "runtime/serve_workload.hpp"
+#include "protocols/pp_sync.hpp"
 #include "protocols/tp_sync.hpp"
 #include "transfer/transfer_engine.hpp"
 
@@ -47,13 +48,14 @@ struct StepMessage {
     std::uint64_t id, start, end, value;
   };
   std::uint64_t clock_ns = 0, exhausted = 0, total = 0;
+  std::uint32_t write_acks = 0;  // protocol.pp_sync: write ACKs the sending stage consumed at this step
   std::vector<Entry> entries;
   Words specs;  // encode_specs() of the arrivals; empty when none arrived
   std::vector<std::uint64_t> aborts;  // requests PP0's leader aborted at this step (request.abort)
 };
 
 constexpr int kTagHeader = 301, kTagPayload = 302;
-constexpr std::size_t kHeaderWords = 64, kHeadWords = 11, kInlineWords = kHeaderWords - kHeadWords;
+constexpr std::size_t kHeaderWords = 64, kHeadWords = 12, kInlineWords = kHeaderWords - kHeadWords;
 
 // A packed message: header (with the payload inline when it fits), then the payload otherwise.
 struct Packed {
@@ -82,6 +84,7 @@ Packed pack(const StepMessage& m) {
   p.header[7] = static_cast<std::uint32_t>(m.specs.size());
   p.header[9] = static_cast<std::uint32_t>(body.size());
   p.header[10] = static_cast<std::uint32_t>(m.aborts.size());
+  p.header[11] = m.write_acks;
   if (body.size() <= kInlineWords) {
     p.header[8] = 1;
     std::copy(body.begin(), body.end(), p.header.begin() + kHeadWords);
@@ -96,6 +99,7 @@ StepMessage unpack(const Packed& p) {
   m.clock_ns = get64(p.header, 0);
   m.exhausted = get64(p.header, 2);
   m.total = get64(p.header, 4);
+  m.write_acks = p.header[11];
   const std::size_t n = p.header[6], spec_words = p.header[7], size = p.header[9], aborts = p.header[10];
   KVGRID_CHECK(size == 8 * n + spec_words + 2 * aborts, "step message of ", size, " words for ", n, " entries, ", spec_words,
                " spec words and ", aborts, " aborts");
@@ -210,7 +214,8 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
                                                                   cache::parse_payload(exp.engine.payload)});
     transfer::EngineConfig ec;
     ec.backend = exp.engine.transfer;
-    ec.bytes_per_ns = exp.cost.host_link_gb_s;  // GB/s == bytes/ns
+    // GB/s == bytes/ns; later stages' copies may be slower (cost.stage_skew: cross-stage skew)
+    ec.bytes_per_ns = exp.cost.host_link_gb_s / (1.0 + exp.cost.stage_skew * c.pp);
     ec.seed = exp.engine.seed ^ static_cast<std::uint64_t>(grid.world_rank());
     ec.now = [&clock] { return clock; };
     ec.advance_to = [&clock](std::uint64_t t) { clock = std::max(clock, t); };
@@ -274,6 +279,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   }
   SyntheticModel model(geo, pool, exp.cache.page_size);
   Oracle oracle(geo);
+  auto pp_sync = protocols::make_pp_sync(exp.protocol.pp_sync);
   Scheduler sched({exp.engine.chunk_size, exp.engine.max_running, static_cast<std::uint64_t>(exp.workload.vocab)}, dc);
   // Only PP0's leader owns the workload; a bad trace must still stop every rank, not hang them.
   std::string workload_error;
@@ -385,8 +391,14 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       }
     }
 
-    // 2. this rank's own decisions; first the agreed write ACKs (every rank, every round).
-    if (auto* host = dc.host_tier()) host->writing_check();
+    // 2. this rank's own decisions; first the agreed write ACKs (every rank, every round): PP0's
+    //    stage agrees, later stages follow the count relayed with the inputs (protocol.pp_sync).
+    std::uint32_t write_acks = 0;
+    if (auto* host = dc.host_tier()) {
+      write_acks = static_cast<std::uint32_t>(
+          pp_sync->write_acks(*host, first_stage ? std::nullopt : std::optional<std::uint64_t>(in.write_acks)));
+      host->consume_writes(write_acks);
+    }
     auto batch = sched.schedule(clock);
     pool.reset(sched.fresh_pages());
 
@@ -481,6 +493,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     out.total = in.total;
     out.specs = std::move(in.specs);
     out.aborts = in.aborts;
+    out.write_acks = write_acks;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       auto& e = batch[i];
       const std::uint64_t a_in = first_stage ? chain_seed(e.req->spec.id, e.start, e.end) : in.entries[i].value;
@@ -503,7 +516,13 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         }
       }
     }
-    if (!last_stage) sender.send(out, grid.pp_next(), grid.pp());
+    if (!last_stage) {
+      if (auto hit = faults.evaluate("p2p.delay", static_cast<std::uint64_t>(step))) {
+        out.clock_ns += static_cast<std::uint64_t>(hit->param("delay_us") * 1e3);  // the next stage sees it later
+        emit(step, 0, "p2p_delay", static_cast<std::int64_t>(hit->param("delay_us")), 0, 0, 0);
+      }
+      sender.send(out, grid.pp_next(), grid.pp());
+    }
 
     // 6. advance requests; finished ones commit their KV.
     for (auto& r : sched.complete_step(batch, clock, wall_ns())) {

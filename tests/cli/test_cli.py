@@ -328,8 +328,12 @@ def host_tier_keeps_history():
                      "--set", "faults.host.alloc.fail.ranks=[1]", timeout=120)
     expect(rc == 1 and re.search(r"watchdog: rank [023] waited [0-9.]+ s \(deadline 2 s\) for tp_sync all-reduce", se),
            "the hang becomes a watchdog report", so, se)
+    # The host tier across stages runs (protocol.pp_sync); storage across stages is refused, naming
+    # the protocol it still needs.
+    rc, so, se = run(4, TIERS, "--out", out("tier-pp-host"), *small, "--set", "topology.pp=2", "--set", "topology.cp=1")
+    expect(rc == 0 and "# verdict: OK" in so, "host tier at PP 2", so, se)
     rc, so, se = run(4, TIERS, "--out", out("tier-pp"), "--set", "topology.pp=2", "--set", "topology.cp=1")
-    expect(rc == 2 and "protocol.pp_sync" in se, "host tier with PP > 1 names the missing protocol", so, se)
+    expect(rc == 2 and "protocol.prefetch_consensus" in se, "storage with PP > 1 names the missing protocol", so, se)
     expect(not os.path.exists(out("tier-pp/run.h5")), "no trace")
 
 
@@ -398,6 +402,37 @@ def request_abort():
            and j["faults"].get("request.abort", 0) >= j["failed"], "report counts the aborted requests", j)
     with h5py.File(out("abort/run.h5"), "r") as f:
         expect(int(f["summary"].attrs["failed"]) == j["failed"], "summary attribute failed")
+
+
+def pp_sync_sweep():
+    """protocol.pp_sync at TP2xPP2 with the host tier: a sweep of both variants; pp_sync never
+    diverges, independent_polling does in most seeds (shape mismatch); a failing run prints its seed
+    and a command that reproduces it, and the rerun has the same first divergence."""
+    env = dict(ENV, PATH=os.path.dirname(MPIEXEC) + ":" + os.environ.get("PATH", ""))
+    pp = os.path.join(SRC, "experiments", "pp_sync.toml")
+    p = subprocess.run([os.path.join(SRC, "jobs", "sweep.sh"), pp, "--seeds", "1-5", "--set",
+                        "protocol.pp_sync=pp_sync,independent_polling", "--out", out("ppsweep")],
+                       capture_output=True, text=True, env=env, timeout=280, cwd=SRC)
+    expect(p.returncode == 0, "sweep ran", p.stdout, p.stderr)
+    with open(out("ppsweep/sweep.csv")) as f:
+        rows = list(csv.DictReader(f))
+    good = [r for r in rows if "=pp_sync" in r["variant"]]
+    bad = [r for r in rows if "independent_polling" in r["variant"]]
+    expect(len(good) == 5 and all(r["exit"] == "0" and r["verdict"] == "OK" for r in good), "pp_sync never diverges", rows)
+    failed = sum(1 for r in bad if r["exit"] != "0")
+    expect(failed >= 4, f"independent_polling diverges in most seeds ({failed} of 5)", rows)
+    # The failure names its seed and a command that reruns it; the rerun's first divergence is the same.
+    rc, so, se = run(4, pp, "--out", out("pp-fail-1"), "--seed", "3", "--set", "protocol.pp_sync=independent_polling")
+    m = re.search(r"# seed 3; reproduce: (mpirun -np 4 \S+ run \S+ --seed 3 --set 'protocol.pp_sync=independent_polling')", so + se)
+    expect(rc == 1 and m, "failure prints the seed and the command", so, se)
+    rc2, so2, se2 = run(4, pp, "--out", out("pp-fail-2"), "--seed", "3", "--set", "protocol.pp_sync=independent_polling")
+    first = []
+    for d in ("pp-fail-1", "pp-fail-2"):
+        rc, so, se = tool("check", out(d))
+        line = re.search(r"# Found rank divergence: .*", so)
+        expect(rc == 1 and line, f"check finds the divergence in {d}", so, se)
+        first.append(line.group(0))
+    expect(first[0] == first[1], "the rerun diverges at the same first entry", first)
 
 
 def sweep_smoke():
