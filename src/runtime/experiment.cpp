@@ -72,6 +72,9 @@ Schema build_schema() {
   s.add(fkey({"cache", "prefetch_timeout_max_ms"}, 50.0, 0.0, 1e9, "timeout policy: cap, ms"));
   s.add(skey({"protocol", "pp_sync"}, {"pp_sync", "independent_polling"},
              "agreement of host-tier ACK consumption across PP stages (buggy: independent_polling)"));
+  s.add(skey({"protocol", "consensus_check"}, {"off", "on"},
+             "online rank consensus checker: compare decision logs every consensus_interval steps, stop at a divergence"));
+  s.add(ikey({"protocol", "consensus_interval"}, 16, 1, kBig, "steps between online consensus checks"));
   s.add(skey({"protocol", "tp_sync"}, {"min_allreduce", "per_rank", "skip_when_empty"},
              "agreement of ACK consumption in a stage (buggy: per_rank, skip_when_empty)"));
   s.add(skey({"workload", "kind"}, {"tree", "gsp", "multiturn", "mooncake"},
@@ -134,7 +137,8 @@ Schema build_schema() {
   s.add(skey({"output", "dir"}, {}, "run directory (empty: results/<experiment>/<seed>-<time>; --out overrides)"));
   s.add(ikey({"output", "flush_every"}, 8, 1, kBig, "steps between trace flushes"));
   s.add(ikey({"output", "report_every"}, 50, 1, kBig, "steps between console rows"));
-  s.add(ikey({"debug", "plant_divergence_rank"}, -1, -1, 1e7, "testing: this world rank inserts one extra prompt (-1: off)"));
+  s.add(ikey({"debug", "plant_divergence_rank"}, -1, -1, 1e7,
+             "testing: this world rank takes one extra decision (tree loop: caches an extra prompt) (-1: off)"));
   s.add(ikey({"debug", "plant_divergence_step"}, 0, 0, kBig, "testing: step of the planted divergence"));
   s.add(ikey({"debug", "kill_rank"}, -1, -1, 1e7, "testing: this world rank dies by SIGKILL (-1: off)"));
   s.add(ikey({"debug", "kill_at_step"}, 0, 0, kBig, "testing: step at which kill_rank dies"));
@@ -225,6 +229,8 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.cache.prefetch_timeout_max_ms = c.get_float("cache.prefetch_timeout_max_ms");
   e.protocol.tp_sync = c.get_string("protocol.tp_sync");
   e.protocol.pp_sync = c.get_string("protocol.pp_sync");
+  e.protocol.consensus_check = c.get_string("protocol.consensus_check");
+  e.protocol.consensus_interval = c.get_int("protocol.consensus_interval");
   e.model.cp_split = c.get_string("model.cp_split");
   auto& w = e.workload;
   w.kind = c.get_string("workload.kind");

@@ -6,15 +6,20 @@
 namespace kvgrid {
 
 namespace {
-std::string side(const DecisionRow& r) {
-  std::ostringstream os;
-  os << "decision " << r.seq << ", step " << r.step << ": " << read_fixed(r.name, sizeof(r.name)) << "(";
-  for (int i = 0; i < r.n_args && i < 3; ++i) os << (i ? ", " : "") << r.args[i];
-  os << ") -> (";
-  for (int i = 0; i < r.n_results && i < 2; ++i) os << (i ? ", " : "") << r.results[i];
-  os << ")  [args 0x" << std::hex << r.args_digest << ", results 0x" << r.result_digest << "]";
-  return os.str();
+DecisionRecord record_of(const DecisionRow& r) {
+  DecisionRecord d;
+  d.seq = r.seq;
+  d.step = r.step;
+  d.name = read_fixed(r.name, sizeof(r.name));
+  d.args_digest = r.args_digest;
+  d.result_digest = r.result_digest;
+  d.n_args = static_cast<std::uint8_t>(std::min<int>(r.n_args, 3));
+  d.n_results = static_cast<std::uint8_t>(std::min<int>(r.n_results, 2));
+  for (int i = 0; i < 3; ++i) d.args[i] = r.args[i];
+  for (int i = 0; i < 2; ++i) d.results[i] = r.results[i];
+  return d;
 }
+std::string side(const DecisionRow& r) { return record_of(r).side_text(); }
 
 std::string coords(const RankTrace& r) {
   return "rank " + std::to_string(r.world_rank) + " (group " + std::to_string(r.group) + ", pp " + std::to_string(r.pp) +
@@ -29,10 +34,7 @@ std::optional<Divergence> compare(const RankTrace& a, const RankTrace& b, bool c
   for (std::size_t i = 0; i < n; ++i) {
     const auto& p = x[i];
     const auto& q = y[i];
-    std::string kind;
-    if (read_fixed(p.name, sizeof(p.name)) != read_fixed(q.name, sizeof(q.name))) kind = "call order";
-    else if (p.args_digest != q.args_digest) kind = "arguments";
-    else if (p.result_digest != q.result_digest) kind = "results";
+    const std::string kind = divergence_kind(record_of(p), record_of(q));
     if (!kind.empty())
       return Divergence{a.world_rank, b.world_rank, p.seq, std::min(p.step, q.step), kind, side(p), side(q), coords(a), coords(b)};
   }
@@ -47,18 +49,8 @@ std::optional<Divergence> compare(const RankTrace& a, const RankTrace& b, bool c
 }
 }  // namespace
 
-std::string Divergence::kind_explained() const {
-  if (kind == "call order") return "different call order (the ranks took different decisions before)";
-  if (kind == "arguments") return "different arguments (an earlier state mismatch)";
-  if (kind == "results") return "same arguments, different results (the operation itself)";
-  return "one log is longer (the ranks took a different number of decisions)";
-}
-
 std::string Divergence::describe() const {
-  std::ostringstream os;
-  os << "Found rank divergence: " << coords_a << " vs " << coords_b << " at decision " << seq << " (step " << step
-     << "): " << kind_explained() << "\n#   rank " << rank_a << ": " << side_a << "\n#   rank " << rank_b << ": " << side_b;
-  return os.str();
+  return describe_divergence(coords_a, coords_b, rank_a, rank_b, seq, step, kind, side_a, side_b);
 }
 
 CheckReport check_run(const RunTrace& run) {

@@ -20,7 +20,6 @@ struct Divergence {
   std::string kind;  // "call order", "arguments", "results", "log length"
   std::string side_a, side_b;
   std::string coords_a, coords_b;  // "rank 3 (group 0, pp 0, cp 1, tp 1)"
-  std::string kind_explained() const;
   std::string describe() const;
 };
 

@@ -20,6 +20,7 @@
 #include "runtime/rank_check.hpp"
 #include "runtime/scheduler.hpp"
 #include "runtime/serve_workload.hpp"
+#include "protocols/consensus_check.hpp"
 #include "protocols/pp_sync.hpp"
 #include "protocols/tp_sync.hpp"
 #include "transfer/transfer_engine.hpp"
@@ -280,6 +281,8 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   SyntheticModel model(geo, pool, exp.cache.page_size);
   Oracle oracle(geo);
   auto pp_sync = protocols::make_pp_sync(exp.protocol.pp_sync);
+  std::unique_ptr<protocols::ConsensusChecker> online;
+  if (exp.protocol.consensus_check == "on") online = std::make_unique<protocols::ConsensusChecker>(grid, log);
   Scheduler sched({exp.engine.chunk_size, exp.engine.max_running, static_cast<std::uint64_t>(exp.workload.vocab)}, dc);
   // Only PP0's leader owns the workload; a bad trace must still stop every rank, not hang them.
   std::string workload_error;
@@ -320,6 +323,10 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   for (; !done; ++step) {
     log.set_step(static_cast<std::uint64_t>(step));
     if (grid.world_rank() == exp.debug.kill_rank && step == exp.debug.kill_at_step) std::raise(SIGKILL);
+    if (grid.world_rank() == exp.debug.plant_divergence_rank && step == exp.debug.plant_divergence_step) {
+      KVGRID_CONSENSUS(log, "planted", {step}, {});  // testing: a decision no peer takes
+      emit(step, 0, "planted", step, 0, 0, 1);
+    }
     if (auto hit = faults.evaluate("rank.stall", static_cast<std::uint64_t>(step))) {
       emit(step, 0, "stall", static_cast<std::int64_t>(hit->param("duration_ms")), 0, 0, 0);
       flush();
@@ -557,6 +564,19 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
 
     done = exhausted && sched.idle();
     if ((step + 1) % exp.engine.check_every == 0 || done) check(step);
+    if (online && ((step + 1) % exp.protocol.consensus_interval == 0 || done)) {
+      if (auto found = online->check(step)) {
+        emit(step, 0, "divergence", 0, 0, 0, 1);
+        flush();  // every rank's log up to here, for `kvgrid check`
+        if (!found->empty()) log_all(*found);
+        // Nobody stops (MPI_Abort) before the reporting rank has printed.
+        MPI_Request req;
+        KVGRID_MPI_CHECK(MPI_Ibarrier(grid.world(), &req));
+        wait_mpi(&req, "Ibarrier after the consensus check's report");
+        throw RunFailure("the online consensus checker found a rank divergence at step " + std::to_string(step) +
+                         (found->empty() ? " (reported by another rank)" : " (above)"));
+      }
+    }
     if (print && ((step + 1) % exp.output.report_every == 0 || done)) {
       char row[200];
       std::snprintf(row, sizeof(row), "%7lld %7lld/%-7llu %7zu %7zu %6.2f %8lld %9.3f %7.2f", static_cast<long long>(step + 1),

@@ -1,0 +1,158 @@
+#include "protocols/consensus_check.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "core/check.hpp"
+#include "core/wait.hpp"
+
+namespace kvgrid::protocols {
+
+namespace {
+
+std::uint64_t reduce(MPI_Comm g, std::uint64_t v, MPI_Op op, const std::string& what) {
+  std::uint64_t out = 0;
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Iallreduce(&v, &out, 1, MPI_UINT64_T, op, g, &req));
+  wait_mpi(&req, what);
+  return out;
+}
+
+// Do all ranks of `g` have the same digest after the first `len` decisions? (MIN and MAX at once.)
+bool equal_at(MPI_Comm g, const DecisionLog& log, std::uint64_t len, const std::string& what) {
+  const std::uint64_t d = log.digest_at(len);
+  std::uint64_t mine[2] = {d, ~d}, out[2] = {0, 0};
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Iallreduce(mine, out, 2, MPI_UINT64_T, MPI_MIN, g, &req));
+  wait_mpi(&req, what);
+  return out[0] == ~out[1];
+}
+
+// One rank's view of the first unequal entry, exchanged in the group.
+struct Wire {
+  char name[32];
+  std::uint64_t seq, step, args_digest, result_digest, digest_after;
+  std::int64_t args[3], results[2];
+  std::int32_t n_args, n_results, world_rank, group, pp, cp, tp;
+};
+
+DecisionRecord record_of(const Wire& w) {
+  DecisionRecord r;
+  r.seq = w.seq;
+  r.step = w.step;
+  r.name = std::string(w.name, strnlen(w.name, sizeof(w.name)));
+  r.args_digest = w.args_digest;
+  r.result_digest = w.result_digest;
+  r.n_args = static_cast<std::uint8_t>(w.n_args);
+  r.n_results = static_cast<std::uint8_t>(w.n_results);
+  std::copy(w.args, w.args + 3, r.args);
+  std::copy(w.results, w.results + 2, r.results);
+  return r;
+}
+
+std::string coords(const Wire& w) {
+  return "rank " + std::to_string(w.world_rank) + " (group " + std::to_string(w.group) + ", pp " + std::to_string(w.pp) +
+         ", cp " + std::to_string(w.cp) + ", tp " + std::to_string(w.tp) + ")";
+}
+
+}  // namespace
+
+ConsensusChecker::ConsensusChecker(const RankGrid& grid, DecisionLog& log) : grid_(grid), log_(log) {
+  KVGRID_CHECK(log_.size() == 0, "the consensus checker must start with an empty log");
+  log_.keep_history(true);
+}
+
+std::optional<ConsensusChecker::Found> ConsensusChecker::check_group(MPI_Comm g, std::uint64_t kind,
+                                                                     std::uint64_t& agreed_len, const std::string& what) {
+  int size = 1, me = 0;
+  KVGRID_MPI_CHECK(MPI_Comm_size(g, &size));
+  KVGRID_MPI_CHECK(MPI_Comm_rank(g, &me));
+  agreed_len = log_.size();
+  if (size == 1) return std::nullopt;
+  const std::uint64_t len = reduce(g, log_.size(), MPI_MIN, "consensus check: MIN of log lengths (" + what + ")");
+  agreed_len = len;
+  if (equal_at(g, log_, len, "consensus check: digests (" + what + ")")) return std::nullopt;
+  // Equal at the largest pruned point of the group (every rank agreed up to there before), unequal
+  // at len: halve until adjacent.
+  std::uint64_t lo = reduce(g, log_.history_base(), MPI_MAX, "consensus check: history bases (" + what + ")"), hi = len;
+  while (hi - lo > 1) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    (equal_at(g, log_, mid, "consensus check: bisection (" + what + ")") ? lo : hi) = mid;
+  }
+  agreed_len = lo;
+  // Exchange entry hi - 1 and the digest after it; the group's first rank is the reference.
+  const DecisionRecord& e = log_.entry(hi - 1);
+  Wire mine{};
+  std::snprintf(mine.name, sizeof(mine.name), "%s", e.name.c_str());
+  mine.seq = e.seq;
+  mine.step = e.step;
+  mine.args_digest = e.args_digest;
+  mine.result_digest = e.result_digest;
+  mine.digest_after = log_.digest_at(hi);
+  std::copy(e.args, e.args + 3, mine.args);
+  std::copy(e.results, e.results + 2, mine.results);
+  mine.n_args = e.n_args;
+  mine.n_results = e.n_results;
+  mine.world_rank = grid_.world_rank();
+  mine.group = grid_.coord().group;
+  mine.pp = grid_.coord().pp;
+  mine.cp = grid_.coord().cp;
+  mine.tp = grid_.coord().tp;
+  std::vector<Wire> all(static_cast<std::size_t>(size));
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Iallgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, g, &req));
+  wait_mpi(&req, "consensus check: the first unequal entry (" + what + ")");
+  const Wire& a = all[0];
+  std::size_t b = 1;
+  while (b < all.size() && all[b].digest_after == a.digest_after) ++b;
+  KVGRID_CHECK(b < all.size(), "consensus check: digests differ but no rank differs from the first");
+  Found f;
+  f.seq = hi - 1;
+  f.step = std::min(a.step, all[b].step);
+  f.b_rank = static_cast<std::uint64_t>(all[b].world_rank);
+  f.kind = kind;
+  if (me == 0) {
+    const DecisionRecord ra = record_of(a), rb = record_of(all[b]);
+    f.text = describe_divergence(coords(a), coords(all[b]), a.world_rank, all[b].world_rank, f.seq, f.step,
+                                 divergence_kind(ra, rb), ra.side_text(), rb.side_text());
+  }
+  return f;
+}
+
+std::optional<std::string> ConsensusChecker::check(std::int64_t step) {
+  ++checks_;
+  const std::string at = "step " + std::to_string(step);
+  std::uint64_t len_stage = 0, len_pp = 0;
+  auto stage = check_group(grid_.stage(), 0, len_stage, "stage peers, " + at);
+  auto across = check_group(grid_.pp(), 1, len_pp, "across stages, " + at);
+  const std::uint64_t any = reduce(grid_.world(), stage || across ? 1 : 0, MPI_MAX, "consensus check: verdict, " + at);
+  if (!any) {
+    log_.prune_before(std::min(len_stage, len_pp));
+    return std::nullopt;
+  }
+  // Each group's first rank offers its finding; the smallest key reports.
+  constexpr int kWords = 4;
+  auto key_of = [](const std::optional<Found>& f) {
+    std::array<std::uint64_t, kWords> k;
+    k.fill(~0ULL);
+    if (f && !f->text.empty()) k = {f->step, f->seq, f->b_rank, f->kind};
+    return k;
+  };
+  const auto ks = key_of(stage), ka = key_of(across);
+  const auto mine = std::min(ks, ka);
+  std::vector<std::uint64_t> keys(kWords * static_cast<std::size_t>(grid_.world_size()));
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Iallgather(mine.data(), kWords, MPI_UINT64_T, keys.data(), kWords, MPI_UINT64_T, grid_.world(), &req));
+  wait_mpi(&req, "consensus check: earliest divergence, " + at);
+  std::size_t best = 0;
+  for (std::size_t r = 1; r < static_cast<std::size_t>(grid_.world_size()); ++r)
+    if (std::lexicographical_compare(&keys[kWords * r], &keys[kWords * r + kWords], &keys[kWords * best],
+                                     &keys[kWords * best + kWords]))
+      best = r;
+  if (static_cast<int>(best) != grid_.world_rank()) return std::string();
+  return ks <= ka ? stage->text : across->text;
+}
+
+}  // namespace kvgrid::protocols
