@@ -73,7 +73,12 @@ std::optional<ConsensusChecker::Found> ConsensusChecker::check_group(MPI_Comm g,
   if (size == 1) return std::nullopt;
   const std::uint64_t len = reduce(g, log_.size(), MPI_MIN, "consensus check: MIN of log lengths (" + what + ")");
   agreed_len = len;
-  if (equal_at(g, log_, len, "consensus check: digests (" + what + ")")) return std::nullopt;
+  if (equal_at(g, log_, len, "consensus check: digests (" + what + ")")) {
+    // Every rank checks at the end of the same step, so equal logs have equal lengths: a rank with
+    // more decisions took one its peers did not (yet).
+    if (reduce(g, log_.size(), MPI_MAX, "consensus check: MAX of log lengths (" + what + ")") == len) return std::nullopt;
+    return length_divergence(g, kind, len, what);
+  }
   // Equal at the largest pruned point of the group (every rank agreed up to there before), unequal
   // at len: halve until adjacent.
   std::uint64_t lo = reduce(g, log_.history_base(), MPI_MAX, "consensus check: history bases (" + what + ")"), hi = len;
@@ -118,6 +123,53 @@ std::optional<ConsensusChecker::Found> ConsensusChecker::check_group(MPI_Comm g,
     f.text = describe_divergence(coords(a), coords(all[b]), a.world_rank, all[b].world_rank, f.seq, f.step,
                                  divergence_kind(ra, rb), ra.side_text(), rb.side_text());
   }
+  return f;
+}
+
+std::optional<ConsensusChecker::Found> ConsensusChecker::length_divergence(MPI_Comm g, std::uint64_t kind,
+                                                                           std::uint64_t len, const std::string& what) {
+  int size = 1, me = 0;
+  KVGRID_MPI_CHECK(MPI_Comm_size(g, &size));
+  KVGRID_MPI_CHECK(MPI_Comm_rank(g, &me));
+  Wire mine{};
+  mine.digest_after = log_.size() > len ? 1 : 0;  // here: "has an entry `len`"
+  if (log_.size() > len) {
+    const DecisionRecord& e = log_.entry(len);
+    std::snprintf(mine.name, sizeof(mine.name), "%s", e.name.c_str());
+    mine.seq = e.seq;
+    mine.step = e.step;
+    mine.args_digest = e.args_digest;
+    mine.result_digest = e.result_digest;
+    std::copy(e.args, e.args + 3, mine.args);
+    std::copy(e.results, e.results + 2, mine.results);
+    mine.n_args = e.n_args;
+    mine.n_results = e.n_results;
+  }
+  mine.world_rank = grid_.world_rank();
+  mine.group = grid_.coord().group;
+  mine.pp = grid_.coord().pp;
+  mine.cp = grid_.coord().cp;
+  mine.tp = grid_.coord().tp;
+  std::vector<Wire> all(static_cast<std::size_t>(size));
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Iallgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, g, &req));
+  wait_mpi(&req, "consensus check: the entry after the common prefix (" + what + ")");
+  const Wire& a = all[0];
+  std::size_t b = 1;
+  while (b < all.size() && all[b].digest_after == a.digest_after) ++b;
+  KVGRID_CHECK(b < all.size(), "consensus check: lengths differ but no rank differs from the first");
+  auto side = [&](const Wire& w) {
+    return w.digest_after ? record_of(w).side_text()
+                          : "(end of log after " + std::to_string(len) + " entries)";
+  };
+  Found f;
+  f.seq = len;
+  f.step = a.digest_after ? a.step : all[b].step;
+  f.b_rank = static_cast<std::uint64_t>(all[b].world_rank);
+  f.kind = kind;
+  if (me == 0)
+    f.text = describe_divergence(coords(a), coords(all[b]), a.world_rank, all[b].world_rank, f.seq, f.step, "log length",
+                                 side(a), side(all[b]));
   return f;
 }
 

@@ -3,7 +3,9 @@
 // Invariant: ranks that must take the same cache decisions — the TP/CP peers of a stage, and one
 // TP/CP position across stages — have equal decision logs. Every `interval` steps, at the end of
 // the step, each of the two groups agrees on a common prefix of its logs (MIN of lengths) and
-// compares the running digest at that length (MIN and MAX of one word). When they differ, a
+// compares the running digest at that length (MIN and MAX of one word); since every rank checks at
+// the end of the same step, a length difference is a divergence too ("log length": one rank took
+// a decision its peers did not). When the digests differ, a
 // binary search over prefix lengths (one MIN/MAX per halving) finds the first unequal entry, the
 // group exchanges that entry and names it with its class (call order / arguments / results),
 // exactly as `kvgrid check` would from the traces. One flag over the world then tells every rank;
@@ -41,6 +43,7 @@ class ConsensusChecker {
     std::string text;          // on the group's first rank only: it reports
   };
   std::optional<Found> check_group(MPI_Comm g, std::uint64_t kind, std::uint64_t& agreed_len, const std::string& what);
+  std::optional<Found> length_divergence(MPI_Comm g, std::uint64_t kind, std::uint64_t len, const std::string& what);
   const RankGrid& grid_;
   DecisionLog& log_;
   std::uint64_t checks_ = 0;

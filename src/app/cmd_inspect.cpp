@@ -26,7 +26,7 @@ int cmd_check(const std::string& run) {
     RunTrace t = read_run(run);
     CheckReport rep = check_run(t);
     std::cout << "# check " << t.run_file << ": " << rep.pairs << " rank pairs, " << rep.compared_entries
-              << " decisions compared" << (t.summary ? "" : " (incomplete run: common prefixes only)") << "\n";
+              << " decisions compared" << (t.summary ? "" : " (incomplete run: up to the steps both ranks completed)") << "\n";
     if (rep.missing_ranks) std::cout << "# " << rep.missing_ranks << " rank file(s) missing or unreadable\n";
     if (rep.first) {
       std::cout << "# " << rep.first->describe() << "\n# rank divergences: 1 FAILED\n";

@@ -31,6 +31,15 @@ class RunFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The online consensus checker stopped the run. `description` ("Found rank divergence: …") is set
+// on the rank that reported it (and printed there before anyone stopped); empty elsewhere.
+class DivergenceFound : public RunFailure {
+ public:
+  DivergenceFound(const std::string& what, std::string description)
+      : RunFailure(what), description(std::move(description)) {}
+  std::string description;
+};
+
 // The world rank of this process, or -1 before MPI is initialised; used in check messages.
 int check_rank();
 

@@ -1,6 +1,7 @@
 #include "runtime/offline_check.hpp"
 
 #include <algorithm>
+#include <span>
 #include <sstream>
 
 namespace kvgrid {
@@ -27,8 +28,20 @@ std::string coords(const RankTrace& r) {
 }
 
 std::optional<Divergence> compare(const RankTrace& a, const RankTrace& b, bool complete, std::uint64_t& entries) {
-  const auto& x = a.decisions;
-  const auto& y = b.decisions;
+  std::span<const DecisionRow> x = a.decisions, y = b.decisions;
+  // An unfinished run: each rank's file holds every decision up to the step it last completed;
+  // up to the smaller of the two the logs must match entry for entry, lengths included.
+  if (!complete && a.completed_step && b.completed_step) {
+    const std::uint64_t upto = std::min(*a.completed_step, *b.completed_step);
+    auto cut = [upto](std::span<const DecisionRow> v) {
+      std::size_t k = 0;
+      while (k < v.size() && v[k].step <= upto) ++k;
+      return v.first(k);
+    };
+    x = cut(x);
+    y = cut(y);
+    complete = true;
+  }
   const std::size_t n = std::min(x.size(), y.size());
   entries += n;
   for (std::size_t i = 0; i < n; ++i) {

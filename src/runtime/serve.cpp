@@ -563,6 +563,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     }
 
     done = exhausted && sched.idle();
+    if (trace) trace->set_completed_step(static_cast<std::uint64_t>(step));
     if ((step + 1) % exp.engine.check_every == 0 || done) check(step);
     if (online && ((step + 1) % exp.protocol.consensus_interval == 0 || done)) {
       if (auto found = online->check(step)) {
@@ -573,8 +574,9 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         MPI_Request req;
         KVGRID_MPI_CHECK(MPI_Ibarrier(grid.world(), &req));
         wait_mpi(&req, "Ibarrier after the consensus check's report");
-        throw RunFailure("the online consensus checker found a rank divergence at step " + std::to_string(step) +
-                         (found->empty() ? " (reported by another rank)" : " (above)"));
+        throw DivergenceFound("the online consensus checker found a rank divergence at step " + std::to_string(step) +
+                                  (found->empty() ? " (reported by another rank)" : " (above)"),
+                              *found);
       }
     }
     if (print && ((step + 1) % exp.output.report_every == 0 || done)) {

@@ -259,6 +259,7 @@ void TraceWriter::flush() {
   events_.clear();
   decisions_.clear();
   faults_.clear();
+  if (completed_step_ >= 0) h5::write_attr(file_.get(), "completed_step", completed_step_);
   KVGRID_HDF5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_LOCAL));
 }
 

@@ -116,12 +116,16 @@ class TraceWriter {
   void faults(std::vector<FailpointFiring> f);
   // Appends the buffered rows and flushes the rank file.
   void flush();
+  // Every decision of steps <= `step` has been recorded: the next flush writes the rank file's
+  // `completed_step` attribute (the offline checker compares logs up to the steps both completed).
+  void set_completed_step(std::uint64_t step) { completed_step_ = static_cast<std::int64_t>(step); }
 
   // World rank 0 only, after every rank's final flush: adds /summary to run.h5.
   static void write_summary(const std::string& dir, const RunSummary& s);
 
  private:
   h5::Handle file_, ev_type_, dec_type_, fault_type_, req_type_;
+  std::int64_t completed_step_ = -1;
   h5::AppendTable events_tbl_, decisions_tbl_, faults_tbl_, requests_tbl_;
   std::vector<RequestRow> requests_;
   std::vector<EventRow> events_;

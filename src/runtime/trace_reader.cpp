@@ -80,6 +80,8 @@ RunTrace read_run(const std::string& run) {
       rt.tp = geti("tp");
       rt.cp = geti("cp");
       rt.pp = geti("pp");
+      if (auto it = attrs.find("completed_step"); it != attrs.end() && std::holds_alternative<std::int64_t>(it->second))
+        rt.completed_step = static_cast<std::uint64_t>(std::get<std::int64_t>(it->second));
       auto events = read_table<EventRow>(g.get(), "events", ev.get());
       rt.events = events.size();
       for (const auto& e : events) ++rt.ops[read_fixed(e.op, sizeof(e.op))];

@@ -18,6 +18,7 @@ struct RankTrace {
   int world_rank = 0;
   bool present = false;
   int group = 0, tp = 0, cp = 0, pp = 0;
+  std::optional<std::uint64_t> completed_step;  // every decision of steps <= this one is in the file
   std::uint64_t events = 0;
   std::vector<DecisionRow> decisions;
   std::vector<FaultRow> faults;

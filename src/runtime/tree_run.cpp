@@ -133,6 +133,7 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
       log0(row);
       window_req = window_admit = window_matched = window_prompt = window_evicted = 0;
     }
+    if (trace) trace->set_completed_step(static_cast<std::uint64_t>(step));
     if ((step + 1) % exp.output.flush_every == 0 || last) flush();
     res.steps = step + 1;
   }

@@ -435,6 +435,28 @@ def pp_sync_sweep():
     expect(first[0] == first[1], "the rerun diverges at the same first entry", first)
 
 
+def online_consensus():
+    """protocol.consensus_check: a planted divergence stops the run at the next check with the first
+    unequal entry and its class; `kvgrid check` on the same run prints the same divergence. Also for
+    a real protocol bug (independent_polling), caught before its shape mismatch."""
+    pp = os.path.join(SRC, "experiments", "pp_sync.toml")
+    cases = [("planted", 8, QUICK, ["--set", "debug.plant_divergence_rank=5", "--set", "debug.plant_divergence_step=20"]),
+             ("polling", 4, pp, ["--seed", "3", "--set", "protocol.pp_sync=independent_polling",
+                                 "--set", "protocol.consensus_interval=2"])]
+    for name, np, exp, extra in cases:
+        rc, so, se = run(np, exp, "--out", out("online-" + name), "--set", "protocol.consensus_check=on", *extra)
+        found = re.findall(r"\] (Found rank divergence: .*)", so + se)
+        expect(rc == 1 and len(found) == 1, f"{name}: one report, exit 1", so, se)
+        expect("shape mismatch" not in so + se, f"{name}: stopped before any shape mismatch", so, se)
+        rc, so2, se2 = tool("check", out("online-" + name))
+        offline = re.findall(r"# (Found rank divergence: .*)", so2)
+        expect(rc == 1 and offline == found, f"{name}: online and offline agree", found, offline, so2)
+    rc, so, se = run(8, QUICK, "--out", out("online-planted-2"), "--set", "protocol.consensus_check=on",
+                     "--set", "protocol.consensus_interval=16", *cases[0][3])
+    expect(re.search(r"found a rank divergence at step 31\b", so + se), "the check after step 20 at interval 16 is step 31",
+           so, se)
+
+
 def sweep_smoke():
     env = dict(ENV, PATH=os.path.dirname(MPIEXEC) + ":" + os.environ.get("PATH", ""))
     p = subprocess.run([os.path.join(SRC, "jobs", "sweep.sh"), TREE, "--seeds", "1-2", "--set",

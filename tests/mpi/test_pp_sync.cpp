@@ -84,3 +84,65 @@ TEST(PpSync, SameSeedSameDecisionsAcrossStages) {
 
 }  // namespace
 }  // namespace kvgrid
+
+namespace kvgrid {
+namespace {
+
+// The serving loop's own gsp workload, TP × PP for this world; the online checker on.
+ExperimentConfig planted(std::int64_t rank, std::int64_t step, std::int64_t interval) {
+  const int n = testing::world_size();
+  const int tp = n >= 4 ? 2 : 1;
+  return parse_experiment("", "consensus-test",
+                          {"topology.tp=" + std::to_string(tp), "topology.pp=" + std::to_string(n / tp), "model.layers=4",
+                           "model.kv_heads=2", "model.head_dim=2", "cache.page_size=4", "workload.kind=gsp",
+                           "workload.gsp.groups=4", "workload.gsp.prompts_per_group=4", "workload.gsp.system_prompt_len=64",
+                           "workload.gsp.question_len=8", "workload.gsp.output_len=8", "engine.chunk_size=32",
+                           "protocol.consensus_check=on", "protocol.consensus_interval=" + std::to_string(interval),
+                           "debug.plant_divergence_rank=" + std::to_string(rank),
+                           "debug.plant_divergence_step=" + std::to_string(step)},
+                          3);
+}
+
+TEST(ConsensusCheck, APlantedDivergenceStopsTheRunWithinOneInterval) {
+  if (testing::world_size() < 2) GTEST_SKIP() << "needs peers";
+  for (const std::int64_t interval : {1, 4, 16}) {
+    const std::int64_t at = 10, rank = testing::world_size() - 1;
+    SCOPED_TRACE("interval " + std::to_string(interval));
+    DecisionLog log;
+    std::string description;
+    bool stopped = false;
+    std::uint64_t stopped_at = 0;
+    try {
+      serve(planted(rank, at, interval), log);
+    } catch (const DivergenceFound& e) {
+      stopped = true;
+      description = e.description;
+      stopped_at = log.step();
+    }
+    ASSERT_TRUE(stopped) << "every rank stops together";
+    EXPECT_LT(stopped_at, static_cast<std::uint64_t>(at + interval + 1));  // the first check after the plant
+    // One rank reports; the description names the planted entry and its class.
+    int reported = description.empty() ? 0 : 1, reporters = 0;
+    MPI_Allreduce(&reported, &reporters, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(reporters, 1);
+    if (!description.empty()) {
+      EXPECT_NE(description.find("Found rank divergence"), std::string::npos) << description;
+      EXPECT_NE(description.find("step " + std::to_string(at) + ": planted(" + std::to_string(at) + ")"), std::string::npos)
+          << description;
+      EXPECT_NE(description.find("rank " + std::to_string(rank) + " ("), std::string::npos) << description;
+      EXPECT_NE(description.find("different call order"), std::string::npos) << description;
+    }
+  }
+}
+
+TEST(ConsensusCheck, AgreeingRanksPassEveryCheckAndPruneTheirHistory) {
+  DecisionLog log;
+  auto r = serve(planted(-1, 0, 4), log);
+  EXPECT_EQ(r.divergences(), 0);
+  EXPECT_EQ(r.oracle_mismatches, 0);
+  EXPECT_GT(log.size(), 50u);
+  EXPECT_EQ(log.history_base(), log.size());  // the last check agreed on everything: nothing kept
+}
+
+}  // namespace
+}  // namespace kvgrid
