@@ -176,6 +176,24 @@ std::optional<ConsensusChecker::Found> ConsensusChecker::length_divergence(MPI_C
 std::optional<std::string> ConsensusChecker::check(std::int64_t step) {
   ++checks_;
   const std::string at = "step " + std::to_string(step);
+  // Fast path: every rank of a group (one TP×CP×PP grid) checks at the end of the same step and
+  // must hold the same log, so one MIN of [length, ~length, digest, ~digest] over the group says
+  // whether all are equal. Only a disagreement pays for the per-pair search below.
+  {
+    const std::uint64_t n = log_.size(), d = log_.digest_at(n);
+    std::uint64_t mine[4] = {n, ~n, d, ~d}, out[4] = {0, 0, 0, 0};
+    MPI_Request req;
+    KVGRID_MPI_CHECK(MPI_Iallreduce(mine, out, 4, MPI_UINT64_T, MPI_MIN, grid_.group(), &req));
+    wait_mpi(&req, "consensus check: lengths and digests, " + at);
+    std::uint64_t ok = out[0] == ~out[1] && out[2] == ~out[3] ? 1 : 0;
+    int group_size = 1;
+    KVGRID_MPI_CHECK(MPI_Comm_size(grid_.group(), &group_size));
+    if (group_size < grid_.world_size()) ok = reduce(grid_.world(), ok, MPI_MIN, "consensus check: groups' verdicts, " + at);
+    if (ok) {
+      log_.prune_before(n);
+      return std::nullopt;
+    }
+  }
   std::uint64_t len_stage = 0, len_pp = 0;
   auto stage = check_group(grid_.stage(), 0, len_stage, "stage peers, " + at);
   auto across = check_group(grid_.pp(), 1, len_pp, "across stages, " + at);

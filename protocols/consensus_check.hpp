@@ -11,7 +11,9 @@
 // exactly as `kvgrid check` would from the traces. One flag over the world then tells every rank;
 // the run stops (exit 1) with "Found rank divergence" after every rank flushed its log.
 //
-// Off (the default) it costs nothing: the log keeps no history and no collective runs. On, the log
+// The common case costs one all-reduce of four words per check: every rank of a grid ends the same
+// step with the same log, so MIN of [length, ~length, digest, ~digest] over the grid settles it;
+// only a disagreement runs the per-group comparison. Off (the default) it costs nothing: the log keeps no history and no collective runs. On, the log
 // keeps the records since the last agreed prefix (pruned at every check).
 #pragma once
 
