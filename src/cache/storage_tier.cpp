@@ -114,24 +114,43 @@ std::size_t StorageTier::read_pages(const std::vector<std::string>& keys, const 
   return count;
 }
 
-void StorageTier::start_prefetch(RequestId id, std::span<const TokenId> prompt) {
+std::optional<StorageTier::Plan> StorageTier::plan(std::span<const TokenId> prompt) {
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
   const std::size_t max_pages = prompt.empty() ? 0 : (prompt.size() - 1) / p;  // reuse at most prompt - 1
-  if (max_pages * p < static_cast<std::size_t>(cfg_.prefetch_threshold.value())) return;
+  if (max_pages * p < static_cast<std::size_t>(cfg_.prefetch_threshold.value())) return std::nullopt;
   MatchResult m = tree_.peek_prefix(prompt);
   const std::size_t cached = static_cast<std::size_t>(m.host_matched.value()) / p;
-  if ((max_pages - cached) * p < static_cast<std::size_t>(cfg_.prefetch_threshold.value())) return;
+  if ((max_pages - cached) * p < static_cast<std::size_t>(cfg_.prefetch_threshold.value())) return std::nullopt;
   // Prefetched pages hang below the deepest backed-up node of the hit (backed-up nodes form a
   // prefix); device pages past it that have no host copy are read again and become that copy.
-  TreeNode* anchor = m.host_path.empty() ? m.last_node : m.host_path.back();
-  while (anchor != tree_.root() && anchor->host.empty()) anchor = anchor->parent;
-  std::size_t start = 0;
-  for (const TreeNode* n = anchor; n != tree_.root(); n = n->parent) start += n->key.size() / p;
+  Plan pl;
+  pl.anchor = m.host_path.empty() ? m.last_node : m.host_path.back();
+  while (pl.anchor != tree_.root() && pl.anchor->host.empty()) pl.anchor = pl.anchor->parent;
+  for (const TreeNode* n = pl.anchor; n != tree_.root(); n = n->parent) pl.start += n->key.size() / p;
+  pl.cached = cached;
+  pl.tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(max_pages * p));
+  pl.keys = keys_for(pl.tokens, pl.start);
+  pl.local_hit = cfg_.writer ? store_->batch_exists(pl.keys) : pl.keys.size();  // MLA readers: the writer decides
+  return pl;
+}
+
+void StorageTier::start_prefetch(RequestId id, std::span<const TokenId> prompt) {
+  if (cross_) {  // across stages: decided at the end of the step, with every stage's hit
+    queries_.push_back({id.value(), std::vector<TokenId>(prompt.begin(), prompt.end())});
+    return;
+  }
+  auto pl = plan(prompt);
+  if (!pl) return;
+  const std::size_t hit = static_cast<std::size_t>(agreement_.agree_min(pl->local_hit));
+  launch(id, *pl, hit);
+}
+
+void StorageTier::launch(RequestId id, Plan& pl, std::size_t hit) {
+  const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
+  const std::size_t start = pl.start, cached = pl.cached;
+  TreeNode* anchor = pl.anchor;
+  auto& keys = pl.keys;
   if (start < cached) ++stats_.reread_device;  // counted: reads that re-fetch device-resident pages
-  auto tokens = prompt.first(max_pages * p);
-  auto keys = keys_for(tokens, start);
-  const std::size_t local = cfg_.writer ? store_->batch_exists(keys) : keys.size();  // MLA readers: the writer decides
-  const std::size_t hit = static_cast<std::size_t>(agreement_.agree_min(local));
   KVGRID_CONSENSUS(log_, "prefetch_query", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(start)},
                    {static_cast<std::int64_t>(hit)});
   if (start + hit <= cached || (start + hit - cached) * p < static_cast<std::size_t>(cfg_.prefetch_threshold.value())) return;
@@ -144,7 +163,7 @@ void StorageTier::start_prefetch(RequestId id, std::span<const TokenId> prompt) 
   }
   keys.resize(hit);
   Prefetch pf;
-  pf.tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>((start + hit) * p));
+  pf.tokens.assign(pl.tokens.begin(), pl.tokens.begin() + static_cast<std::ptrdiff_t>((start + hit) * p));
   pf.start = Tokens(static_cast<std::int64_t>(start * p));
   pf.anchor = anchor;
   pf.keys = std::move(keys);
@@ -197,33 +216,106 @@ std::uint64_t StorageTier::next_ack_ns() const {
   return best;
 }
 
-bool StorageTier::try_finish(RequestId id) {
-  auto it = active_.find(id.value());
-  if (it == active_.end()) return true;
-  Prefetch& pf = it->second;
+std::pair<std::size_t, bool> StorageTier::local_progress(const Prefetch& pf) const {
   const std::uint64_t now = cfg_.now ? cfg_.now() : 0;
   auto seen = [&](const Batch& b) { return b.result.valid() ? b.seen() : b.done_ns <= now; };
   std::size_t acks = 0;  // leading ACKs this rank has seen
   while (acks < pf.batches.size() && seen(pf.batches[acks])) ++acks;
   const bool all = acks == pf.batches.size();
-  const bool local_stop = all || cfg_.stop_policy == "best_effort" || (cfg_.stop_policy == "timeout" && now >= pf.deadline_ns);
-  const bool stop = agreement_.agree_min(local_stop ? 1 : 0) == 1;
-  KVGRID_CONSENSUS(log_, "prefetch_stop", {static_cast<std::int64_t>(id.value())}, {stop ? 1 : 0});
-  if (!stop) return false;
-  std::size_t done = 0;  // leading intact pages of the leading seen ACKs
+  return {acks, all || cfg_.stop_policy == "best_effort" || (cfg_.stop_policy == "timeout" && now >= pf.deadline_ns)};
+}
+
+std::size_t StorageTier::done_pages(Prefetch& pf, std::size_t acks) {
+  std::size_t done = 0;  // leading intact pages of the first `acks` ACKs
   for (std::size_t i = 0; i < acks; ++i) {
-    const std::size_t ok = pf.batches[i].intact();
+    auto& b = pf.batches[i];
+    if (b.result.valid()) b.result.wait();  // a later stage blocks on its own copy of an ACK PP0 saw
+    else if (cfg_.advance_to) cfg_.advance_to(b.done_ns);
+    const std::size_t ok = b.intact();
     done += ok;
-    if (ok < pf.batches[i].count) break;
+    if (ok < b.count) break;
   }
-  const std::size_t agreed = static_cast<std::size_t>(agreement_.agree_min(done));
+  return done;
+}
+
+void StorageTier::finish(RequestId id, std::size_t agreed) {
+  auto it = active_.find(id.value());
+  Prefetch& pf = it->second;
   KVGRID_CONSENSUS(log_, "prefetch_done", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(pf.keys.size())},
                    {static_cast<std::int64_t>(agreed)});
   const Tokens begin = pf.start;
   release(pf, agreed);
   active_.erase(it);
   if (agreed > 0) finished_[id.value()] = {begin, begin + Tokens(static_cast<std::int64_t>(agreed) * tree_.page_size().value())};
+}
+
+bool StorageTier::try_finish(RequestId id) {
+  if (cross_) return try_finish_across(id);
+  auto it = active_.find(id.value());
+  if (it == active_.end()) return true;
+  const auto [acks, local_stop] = local_progress(it->second);
+  const bool stop = agreement_.agree_min(local_stop ? 1 : 0) == 1;
+  KVGRID_CONSENSUS(log_, "prefetch_stop", {static_cast<std::int64_t>(id.value())}, {stop ? 1 : 0});
+  if (!stop) return false;
+  finish(id, static_cast<std::size_t>(agreement_.agree_min(done_pages(it->second, acks))));
   return true;
+}
+
+bool StorageTier::try_finish_across(RequestId id) {
+  for (const auto& q : queries_)
+    if (q.id == id.value()) return false;  // its query is decided at the end of this step
+  auto it = active_.find(id.value());
+  if (it == active_.end()) return true;
+  if (stopping_.count(id.value())) return false;  // stops at the end of this step
+  if (cross_->decides()) {
+    // PP0 (every stage under the buggy per_rank): its stage agrees whether to stop and on how many
+    // ACKs; the decision travels to the next stage with the step's message.
+    const auto [acks, local_stop] = local_progress(it->second);
+    std::uint64_t v[2] = {local_stop ? 1u : 0u, acks};
+    const bool stop = agreement_.agree_min(v[0]) == 1;
+    KVGRID_CONSENSUS(log_, "prefetch_stop", {static_cast<std::int64_t>(id.value())}, {stop ? 1 : 0});
+    if (!stop) return false;
+    v[1] = agreement_.agree_min(v[1]);
+    stopping_[id.value()] = v[1];
+    decisions_out_.push_back({id.value(), v[1]});
+    return false;
+  }
+  // A later stage follows PP0's decision for this step (even if it already saw newer ACKs).
+  for (const auto& [rid, acks] : decisions_in_) {
+    if (rid != id.value()) continue;
+    KVGRID_CONSENSUS(log_, "prefetch_stop", {static_cast<std::int64_t>(id.value())}, {1});
+    stopping_[rid] = acks;
+    decisions_out_.push_back({rid, acks});  // relayed to the next stage
+    return false;
+  }
+  KVGRID_CONSENSUS(log_, "prefetch_stop", {static_cast<std::int64_t>(id.value())}, {0});
+  return false;
+}
+
+void StorageTier::end_of_step() {
+  if (!cross_ || (queries_.empty() && stopping_.empty())) return;  // the same on every rank
+  // One vector, one MIN over every rank serving the requests: completed pages of the prefetches
+  // that stop now, then the storage hits of this step's arrivals.
+  std::vector<std::uint64_t> v;
+  for (auto& [id, acks] : stopping_) v.push_back(done_pages(active_.at(id), static_cast<std::size_t>(acks)));
+  std::vector<std::optional<Plan>> plans;
+  for (auto& q : queries_) {
+    plans.push_back(plan(q.prompt));
+    v.push_back(plans.back() ? plans.back()->local_hit : 0);
+  }
+  cross_->min(v);
+  std::size_t k = 0;
+  for (auto& [id, acks] : stopping_) finish(RequestId(id), static_cast<std::size_t>(v[k++]));
+  stopping_.clear();
+  for (std::size_t i = 0; i < queries_.size(); ++i, ++k)
+    if (plans[i]) launch(RequestId(queries_[i].id), *plans[i], static_cast<std::size_t>(v[k]));
+  queries_.clear();
+}
+
+std::vector<std::pair<std::uint64_t, std::uint64_t>> StorageTier::take_decisions() {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+  out.swap(decisions_out_);
+  return out;
 }
 
 void StorageTier::release(Prefetch& pf, std::size_t keep) {
@@ -256,6 +348,9 @@ void StorageTier::release(Prefetch& pf, std::size_t keep) {
 }
 
 void StorageTier::abort(RequestId id) {
+  queries_.erase(std::remove_if(queries_.begin(), queries_.end(), [&](const Query& q) { return q.id == id.value(); }),
+                 queries_.end());
+  stopping_.erase(id.value());
   auto it = active_.find(id.value());
   if (it == active_.end()) return;
   release(it->second, 0);

@@ -69,7 +69,20 @@ struct StorageTierConfig {
   std::uint64_t seed = 1;
   bool threaded = false;
   std::function<std::uint64_t()> now;  // the rank's modelled clock
+  std::function<void(std::uint64_t)> advance_to;  // waiting for a simulated read moves it on
   StorageFaults faults;
+};
+
+// What the storage tier needs agreed across pipeline stages (protocol.prefetch_consensus); the
+// cache defines it, protocols/ implements it with communicators.
+class CrossStageAgreement {
+ public:
+  virtual ~CrossStageAgreement() = default;
+  virtual std::string_view name() const = 0;
+  // Element-wise MIN over every rank that serves the requests (its stage, and every stage).
+  virtual void min(std::vector<std::uint64_t>& v) = 0;
+  // Does this rank's stage decide when prefetches stop? (PP0; every stage in the buggy variant.)
+  virtual bool decides() const = 0;
 };
 
 struct StorageTierStats {
@@ -90,12 +103,29 @@ class StorageTier {
 
   // A request arrived: maybe start prefetching (collective over the stage).
   void start_prefetch(RequestId id, std::span<const TokenId> prompt);
-  bool prefetching(RequestId id) const { return active_.count(id.value()) != 0; }
+  bool prefetching(RequestId id) const {
+    if (active_.count(id.value())) return true;
+    for (const auto& q : queries_)
+      if (q.id == id.value()) return true;
+    return false;
+  }
   // The scheduler wants to admit `id`: true when it may (no prefetch, or the prefetch ended now
   // and its pages are in the tree). Collective when a prefetch is active.
   bool try_finish(RequestId id);
   // The request went away: wait for its reads, release everything it held.
   void abort(RequestId id);
+
+  // Across pipeline stages (PP > 1). With an agreement set, a query is decided at the end of its
+  // arrival step with every stage's hit; PP0 decides at its admission point whether a prefetch
+  // stops and after how many ACKs (`take_decisions` → the step message); a later stage, given
+  // those (`set_decisions`), follows them at the same point even when it has seen newer ACKs
+  // already; the prefetches that stop end at the end of the step, with the MIN of the completed
+  // pages over every rank. `end_of_step` is collective across stages, called after the step's
+  // message went out.
+  void set_cross_stage(CrossStageAgreement* cross) { cross_ = cross; }
+  void set_decisions(std::vector<std::pair<std::uint64_t, std::uint64_t>> d) { decisions_in_ = std::move(d); }
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> take_decisions();
+  void end_of_step();
   // Tokens of `id`'s prompt that its finished prefetch added, as [begin, end); {0,0} when none.
   std::pair<Tokens, Tokens> prefetched_range(RequestId id) const;
   void forget(RequestId id) { finished_.erase(id.value()); }
@@ -127,6 +157,22 @@ class StorageTier {
     std::vector<Batch> batches;
     std::uint64_t deadline_ns = 0;
   };
+  struct Plan {
+    std::vector<TokenId> tokens;  // the prompt's reusable whole pages
+    std::size_t start = 0, cached = 0, local_hit = 0;  // pages
+    TreeNode* anchor = nullptr;
+    std::vector<std::string> keys;  // from `start`
+  };
+  struct Query {
+    std::uint64_t id;
+    std::vector<TokenId> prompt;
+  };
+  std::optional<Plan> plan(std::span<const TokenId> prompt);
+  void launch(RequestId id, Plan& pl, std::size_t hit);
+  std::pair<std::size_t, bool> local_progress(const Prefetch& pf) const;  // (ACKs seen, may stop)
+  std::size_t done_pages(Prefetch& pf, std::size_t acks);
+  void finish(RequestId id, std::size_t agreed);
+  bool try_finish_across(RequestId id);
   std::size_t read_pages(const std::vector<std::string>& keys, const std::vector<PageId>& pages, std::size_t first,
                          std::size_t count, std::optional<std::size_t> fail_at);
   void release(Prefetch& p, std::size_t keep);
@@ -143,6 +189,10 @@ class StorageTier {
   std::map<std::uint64_t, Prefetch> active_;  // by request id
   std::map<std::uint64_t, std::pair<Tokens, Tokens>> finished_;
   Pages held_{0};
+  CrossStageAgreement* cross_ = nullptr;
+  std::vector<Query> queries_;                                   // arrivals of this step (across stages)
+  std::map<std::uint64_t, std::uint64_t> stopping_;               // request -> ACKs consumed, stopping now
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> decisions_in_, decisions_out_;
   std::uint64_t next_free_ns_ = 0;  // simulated: the storage queue's tail (batches are read in order)
   StorageTierStats stats_;
 };

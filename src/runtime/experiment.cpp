@@ -72,6 +72,8 @@ Schema build_schema() {
   s.add(fkey({"cache", "prefetch_timeout_max_ms"}, 50.0, 0.0, 1e9, "timeout policy: cap, ms"));
   s.add(skey({"protocol", "pp_sync"}, {"pp_sync", "independent_polling"},
              "agreement of host-tier ACK consumption across PP stages (buggy: independent_polling)"));
+  s.add(skey({"protocol", "prefetch_consensus"}, {"pp_consensus", "per_rank"},
+             "storage prefetch decisions across PP stages (buggy: per_rank)"));
   s.add(skey({"protocol", "consensus_check"}, {"off", "on"},
              "online rank consensus checker: compare decision logs every consensus_interval steps, stop at a divergence"));
   s.add(ikey({"protocol", "consensus_interval"}, 16, 1, kBig, "steps between online consensus checks"));
@@ -229,6 +231,7 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.cache.prefetch_timeout_max_ms = c.get_float("cache.prefetch_timeout_max_ms");
   e.protocol.tp_sync = c.get_string("protocol.tp_sync");
   e.protocol.pp_sync = c.get_string("protocol.pp_sync");
+  e.protocol.prefetch_consensus = c.get_string("protocol.prefetch_consensus");
   e.protocol.consensus_check = c.get_string("protocol.consensus_check");
   e.protocol.consensus_interval = c.get_int("protocol.consensus_interval");
   e.model.cp_split = c.get_string("model.cp_split");
@@ -326,13 +329,6 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   if (e.cache.host_pages.value() > 0) {
     if (w.kind == "tree")
       throw InputError(src + ": cache.host_pages: the host tier needs a serving workload (gsp, multiturn, mooncake), not \"tree\"");
-  }
-  if (e.cache.storage != "none") {
-    for (const auto& g : e.topology.groups)
-      if (g.shape.pp > 1)
-        throw InputError(src + ": cache.storage with pp = " + std::to_string(g.shape.pp) +
-                         ": storage prefetch across pipeline stages needs protocol.prefetch_consensus, which this version "
-                         "does not have yet (use pp = 1, or cache.storage = \"none\")");
   }
   if (e.cache.storage != "none" && e.cache.host_pages.value() == 0)
     throw InputError(src + ": cache.storage = \"" + e.cache.storage +

@@ -101,6 +101,7 @@ struct CostConfig {
 struct ProtocolConfig {
   std::string tp_sync = "min_allreduce";
   std::string pp_sync = "pp_sync";
+  std::string prefetch_consensus = "pp_consensus";
   std::string consensus_check = "off";  // "on": the online rank consensus checker
   std::int64_t consensus_interval = 16;  // steps between its checks
 };

@@ -22,6 +22,7 @@
 #include "runtime/serve_workload.hpp"
 #include "protocols/consensus_check.hpp"
 #include "protocols/pp_sync.hpp"
+#include "protocols/prefetch_consensus.hpp"
 #include "protocols/tp_sync.hpp"
 #include "transfer/transfer_engine.hpp"
 
@@ -53,10 +54,11 @@ struct StepMessage {
   std::vector<Entry> entries;
   Words specs;  // encode_specs() of the arrivals; empty when none arrived
   std::vector<std::uint64_t> aborts;  // requests PP0's leader aborted at this step (request.abort)
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> stops;  // prefetch_consensus: (request, ACKs) PP0 stopped
 };
 
 constexpr int kTagHeader = 301, kTagPayload = 302;
-constexpr std::size_t kHeaderWords = 64, kHeadWords = 12, kInlineWords = kHeaderWords - kHeadWords;
+constexpr std::size_t kHeaderWords = 64, kHeadWords = 13, kInlineWords = kHeaderWords - kHeadWords;
 
 // A packed message: header (with the payload inline when it fits), then the payload otherwise.
 struct Packed {
@@ -76,6 +78,10 @@ Packed pack(const StepMessage& m) {
   }
   body.insert(body.end(), m.specs.begin(), m.specs.end());
   for (auto a : m.aborts) put64(body, a);
+  for (auto [id, acks] : m.stops) {
+    put64(body, id);
+    put64(body, acks);
+  }
   Words head;
   put64(head, m.clock_ns);
   put64(head, m.exhausted);
@@ -86,6 +92,7 @@ Packed pack(const StepMessage& m) {
   p.header[9] = static_cast<std::uint32_t>(body.size());
   p.header[10] = static_cast<std::uint32_t>(m.aborts.size());
   p.header[11] = m.write_acks;
+  p.header[12] = static_cast<std::uint32_t>(m.stops.size());
   if (body.size() <= kInlineWords) {
     p.header[8] = 1;
     std::copy(body.begin(), body.end(), p.header.begin() + kHeadWords);
@@ -101,9 +108,10 @@ StepMessage unpack(const Packed& p) {
   m.exhausted = get64(p.header, 2);
   m.total = get64(p.header, 4);
   m.write_acks = p.header[11];
-  const std::size_t n = p.header[6], spec_words = p.header[7], size = p.header[9], aborts = p.header[10];
-  KVGRID_CHECK(size == 8 * n + spec_words + 2 * aborts, "step message of ", size, " words for ", n, " entries, ", spec_words,
-               " spec words and ", aborts, " aborts");
+  const std::size_t n = p.header[6], spec_words = p.header[7], size = p.header[9], aborts = p.header[10],
+                    stops = p.header[12];
+  KVGRID_CHECK(size == 8 * n + spec_words + 2 * aborts + 4 * stops, "step message of ", size, " words for ", n, " entries, ",
+               spec_words, " spec words, ", aborts, " aborts and ", stops, " prefetch stops");
   const std::uint32_t* body = p.inline_payload() ? p.header.data() + kHeadWords : p.payload.data();
   KVGRID_CHECK(p.inline_payload() || p.payload.size() == size, "step message payload of ", p.payload.size(), " words, expected ", size);
   Words w(body, body + size);
@@ -111,6 +119,8 @@ StepMessage unpack(const Packed& p) {
     m.entries.push_back({get64(w, 8 * i), get64(w, 8 * i + 2), get64(w, 8 * i + 4), get64(w, 8 * i + 6)});
   m.specs.assign(w.begin() + static_cast<std::ptrdiff_t>(8 * n), w.begin() + static_cast<std::ptrdiff_t>(8 * n + spec_words));
   for (std::size_t i = 0; i < aborts; ++i) m.aborts.push_back(get64(w, 8 * n + spec_words + 2 * i));
+  for (std::size_t i = 0, at = 8 * n + spec_words + 2 * aborts; i < stops; ++i, at += 4)
+    m.stops.push_back({get64(w, at), get64(w, at + 2)});
   return m;
 }
 
@@ -235,6 +245,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
                            return faults.evaluate("transfer.fail", log.step()).has_value();
                          }},
                         pool, *host_kv, *engine, *agreement);
+  std::unique_ptr<cache::CrossStageAgreement> cross_stage;  // protocol.prefetch_consensus (PP > 1)
   if (host_kv && exp.cache.storage != "none") {
     KVGRID_CHECK(!exp.cache.storage_dir.empty(), "cache.storage_dir is unset (kvgrid run sets <run dir>/storage)");
     cache::ShardKey sk;
@@ -262,6 +273,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     sc.seed = exp.engine.seed ^ static_cast<std::uint64_t>(grid.world_rank());
     sc.threaded = exp.engine.transfer == "threaded";
     sc.now = [&clock] { return clock; };
+    sc.advance_to = [&clock](std::uint64_t t) { clock = std::max(clock, t); };
     auto step_now = [&log] { return log.step(); };
     sc.faults.page_fault = [&faults, &fault_rng, step_now](const char* name, std::size_t n) -> std::optional<std::size_t> {
       if (!faults.evaluate(name, step_now())) return std::nullopt;
@@ -273,6 +285,10 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     };
     sc.faults.write_fail = [&faults, step_now] { return faults.evaluate("storage.write.fail", step_now()).has_value(); };
     dc.attach_storage_tier(std::move(sc), *host_kv, *agreement);
+    if (shape.pp > 1) {
+      cross_stage = protocols::make_prefetch_consensus(exp.protocol.prefetch_consensus, grid);
+      dc.storage_tier()->set_cross_stage(cross_stage.get());
+    }
   }
   if (faults.configured("device.alloc.fail")) {
     if (!agreement) agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
@@ -400,6 +416,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
 
     // 2. this rank's own decisions; first the agreed write ACKs (every rank, every round): PP0's
     //    stage agrees, later stages follow the count relayed with the inputs (protocol.pp_sync).
+    if (auto* st = dc.storage_tier(); st && !first_stage) st->set_decisions(in.stops);
     std::uint32_t write_acks = 0;
     if (auto* host = dc.host_tier()) {
       write_acks = static_cast<std::uint32_t>(
@@ -501,6 +518,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     out.specs = std::move(in.specs);
     out.aborts = in.aborts;
     out.write_acks = write_acks;
+    if (auto* st = dc.storage_tier()) out.stops = st->take_decisions();
     for (std::size_t i = 0; i < batch.size(); ++i) {
       auto& e = batch[i];
       const std::uint64_t a_in = first_stage ? chain_seed(e.req->spec.id, e.start, e.end) : in.entries[i].value;
@@ -530,6 +548,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       }
       sender.send(out, grid.pp_next(), grid.pp());
     }
+    if (auto* st = dc.storage_tier()) st->end_of_step();  // across stages: after the message went out
 
     // 6. advance requests; finished ones commit their KV.
     for (auto& r : sched.complete_step(batch, clock, wall_ns())) {

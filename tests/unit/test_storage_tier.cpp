@@ -181,6 +181,63 @@ TEST(StorageTier, AbortOfAWaitingRequestStopsItsPrefetch) {
   rig.dc.verify();
 }
 
+// One rank standing for its whole pipeline: MIN over itself; PP0 or a later stage.
+class OneStage final : public CrossStageAgreement {
+ public:
+  explicit OneStage(bool decides) : decides_(decides) {}
+  std::string_view name() const override { return "one-stage"; }
+  void min(std::vector<std::uint64_t>& v) override { mins.push_back(v); }
+  bool decides() const override { return decides_; }
+  std::vector<std::vector<std::uint64_t>> mins;  // what was agreed, per end of step
+
+ private:
+  bool decides_;
+};
+
+TEST(StorageTier, AcrossStagesPp0DecidesTheStopAndItsAckCount) {
+  Rig rig("pp0", "best_effort");
+  OneStage pp0(/*decides=*/true);
+  rig.st().set_cross_stage(&pp0);
+  const auto p = prompt(41);
+  rig.store(p, 10);
+  rig.dc.on_arrival(RequestId(1), p);
+  EXPECT_TRUE(rig.st().prefetching(RequestId(1)));
+  EXPECT_FALSE(rig.dc.prefetch_ready(RequestId(1)));  // its hit is agreed at the end of the step
+  rig.st().end_of_step();
+  ASSERT_EQ(pp0.mins.size(), 1u);
+  EXPECT_EQ(pp0.mins[0], (std::vector<std::uint64_t>{10}));  // the storage hit, for every stage's MIN
+  rig.clock = 2500;  // two ACKs (4 pages) seen
+  EXPECT_FALSE(rig.dc.prefetch_ready(RequestId(1)));  // stops at the end of this step
+  EXPECT_EQ(rig.st().take_decisions(), (std::vector<std::pair<std::uint64_t, std::uint64_t>>{{1, 2}}));
+  rig.st().end_of_step();
+  EXPECT_EQ(pp0.mins[1], (std::vector<std::uint64_t>{4}));  // completed pages of those two ACKs
+  EXPECT_TRUE(rig.dc.prefetch_ready(RequestId(1)));
+  EXPECT_EQ(rig.dc.tree().peek_prefix(p).host_matched, Tokens(16));
+  rig.dc.verify();
+}
+
+// The first article's example: PP0 consumed ACK(4) and stopped; PP1 already holds ACK(6) but uses 4 pages.
+TEST(StorageTier, AcrossStagesALaterStageFollowsPp0EvenWithNewerAcks) {
+  Rig rig("pp1", "wait_complete");
+  OneStage pp1(/*decides=*/false);
+  rig.st().set_cross_stage(&pp1);
+  const auto p = prompt(41);
+  rig.store(p, 10);
+  rig.dc.on_arrival(RequestId(1), p);
+  rig.st().end_of_step();
+  rig.clock = 3500;  // this stage has seen three ACKs (6 pages)
+  EXPECT_FALSE(rig.dc.prefetch_ready(RequestId(1)));  // no decision from PP0 yet: it does not stop by itself
+  rig.st().set_decisions({{1, 2}});                     // PP0 stopped after two ACKs (4 pages)
+  EXPECT_FALSE(rig.dc.prefetch_ready(RequestId(1)));
+  EXPECT_EQ(rig.st().take_decisions(), (std::vector<std::pair<std::uint64_t, std::uint64_t>>{{1, 2}}));  // relayed on
+  rig.st().end_of_step();
+  EXPECT_EQ(pp1.mins.back(), (std::vector<std::uint64_t>{4}));
+  EXPECT_TRUE(rig.dc.prefetch_ready(RequestId(1)));
+  EXPECT_EQ(rig.dc.tree().peek_prefix(p).host_matched, Tokens(16));  // 4 pages, not 6
+  EXPECT_EQ(rig.dc.host_tier()->pool().used_pages(), Pages(4));    // the rest released
+  rig.dc.verify();
+}
+
 TEST(StorageTier, BelowTheThresholdNothingIsRead) {
   Rig rig("threshold", "wait_complete");
   const auto p = prompt(41);
