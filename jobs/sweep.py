@@ -1,12 +1,19 @@
-"""Sweep driver behind jobs/sweep.sh (reads results only through `kvgrid report --json`)."""
+"""Sweep driver behind jobs/sweep.sh (reads results only through `kvgrid report --json` and
+`kvgrid check`)."""
 import argparse
+import concurrent.futures
 import csv
 import itertools
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
+
+COLUMNS = ["variant", "seed", "exit", "verdict", "oracle_mismatches", "divergences", "faults", "failed_requests",
+           "hit_rate", "ttft_p50_ms", "first_divergence", "wall_s", "run"]
 
 
 def seeds(spec):
@@ -20,6 +27,75 @@ def seeds(spec):
     return out
 
 
+def run_one(exp, run_dir, seed, combo, extra):
+    cmd = ["jobs/run.sh", exp, "--", "--out", run_dir, "--seed", str(seed)]
+    for k, v in combo:
+        cmd += ["--set", f"{k}={v}"]
+    cmd += extra
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    row = {c: "" for c in COLUMNS}
+    row.update({"variant": " ".join(f"{k}={v}" for k, v in combo) or "(base)", "seed": seed, "exit": p.returncode,
+                "wall_s": f"{time.time() - t0:.2f}", "run": run_dir})
+    if os.path.exists(os.path.join(run_dir, "run.h5")):
+        r = subprocess.run(["build/kvgrid", "report", run_dir, "--json"], capture_output=True, text=True)
+        if r.returncode == 0:
+            j = json.loads(r.stdout)
+            row["verdict"] = j.get("verdict") or "incomplete"
+            row["oracle_mismatches"] = j.get("oracle_mismatches", "")
+            row["divergences"] = j.get("divergences", "")
+            row["faults"] = j.get("faults_injected", "")
+            row["failed_requests"] = j.get("failed", "")
+            if "hit_rate" in j:
+                row["hit_rate"] = f"{j['hit_rate']['total']:.4f}"
+                row["ttft_p50_ms"] = f"{j['ttft_model_ms']['p50']:.3f}"
+        if p.returncode != 0 or row["verdict"] != "OK":
+            c = subprocess.run(["build/kvgrid", "check", run_dir], capture_output=True, text=True)
+            m = re.search(r"Found rank divergence: (.*)", c.stdout)
+            if m:
+                row["first_divergence"] = m.group(1)
+    return row
+
+
+def write_h5(path, rows):
+    import h5py  # Debian's /usr/bin/python3
+    import numpy as np
+    with h5py.File(path, "w") as f:
+        g = f.create_group("runs")
+        for c in COLUMNS:
+            vals = [r[c] for r in rows]
+            if c in ("seed", "exit"):
+                g.create_dataset(c, data=np.array([int(v) for v in vals], dtype=np.int64))
+            else:
+                g.create_dataset(c, data=np.array([str(v).encode() for v in vals], dtype=h5py.string_dtype()))
+        f.attrs["columns"] = ",".join(COLUMNS)
+
+
+def slurm_script(exp, out, runs, extra):
+    """One array task per run; task i runs line i of runs.txt."""
+    lines = ["#!/usr/bin/env bash",
+             f"# kvgrid sweep of {exp}: {len(runs)} runs, one Slurm array task each.",
+             "# Submit from the repository root with --ntasks set to the experiment's world size:",
+             f"#   sbatch --ntasks=$(build/kvgrid run {exp} --world-size) {out}/sweep.sbatch",
+             "#SBATCH --job-name=kvgrid-sweep",
+             f"#SBATCH --array=0-{len(runs) - 1}",
+             "#SBATCH --time=00:30:00",
+             f"#SBATCH --output={out}/slurm-%A_%a.out",
+             "set -euo pipefail",
+             'cd "${SLURM_SUBMIT_DIR:-.}"',
+             "export HDF5_USE_FILE_LOCKING=FALSE",
+             f'line=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {out}/runs.txt)',
+             'eval "set -- $line"',
+             f"exec jobs/run.sh {exp} -- \"$@\""]
+    table = []
+    for run_dir, seed, combo in runs:
+        args = ["--out", run_dir, "--seed", str(seed)]
+        for k, v in combo:
+            args += ["--set", f"{k}={v}"]
+        table.append(" ".join(shlex.quote(a) for a in args + extra))
+    return "\n".join(lines) + "\n", "\n".join(table) + "\n"
+
+
 def main():
     argv = sys.argv[1:]
     extra = []
@@ -31,6 +107,8 @@ def main():
     ap.add_argument("--seeds", default="1")
     ap.add_argument("--set", action="append", default=[], help="key=v1,v2,... (one axis per key)")
     ap.add_argument("--out")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time")
+    ap.add_argument("--slurm", action="store_true", help="write a Slurm array script instead of running")
     a = ap.parse_args(argv)
     if not os.path.isfile(a.experiment):
         sys.exit(f"sweep: {a.experiment}: no such experiment file")
@@ -41,39 +119,33 @@ def main():
         k, vs = s.split("=", 1)
         axes.append([(k, v) for v in vs.split(",")])
     name = os.path.splitext(os.path.basename(a.experiment))[0]
-    out = a.out or os.path.join("results", "sweeps", f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    out = a.out or os.path.join("results", name, f"sweep-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
     os.makedirs(out, exist_ok=False)
-    rows = []
+    runs = []
     for combo in itertools.product(*axes) if axes else [()]:
-        variant = " ".join(f"{k}={v}" for k, v in combo) or "(base)"
         for seed in seeds(a.seeds):
-            run_dir = os.path.join(out, f"run-{len(rows):04d}")
-            cmd = ["jobs/run.sh", a.experiment, "--", "--out", run_dir, "--seed", str(seed)]
-            for k, v in combo:
-                cmd += ["--set", f"{k}={v}"]
-            cmd += extra
-            t0 = time.time()
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            wall = time.time() - t0
-            row = {"variant": variant, "seed": seed, "exit": p.returncode, "verdict": "", "oracle_mismatches": "",
-                   "divergences": "", "hit_rate": "", "ttft_p50_ms": "", "wall_s": f"{wall:.2f}", "run": run_dir}
-            if os.path.exists(os.path.join(run_dir, "run.h5")):
-                r = subprocess.run(["build/kvgrid", "report", run_dir, "--json"], capture_output=True, text=True)
-                if r.returncode == 0:
-                    j = json.loads(r.stdout)
-                    row["verdict"] = j.get("verdict") or "incomplete"
-                    row["oracle_mismatches"] = j.get("oracle_mismatches", "")
-                    row["divergences"] = j.get("divergences", "")
-                    if "hit_rate" in j:
-                        row["hit_rate"] = f"{j['hit_rate']['total']:.4f}"
-                        row["ttft_p50_ms"] = f"{j['ttft_model_ms']['p50']:.3f}"
-            rows.append(row)
-            print(f"{variant:40s} seed {seed:4d}  exit {p.returncode}  {row['verdict']:10s} {row['wall_s']} s", flush=True)
+            runs.append((os.path.join(out, f"run-{len(runs):04d}"), seed, combo))
+    if a.slurm:
+        script, table = slurm_script(a.experiment, out, runs, extra)
+        with open(os.path.join(out, "sweep.sbatch"), "w") as f:
+            f.write(script)
+        with open(os.path.join(out, "runs.txt"), "w") as f:
+            f.write(table)
+        print(f"# {len(runs)} runs: sbatch --ntasks=<world size> {os.path.join(out, 'sweep.sbatch')}")
+        return
+    rows = [None] * len(runs)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        futs = {pool.submit(run_one, a.experiment, d, s, c, extra): i for i, (d, s, c) in enumerate(runs)}
+        for fut in concurrent.futures.as_completed(futs):
+            row = rows[futs[fut]] = fut.result()
+            print(f"{row['variant']:40s} seed {row['seed']:4d}  exit {row['exit']}  {row['verdict']:10s} {row['wall_s']} s",
+                  flush=True)
     with open(os.path.join(out, "sweep.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
         w.writerows(rows)
-    print(f"# sweep table: {os.path.join(out, 'sweep.csv')}")
+    write_h5(os.path.join(out, "sweep.h5"), rows)
+    print(f"# sweep table: {os.path.join(out, 'sweep.csv')} and sweep.h5")
     print("# variant                                  runs  failed  (exit != 0)")
     for variant in dict.fromkeys(r["variant"] for r in rows):
         rs = [r for r in rows if r["variant"] == variant]

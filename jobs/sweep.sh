@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs an experiment over seeds and variants and writes a sweep table.
-#   jobs/sweep.sh EXPERIMENT.toml --seeds 1-20 [--set key=v1,v2 ...] [--out DIR] [-- kvgrid args]
-# Every combination of the comma-separated --set values runs once per seed (one run directory
-# each, under DIR, default results/sweeps/<experiment>-<UTC time>/); DIR/sweep.csv gets one row per
-# run (variant, seed, exit code, verdict, oracle mismatches, divergences, hit rate, modelled TTFT
-# p50, wall seconds) and a per-variant summary is printed. Under Slurm, submit it inside an
-# allocation (jobs/slurm.sbatch); each run uses jobs/run.sh.
+#   jobs/sweep.sh EXPERIMENT.toml --seeds 1-20 [--set key=v1,v2 ...] [--out DIR] [--jobs N] [--slurm] [-- kvgrid args]
+# Every combination of the comma-separated --set values runs once per seed, N at a time (one run
+# directory each, under DIR, default results/<experiment>/sweep-<UTC time>/); DIR/sweep.csv and
+# DIR/sweep.h5 (group /runs, one dataset per column) get one row per run: variant, seed, exit code,
+# verdict, oracle mismatches, divergences, faults injected, failed requests, hit rate, modelled
+# TTFT p50, first divergence (from `kvgrid check`, for runs that failed), wall seconds, run
+# directory; a per-variant summary is printed. --slurm writes DIR/sweep.sbatch (a Slurm array,
+# one task per run) and DIR/runs.txt instead of running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/kvgrid ] || jobs/setup.sh

@@ -474,7 +474,7 @@ def online_consensus():
 def sweep_smoke():
     env = dict(ENV, PATH=os.path.dirname(MPIEXEC) + ":" + os.environ.get("PATH", ""))
     p = subprocess.run([os.path.join(SRC, "jobs", "sweep.sh"), TREE, "--seeds", "1-2", "--set",
-                        "debug.plant_divergence_rank=-1,3", "--out", out("sw"), "--",
+                        "debug.plant_divergence_rank=-1,3", "--out", out("sw"), "--jobs", "2", "--",
                         "--set", "workload.tree.steps=40", "--set", "debug.plant_divergence_step=5"],
                        capture_output=True, text=True, env=env, timeout=240, cwd=SRC)
     expect(p.returncode == 0, "sweep ran", p.stdout, p.stderr)
@@ -486,6 +486,21 @@ def sweep_smoke():
     expect(all(r["exit"] == "0" and r["verdict"] == "OK" for r in clean), "clean variant OK", rows)
     expect(all(r["exit"] == "1" and r["verdict"] == "FAILED" and int(r["divergences"]) > 0 for r in planted),
            "planted variant caught in every seed", rows)
+    expect(all("rank 3" in r["first_divergence"] and "(step 5)" in r["first_divergence"] for r in planted)
+           and all(r["first_divergence"] == "" for r in clean), "first divergence column", rows)
+    with h5py.File(out("sw/sweep.h5"), "r") as f:
+        expect(list(f["runs/exit"][:]) == [int(r["exit"]) for r in rows], "sweep.h5 holds the same table")
+    # --slurm writes an array script (one task per run) and its run table instead of running: golden text.
+    p = subprocess.run([os.path.join(SRC, "jobs", "sweep.sh"), "experiments/pp_sync.toml", "--seeds", "1-2", "--set",
+                        "protocol.pp_sync=pp_sync,independent_polling", "--out", out("sl"), "--slurm", "--",
+                        "--set", "engine.payload=full"], capture_output=True, text=True, env=env, timeout=60, cwd=SRC)
+    expect(p.returncode == 0 and not os.path.exists(out("sl/run-0000")), "slurm script written, nothing run", p.stdout, p.stderr)
+    for name in ("sweep.sbatch", "runs.txt"):
+        with open(os.path.join(SRC, "tests", "cli", "golden", name)) as f:
+            want = f.read().replace("@OUT@", out("sl"))
+        with open(out("sl/" + name)) as f:
+            got = f.read()
+        expect(got == want, f"{name} matches tests/cli/golden/{name}", got, want)
 
 
 if __name__ == "__main__":
