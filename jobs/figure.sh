@@ -9,6 +9,10 @@ declare -A experiment plot
 # name                experiment                          plot script
 experiment[hit-ttft]=experiments/quickstart.toml; plot[hit-ttft]=results/plots/hit_ttft.py
 experiment[tiers]=experiments/multiturn_tiers.toml; plot[tiers]=results/plots/tiers.py
+experiment[pp_sync]=experiments/pp_sync.toml; plot[pp_sync]=results/plots/pp_sync.py
+# Figures drawn from a sweep (jobs/sweep.sh): its seeds and axes (KVGRID_FIGURE_SEEDS overrides the seeds).
+declare -A sweeps
+sweeps[pp_sync]="--set protocol.pp_sync=pp_sync,independent_polling --jobs 2"
 # Figures drawn from several runs of one experiment: label and the overrides of each run.
 declare -A variants
 variants[tiers]="device-only:--set cache.storage=none --set cache.host_pages=0
@@ -26,6 +30,14 @@ shift
 out="results/$name"
 mkdir -p "$out"
 stamp=$(date -u +%Y%m%d-%H%M%S)
+if [ -n "${sweeps[$name]:-}" ]; then
+  read -r -a axes <<< "${sweeps[$name]}"
+  sweep="$out/sweep-$stamp"
+  jobs/sweep.sh "${experiment[$name]}" --seeds "${KVGRID_FIGURE_SEEDS:-1-50}" "${axes[@]}" --out "$sweep" -- "$@" < /dev/null
+  /usr/bin/python3 "${plot[$name]}" "$sweep" "$out/$name.png"
+  echo "# figure: $out/$name.png (from $sweep/sweep.h5)"
+  exit 0
+fi
 if [ -z "${variants[$name]:-}" ]; then
   run="$out/run-$stamp"
   jobs/run.sh "${experiment[$name]}" -- --out "$run" "$@"

@@ -447,6 +447,13 @@ def pp_sync_sweep():
         expect(rc == 1 and line, f"check finds the divergence in {d}", so, se)
         first.append(line.group(0))
     expect(first[0] == first[1], "the rerun diverges at the same first entry", first)
+    # The Figure 2b/2c job at small scale: a sweep of both variants and its PNG from HDF5.
+    p = subprocess.run([os.path.join(SRC, "jobs", "figure.sh"), "pp_sync"], capture_output=True, text=True,
+                       env=dict(env, KVGRID_FIGURE_SEEDS="1-2"), timeout=280, cwd=SRC)
+    expect(p.returncode == 0 and "independent_polling: 100% of runs diverged" in p.stdout
+           and "pp_sync: 0% of runs diverged" in p.stdout, "figure.sh pp_sync", p.stdout, p.stderr)
+    with open(os.path.join(SRC, "results", "pp_sync", "pp_sync.png"), "rb") as f:
+        expect(f.read(8) == b"\x89PNG\r\n\x1a\n", "a PNG file")
 
 
 def online_consensus():
