@@ -1,10 +1,11 @@
-// report and check: read-only commands over a finished or aborted run's trace (no MPI).
+// report, check and timeline: read-only commands over a finished or aborted run's trace (no MPI).
 #include <iostream>
 
 #include "app/commands.hpp"
 #include "core/check.hpp"
 #include "runtime/offline_check.hpp"
 #include "runtime/report.hpp"
+#include "runtime/timeline.hpp"
 #include "runtime/trace_reader.hpp"
 
 namespace kvgrid::app {
@@ -36,6 +37,16 @@ int cmd_check(const std::string& run) {
     return 0;
   } catch (const InputError& e) {
     std::cerr << "kvgrid check: error: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+int cmd_timeline(const std::string& run) {
+  try {
+    std::cout << timeline_json(read_run(run)).dump() << "\n";
+    return 0;
+  } catch (const InputError& e) {
+    std::cerr << "kvgrid timeline: error: " << e.what() << "\n";
     return 2;
   }
 }

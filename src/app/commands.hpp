@@ -20,5 +20,6 @@ std::string version_string();
 int cmd_run(const RunOptions& opt, int argc, char** argv);
 int cmd_report(const std::string& run, bool json);
 int cmd_check(const std::string& run);
+int cmd_timeline(const std::string& run);
 
 }  // namespace kvgrid::app

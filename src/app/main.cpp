@@ -3,6 +3,7 @@
 //   kvgrid run EXPERIMENT.toml [--out DIR] [--seed N] [--set key=value]...   (under mpirun)
 //   kvgrid report RUN [--json]
 //   kvgrid check RUN
+//   kvgrid timeline RUN > run.json
 //
 // Exit codes: 0 success, 1 FAILED verdict (or a watchdog / internal error), 2 bad input.
 #include <CLI/CLI.hpp>
@@ -40,6 +41,11 @@ int main(int argc, char** argv) {
   auto* check_cmd = app.add_subcommand("check", "find the first decision on which ranks that must agree differ");
   check_cmd->add_option("run", check_run, "run directory or its run.h5")->required();
 
+  std::string timeline_run;
+  auto* timeline_cmd = app.add_subcommand(
+      "timeline", "export the run as Chrome/Perfetto trace events (JSON on stdout; open in ui.perfetto.dev)");
+  timeline_cmd->add_option("run", timeline_run, "run directory or its run.h5")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
@@ -57,5 +63,6 @@ int main(int argc, char** argv) {
   }
   if (*report_cmd) return kvgrid::app::cmd_report(report_run, report_as_json);
   if (*check_cmd) return kvgrid::app::cmd_check(check_run);
+  if (*timeline_cmd) return kvgrid::app::cmd_timeline(timeline_run);
   return 2;
 }

@@ -38,6 +38,7 @@ void HostTier::backup_path(TreeNode* node) {
     w.event = engine_.submit(kWriteStream, std::move(copies));
     stats_.d2h_bytes += w.event.bytes();
     stats_.d2h_ns += w.event.modelled_ns();
+    transfers_.push_back({"d2h", w.id, w.event.complete_ns() - w.event.modelled_ns(), w.event.complete_ns(), w.event.bytes()});
     n->ext.pending_write = w.id;
     tree_.lock(n);  // its device pages must stay until the copy is done
     pending_pages_ += need;
@@ -85,6 +86,7 @@ void HostTier::write_back(TreeNode* victim) {
     ev.synchronize();  // the device pages are about to be freed
     stats_.d2h_bytes += ev.bytes();
     stats_.d2h_ns += ev.modelled_ns();
+    transfers_.push_back({"d2h", 0, ev.complete_ns() - ev.modelled_ns(), ev.complete_ns(), ev.bytes()});
     stats_.d2h_pages += static_cast<std::uint64_t>(need.value());
     ++stats_.writes;
     if (agreement_.agree_min(ev.failed() ? 0 : 1) == 0) {
@@ -130,6 +132,7 @@ void HostTier::publish(const WriteAck& w, bool ok_everywhere) {
   pending_pages_ -= Pages(static_cast<std::int64_t>(w.host_pages.size()));
   tree_.unlock(w.node);
   KVGRID_CONSENSUS(log_, "write_ack", {static_cast<std::int64_t>(w.id)}, {unused.empty() ? 1 : 0});
+  transfers_.push_back({"write_ack", w.id, 0, 0, 0});
 }
 
 void HostTier::writing_check() { consume_writes(agreed_ready_writes()); }
@@ -175,9 +178,11 @@ std::vector<transfer::Event> HostTier::load_back(
     auto dp = alloc_device(need);
     if (!dp) break;
     auto layer_events = engine_.submit_layers(kLoadStream, layer_copies(device_kv_, *dp, host_kv_, n->host));
+    const std::uint64_t load = next_load_++;
     for (const auto& e : layer_events) {
       stats_.h2d_bytes += e.bytes();
       stats_.h2d_ns += e.modelled_ns();
+      transfers_.push_back({"h2d", load, e.complete_ns() - e.modelled_ns(), e.complete_ns(), e.bytes()});
     }
     events.insert(events.end(), layer_events.begin(), layer_events.end());
     tree_.set_device(n, *dp);

@@ -39,6 +39,12 @@ struct HostTierConfig {
   std::function<bool()> transfer_fault;        // failpoint transfer.fail: true = this backup's copy fails
 };
 
+// One copy or ACK for the run's timeline (kvgrid timeline): simulated times, 0 with real copies.
+struct TransferRecord {
+  const char* kind;  // "d2h", "h2d", "storage_read", "write_ack"
+  std::uint64_t id = 0, start_ns = 0, end_ns = 0, bytes = 0;
+};
+
 struct HostTierStats {
   std::uint64_t d2h_pages = 0, h2d_pages = 0, writes = 0, writes_failed = 0, host_evicted = 0;
   std::uint64_t d2h_bytes = 0, h2d_bytes = 0, d2h_ns = 0, h2d_ns = 0;  // ns: modelled copy time (simulated)
@@ -88,6 +94,12 @@ class HostTier {
   void on_published(std::function<void(TreeNode*)> f) { on_published_ = std::move(f); }
 
   const HostTierStats& stats() const { return stats_; }
+  // Copies submitted and ACKs consumed since the last call (for the trace's timeline events).
+  std::vector<TransferRecord> take_transfers() {
+    std::vector<TransferRecord> out;
+    out.swap(transfers_);
+    return out;
+  }
   const DevicePool& pool() const { return pool_; }
   std::size_t pending_writes() const { return queue_.size(); }
   // Modelled completion time of the oldest pending write (simulated engine; 0 when none or unknown).
@@ -117,6 +129,8 @@ class HostTier {
   Pages pending_pages_{0};
   HostTierStats stats_;
   std::function<void(TreeNode*)> on_published_;
+  std::vector<TransferRecord> transfers_;
+  std::uint64_t next_load_ = 1;
 };
 
 }  // namespace kvgrid::cache

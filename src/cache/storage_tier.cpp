@@ -195,6 +195,8 @@ void StorageTier::launch(RequestId id, Plan& pl, std::size_t hit) {
       const double bytes = static_cast<double>(b.count * host_kv_.layer_block_bytes() * host_kv_.layers());
       const auto dur = static_cast<std::uint64_t>(static_cast<double>(cfg_.latency_ns) +
                                                   bytes / cfg_.bytes_per_ns * (1.0 + cfg_.jitter * jitter_.uniform()));
+      transfers_.push_back({"storage_read", id.value(), tail, tail + dur + delay,
+                            static_cast<std::uint64_t>(bytes)});
       tail += dur + delay;
       b.done_ns = tail;
       stats_.read_ns += dur + delay;

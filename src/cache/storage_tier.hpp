@@ -134,6 +134,11 @@ class StorageTier {
   std::uint64_t next_ack_ns() const;
   Pages held_pages() const { return held_; }
   const StorageTierStats& stats() const { return stats_; }
+  std::vector<TransferRecord> take_transfers() {
+    std::vector<TransferRecord> out;
+    out.swap(transfers_);
+    return out;
+  }
   FileStorage& storage() { return *store_; }
 
   // Serialized page (all local layers of one host page), the object payload.
@@ -190,6 +195,7 @@ class StorageTier {
   std::map<std::uint64_t, std::pair<Tokens, Tokens>> finished_;
   Pages held_{0};
   CrossStageAgreement* cross_ = nullptr;
+  std::vector<TransferRecord> transfers_;
   std::vector<Query> queries_;                                   // arrivals of this step (across stages)
   std::map<std::uint64_t, std::uint64_t> stopping_;               // request -> ACKs consumed, stopping now
   std::vector<std::pair<std::uint64_t, std::uint64_t>> decisions_in_, decisions_out_;

@@ -382,6 +382,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       in = recv_step(grid.pp_prev(), grid.pp(), what + " from stage " + std::to_string(c.pp - 1));
       clock = std::max(clock, in.clock_ns + static_cast<std::uint64_t>(exp.cost.pp_link_ns));
     }
+    if (!first_stage) emit(step, 0, "pp_recv", c.pp - 1, static_cast<std::int64_t>(in.clock_ns), in.write_acks, 0);
     const bool exhausted = in.exhausted != 0;
     total_known = in.total;
     if (!in.specs.empty()) {
@@ -547,6 +548,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         emit(step, 0, "p2p_delay", static_cast<std::int64_t>(hit->param("delay_us")), 0, 0, 0);
       }
       sender.send(out, grid.pp_next(), grid.pp());
+      emit(step, 0, "pp_send", c.pp, static_cast<std::int64_t>(out.clock_ns), out.write_acks, 0);
     }
     if (auto* st = dc.storage_tier()) st->end_of_step();  // across stages: after the message went out
 
@@ -581,6 +583,18 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       }
     }
 
+    // Timeline events: copies (modelled start, end, bytes), ACKs consumed, at this step.
+    if (trace) {
+      std::vector<cache::TransferRecord> tr;
+      if (auto* host = dc.host_tier()) tr = host->take_transfers();
+      if (auto* st = dc.storage_tier()) {
+        auto more = st->take_transfers();
+        tr.insert(tr.end(), more.begin(), more.end());
+      }
+      for (const auto& t : tr)
+        emit(step, t.id, t.kind, static_cast<std::int64_t>(t.start_ns), static_cast<std::int64_t>(t.end_ns),
+             static_cast<std::int64_t>(t.bytes), 0);
+    }
     done = exhausted && sched.idle();
     if (trace) trace->set_completed_step(static_cast<std::uint64_t>(step));
     if ((step + 1) % exp.engine.check_every == 0 || done) check(step);

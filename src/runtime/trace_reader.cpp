@@ -85,6 +85,7 @@ RunTrace read_run(const std::string& run) {
       auto events = read_table<EventRow>(g.get(), "events", ev.get());
       rt.events = events.size();
       for (const auto& e : events) ++rt.ops[read_fixed(e.op, sizeof(e.op))];
+      rt.event_rows = std::move(events);
       rt.decisions = read_table<DecisionRow>(g.get(), "decisions", dec.get());
       rt.faults = read_table<FaultRow>(g.get(), "faults", flt.get());
       rt.requests = read_table<RequestRow>(g.get(), "requests", rq.get());

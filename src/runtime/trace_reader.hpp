@@ -20,6 +20,7 @@ struct RankTrace {
   int group = 0, tp = 0, cp = 0, pp = 0;
   std::optional<std::uint64_t> completed_step;  // every decision of steps <= this one is in the file
   std::uint64_t events = 0;
+  std::vector<EventRow> event_rows;
   std::vector<DecisionRow> decisions;
   std::vector<FaultRow> faults;
   std::vector<RequestRow> requests;

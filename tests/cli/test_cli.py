@@ -478,6 +478,27 @@ def online_consensus():
            so, se)
 
 
+def timeline_export():
+    """kvgrid timeline: Chrome/Perfetto trace events from the HDF5 trace — one process per rank,
+    copies as slices on their stream's thread, ACKs as instants, every step message a matched flow."""
+    pp = os.path.join(SRC, "experiments", "pp_sync.toml")
+    rc, so, se = run(4, pp, "--out", out("tl"), "--set", "workload.multiturn.rounds=2")
+    expect(rc == 0, "run", so, se)
+    rc, so, se = tool("timeline", out("tl"))
+    expect(rc == 0, "timeline", se)
+    ev = json.loads(so)["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+    expect(sorted(names) == [0, 1, 2, 3] and names[2].startswith("rank 2 (pp 1"), "a process per rank", names)
+    copies = [e for e in ev if e["ph"] == "X" and e["name"] in ("d2h", "h2d", "storage_read")]
+    expect(copies and all(e["dur"] > 0 and e["tid"] in (1, 2, 3) for e in copies), "copies as slices", copies[:3])
+    expect(any(e["ph"] == "i" and e["name"] == "write_ack" for e in ev), "ACKs consumed as instants")
+    starts = {e["id"] for e in ev if e["ph"] == "s"}
+    ends = {e["id"] for e in ev if e["ph"] == "f"}
+    expect(starts and starts == ends, "every stage-to-stage message a matched flow", len(starts), len(ends))
+    rc, so, se = tool("timeline", out("does-not-exist"))
+    expect(rc == 2 and "kvgrid timeline: error" in se, "a missing run is an input error", se)
+
+
 def sweep_smoke():
     env = dict(ENV, PATH=os.path.dirname(MPIEXEC) + ":" + os.environ.get("PATH", ""))
     p = subprocess.run([os.path.join(SRC, "jobs", "sweep.sh"), TREE, "--seeds", "1-2", "--set",
