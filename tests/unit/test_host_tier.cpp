@@ -122,3 +122,41 @@ TEST(HostTier, AFailedCopyPublishesNothingAndFreesItsHostPages) {
 
 }  // namespace
 }  // namespace kvgrid::cache
+
+#include "protocols/pp_sync.hpp"
+
+namespace kvgrid::cache {
+namespace {
+
+// protocol.pp_sync on one rank per stage: PP0 counts its leading finished write ACKs; a later
+// stage takes PP0's count and consumes exactly that many, blocking on its own copies, without
+// looking at whether they finished.
+TEST(PpSyncRelay, Pp0CountsItsReadyAcksAndALaterStageConsumesExactlyThatMany) {
+  auto pp0 = host_rig("relay-pp0");
+  auto pp1 = host_rig("relay-pp1", "write_through", [](HostTierConfig&) {}, Pages(64));
+  auto relay = protocols::make_pp_sync("pp_sync");
+  for (auto* rig : {&pp0, &pp1}) {
+    run_request(*rig, RequestId(1), prompt(32, 1));
+    run_request(*rig, RequestId(2), prompt(16, 100));
+  }
+  // PP0's copies: [done, not done]. PP1's are slower: [not done, not done].
+  pp0.clock = pp0.dc.host_tier()->oldest_write_ns();
+  const std::size_t n = relay->write_acks(*pp0.dc.host_tier(), std::nullopt);
+  EXPECT_EQ(n, 1u);
+  pp0.dc.host_tier()->consume_writes(n);
+  EXPECT_EQ(pp1.clock, 0u);
+  const std::size_t m = relay->write_acks(*pp1.dc.host_tier(), n);  // never queries PP1's events
+  EXPECT_EQ(m, 1u);
+  pp1.dc.host_tier()->consume_writes(m);  // blocks on its own first copy: the modelled clock moves on
+  EXPECT_GT(pp1.clock, 0u);
+  EXPECT_EQ(pp1.dc.host_tier()->pending_writes(), 1u);  // the second stays queued, whatever PP1 sees
+  EXPECT_EQ(pp0.dc.tree().digest(), pp1.dc.tree().digest());  // same published state on both stages
+  // The buggy variant lets PP1 decide from its own (slower) events: it consumes nothing yet.
+  auto pp1b = host_rig("relay-pp1b");
+  run_request(pp1b, RequestId(1), prompt(32, 1));
+  run_request(pp1b, RequestId(2), prompt(16, 100));
+  EXPECT_EQ(protocols::make_pp_sync("independent_polling")->write_acks(*pp1b.dc.host_tier(), n), 0u);
+}
+
+}  // namespace
+}  // namespace kvgrid::cache
