@@ -447,6 +447,9 @@ def pp_sync_sweep():
         expect(rc == 1 and line, f"check finds the divergence in {d}", so, se)
         first.append(line.group(0))
     expect(first[0] == first[1], "the rerun diverges at the same first entry", first)
+    # Real copies and storage reads on threads (completions in real time, different on every rank).
+    rc, so, se = run(4, pp, "--out", out("pp-threaded"), "--set", "engine.transfer=threaded")
+    expect(rc == 0 and "# verdict: OK" in so, "pp_sync + prefetch_consensus with the threaded engine", so, se)
     # The Figure 2b/2c job at small scale: a sweep of both variants and its PNG from HDF5.
     p = subprocess.run([os.path.join(SRC, "jobs", "figure.sh"), "pp_sync"], capture_output=True, text=True,
                        env=dict(env, KVGRID_FIGURE_SEEDS="1-2"), timeout=280, cwd=SRC)
