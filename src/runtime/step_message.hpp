@@ -1,0 +1,65 @@
+// The message a pipeline stage sends the next at every step (DESIGN §1): the step's arrivals and
+// aborts (from PP0's leader, relayed stage to stage), the previous stage's activation (per request
+// in the batch: the positions computed and the chain value), and the cache decisions later
+// stages follow (protocol.pp_sync's write-ACK count, protocol.prefetch_consensus's prefetch
+// stops). A fixed 64-word header carries small payloads inline, so a decode step costs one message
+// per hop; larger payloads follow as a second message. Fixed tags from a fixed source: no
+// wildcards, no probing. Sends are non-blocking with a bounded number in flight.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kvgrid {
+
+using Words = std::vector<std::uint32_t>;
+
+struct StepMessage {
+  struct Entry {
+    std::uint64_t id, start, end, value;
+  };
+  std::uint64_t clock_ns = 0, exhausted = 0, total = 0;
+  std::uint32_t write_acks = 0;  // protocol.pp_sync: write ACKs the sending stage consumed at this step
+  std::vector<Entry> entries;
+  Words specs;  // encode_specs() of the arrivals; empty when none arrived
+  std::vector<std::uint64_t> aborts;  // requests PP0's leader aborted at this step (request.abort)
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> stops;  // prefetch_consensus: (request, ACKs) PP0 stopped
+};
+
+constexpr std::size_t kStepHeaderWords = 64;
+
+// A packed message: header (with the payload inline when it fits), then the payload otherwise.
+struct Packed {
+  Words header = Words(kStepHeaderWords, 0);
+  Words payload;
+  bool inline_payload() const { return header[8] != 0; }
+};
+
+Packed pack(const StepMessage& m);
+StepMessage unpack(const Packed& p);
+
+// Non-blocking sends whose buffers live here until they complete; at most 32 pending.
+class Sender {
+ public:
+  void send(const StepMessage& m, int dest, MPI_Comm comm);
+  void drain(bool all);
+
+ private:
+  static constexpr std::size_t kMaxInFlight = 32;
+  struct Item {
+    Packed p;
+    MPI_Request req[2];
+  };
+  std::deque<std::unique_ptr<Item>> items_;
+};
+
+StepMessage recv_step(int src, MPI_Comm comm, const std::string& what);
+StepMessage bcast_step(const StepMessage& m, bool root, MPI_Comm comm, const std::string& what);
+
+}  // namespace kvgrid
