@@ -3,16 +3,36 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cache/cp_placement.hpp"
 #include "core/check.hpp"
 #include "core/hash.hpp"
 
 namespace kvgrid::cache {
 
-NodeExt NodeExt::split_prefix(Pages) {
+NodeExt NodeExt::split_prefix(Pages prefix_pages) {
   NodeExt prefix;
   prefix.hit_count = hit_count;  // every match that reached the suffix also crossed the prefix
   prefix.pending_write = pending_write;  // both fragments are published when the write's ACK is consumed
+  prefix.rotation_base = rotation_base;  // the prefix starts where the node started
+  prefix.shards = shards;
+  rotation_base = static_cast<std::uint32_t>((rotation_base + static_cast<std::uint64_t>(prefix_pages.value())) % shards);
   return prefix;
+}
+
+void RadixTree::check_rotation(const TreeNode* parent, std::span<const PageId> pages, const char* what) const {
+  if (cfg_.shards <= 1 || pages.empty()) return;
+  const CpPlacement pl{cfg_.shards, static_cast<std::uint64_t>(cfg_.page_size.value())};
+  std::string why = rotation_error(pl, pages);
+  if (why.empty() && parent != root_.get()) {
+    const std::uint32_t last = static_cast<std::uint32_t>(
+        (parent->ext.rotation_base + parent->key.size() / static_cast<std::size_t>(cfg_.page_size.value()) - 1) % cfg_.shards);
+    const std::uint32_t first = pl.page_owner(pages.front().value());
+    if (first != (last + 1) % cfg_.shards)
+      why = "its first page (logical " + std::to_string(pages.front().value()) + ") is owned by rank " + std::to_string(first) +
+            " but continues node " + std::to_string(parent->id) + ", whose last page is owned by rank " + std::to_string(last) +
+            " (expected rank " + std::to_string((last + 1) % cfg_.shards) + ")";
+  }
+  KVGRID_CHECK(why.empty(), what, " would join incompatible ownership rotations: ", why);
 }
 
 RadixTree::RadixTree(TreeConfig cfg) : cfg_(cfg), root_(std::make_unique<TreeNode>()) {
@@ -256,6 +276,9 @@ InsertResult RadixTree::insert(std::span<const TokenId> tokens, std::span<const 
       leaf->id = next_id_++;
       leaf->key.assign(tokens.begin() + static_cast<std::ptrdiff_t>(pos), tokens.end());
       leaf->device.assign(pages.begin() + static_cast<std::ptrdiff_t>(pos / p), pages.end());
+      check_rotation(node, leaf->device, "insert");
+      leaf->ext.shards = cfg_.shards;
+      leaf->ext.rotation_base = cfg_.shards > 1 ? leaf->device.front().value() % cfg_.shards : 0;
       leaf->last_access = clock_;
       TreeNode* raw = leaf.get();
       evictable_pages_ += raw->pages();
@@ -376,6 +399,10 @@ std::vector<PageId> RadixTree::insert_host(std::span<const TokenId> tokens, Toke
       leaf->key.assign(tokens.begin() + static_cast<std::ptrdiff_t>(pos), tokens.end());
       auto s = slice(pos, tokens.size());
       leaf->host.assign(s.begin(), s.end());
+      leaf->ext.shards = cfg_.shards;
+      if (cfg_.shards > 1 && node != root_.get())  // a prefetched continuation keeps the path's rotation
+        leaf->ext.rotation_base = static_cast<std::uint32_t>(
+            (node->ext.rotation_base + node->key.size() / p) % cfg_.shards);
       leaf->last_access = clock_;
       TreeNode* raw = leaf.get();
       host_pages_ += Pages(static_cast<std::int64_t>(raw->host.size()));
@@ -417,6 +444,15 @@ void RadixTree::set_device(TreeNode* node, std::span<const PageId> device_pages)
                device_pages.size(), " device pages");
   KVGRID_CHECK(node->parent == root_.get() || !node->parent->device.empty(), "load-back of node ", node->id,
                " whose parent is not device-resident");
+  if (cfg_.shards > 1) {
+    const CpPlacement pl{cfg_.shards, p};
+    std::string why = rotation_error(pl, device_pages);
+    if (why.empty() && pl.page_owner(device_pages.front().value()) != node->ext.rotation_base)
+      why = "its first page (logical " + std::to_string(device_pages.front().value()) + ") is owned by rank " +
+            std::to_string(pl.page_owner(device_pages.front().value())) + ", the node's first page by rank " +
+            std::to_string(node->ext.rotation_base);
+    KVGRID_CHECK(why.empty(), "load-back into node ", node->id, " would move pages off their owners: ", why);
+  }
   node->device.assign(device_pages.begin(), device_pages.end());
   (node->lock_ref > 0 ? protected_pages_ : evictable_pages_) += node->pages();
   refresh(node);

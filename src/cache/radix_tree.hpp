@@ -44,6 +44,10 @@ namespace kvgrid::cache {
 struct NodeExt {
   std::uint64_t hit_count = 0;      // matches that reached this node (write_through_selective uses it)
   std::uint64_t pending_write = 0;  // id of an unpublished device→host backup of this node (0: none)
+  // CP page ownership (cp_placement.hpp): the owner of the node's first page among `shards`; the
+  // owners of its pages continue cyclically. Kept while the node is host-only, so a restore
+  // puts each page back on its owner.
+  std::uint32_t rotation_base = 0, shards = 1;
   // The state of the first `prefix_pages` pages, for the new parent created by a split; `*this`
   // keeps the rest.
   NodeExt split_prefix(Pages prefix_pages);
@@ -110,6 +114,10 @@ struct InsertResult {
 
 struct TreeConfig {
   Tokens page_size{16};
+  // CP page ownership: > 1 makes page ids logical (owner = id mod shards) and the tree checks that
+  // owners run cyclically along every path (an insertion that would join incompatible rotations
+  // is rejected, saying why).
+  std::uint32_t shards = 1;
 };
 
 class RadixTree {
@@ -189,6 +197,8 @@ class RadixTree {
   };
 
   MatchResult match_up_to(std::span<const TokenId> tokens, std::size_t limit, bool account = true);
+  // Throws InternalError when `pages` under `parent` break the cyclic owner sequence (shards > 1).
+  void check_rotation(const TreeNode* parent, std::span<const PageId> pages, const char* what) const;
   TreeNode* find_child(TreeNode* node, std::span<const TokenId> first_page, std::uint64_t h) const;
   // The parent's entry that owns `child`.
   std::unordered_multimap<std::uint64_t, std::unique_ptr<TreeNode>>::iterator entry_of(TreeNode* child);
