@@ -26,4 +26,9 @@ namespace kvgrid::protocols {
 // Throws InputError for an unknown variant name.
 std::unique_ptr<cache::CrossStageAgreement> make_prefetch_consensus(const std::string& variant, const RankGrid& grid);
 
+// The host tier's publish agreement at PP > 1 (protocol.pp_sync): MIN over the stage and across
+// stages for "pp_sync", over the stage only for "independent_polling" (the bug: every stage decides
+// for itself).
+std::unique_ptr<cache::CrossStageAgreement> make_publish_agreement(const std::string& pp_sync_variant, const RankGrid& grid);
+
 }  // namespace kvgrid::protocols

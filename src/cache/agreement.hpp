@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace kvgrid::cache {
 
@@ -24,6 +25,25 @@ class AckAgreement {
   // lengths after it, and "can this prefetch stop?" (1/0: all must be able to). Same call points
   // on every rank.
   virtual std::uint64_t agree_min(std::uint64_t local) = 0;
+};
+
+
+// What the host and storage tiers need agreed across pipeline stages (PP > 1): the outcome of
+// backups (protocol.pp_sync) and prefetches (protocol.prefetch_consensus). Called at the end of a
+// step, after the step's message went out, on every rank.
+class CrossStageAgreement {
+ public:
+  virtual ~CrossStageAgreement() = default;
+  virtual std::string_view name() const = 0;
+  // Element-wise MIN over every rank that serves the requests (its stage, and every stage).
+  virtual void min(std::vector<std::uint64_t>& v) = 0;
+  // Does this rank's stage decide when prefetches stop? (PP0; every stage in the buggy variant.)
+  virtual bool decides() const = 0;
+  // The same MIN, non-blocking: started at the end of one step, finished at the end of the next,
+  // so that no stage waits for the others to finish a step (one operation in flight at a time;
+  // `v` must stay alive until `min_end`).
+  virtual void min_begin(std::vector<std::uint64_t>& v) = 0;
+  virtual void min_end() = 0;
 };
 
 }  // namespace kvgrid::cache

@@ -91,12 +91,25 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
   const Pages total((kv_tokens.value() + p - 1) / p);
   const Pages need = total - Pages(static_cast<std::int64_t>(m.device_pages.size()));
   auto fresh = alloc_evicting(need, &r.evicted);
-  if (alloc_fault_) {
+  if (following_) {
+    KVGRID_CHECK(follow_at_ < follow_.size(), "request ", id, ": PP0 relayed ", follow_.size(),
+                 " admission outcomes, this stage is at admission ", follow_at_ + 1);
+    const bool admit = follow_[follow_at_++] != 0;
+    // The failpoint is still drawn (and recorded) here, but PP0's decision stands: this pool holds
+    // the same pages as PP0's, so a failure injected on a later stage cannot part the stages.
+    if (alloc_fault_) (void)alloc_fault_();
+    KVGRID_CHECK(!admit || fresh.has_value(), "request ", id, ": PP0 admitted it but this stage has no pages for it");
+    if (!admit && fresh) {
+      pool_.free(*fresh);
+      fresh.reset();
+    }
+  } else if (alloc_fault_) {
     const bool local = fresh.has_value() && !alloc_fault_();
     if (!alloc_agreement_->agree_allocation(local) && fresh) {
       pool_.free(*fresh);
       fresh.reset();
     }
+    admissions_.push_back(fresh ? 1 : 0);
   }
   KVGRID_CONSENSUS(log_, "admit", {static_cast<std::int64_t>(id.value())}, {fresh ? 1 : 0, need.value()});
   if (!fresh) {

@@ -98,6 +98,20 @@ class DeviceCache {
     alloc_fault_ = std::move(fault);
     alloc_agreement_ = &agreement;
   }
+  // Across pipeline stages (protocol.pp_sync, PP > 1): PP0's stage decides every admission's
+  // allocation outcome (recorded in order, `take_admissions`, relayed in the step message); a later
+  // stage follows them (`follow_admissions`) instead of its own fault draws — its pool holds the
+  // same pages as PP0's, so it can.
+  void follow_admissions(std::vector<std::uint8_t> decided) {
+    follow_ = std::move(decided);
+    follow_at_ = 0;
+    following_ = true;
+  }
+  std::vector<std::uint8_t> take_admissions() {
+    std::vector<std::uint8_t> out;
+    out.swap(admissions_);
+    return out;
+  }
 
   // A request arrived (every rank, same order): the storage tier may start its prefetch.
   void on_arrival(RequestId id, std::span<const TokenId> prompt) {
@@ -125,6 +139,9 @@ class DeviceCache {
   std::unique_ptr<StorageTier> storage_;
   std::function<bool()> alloc_fault_;
   AckAgreement* alloc_agreement_ = nullptr;
+  std::vector<std::uint8_t> admissions_, follow_;
+  std::size_t follow_at_ = 0;
+  bool following_ = false;
   Pages reserved_{0};  // pages held privately by reservations
   Tokens last_match_{0};  // of the latest reserve(), for admit()'s report of a refusal
   Pages last_evicted_{0};

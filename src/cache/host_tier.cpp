@@ -27,8 +27,20 @@ void HostTier::backup_path(TreeNode* node) {
     if (n->device.empty()) break;  // cannot happen on a freshly inserted path; keep the prefix rule
     if (cfg_.write_policy == "write_through_selective" && n->ext.hit_count < cfg_.write_through_threshold) break;
     const Pages need(static_cast<std::int64_t>(n->key.size() / p));
-    auto hp = alloc_host(need);
-    KVGRID_CONSENSUS(log_, "backup", {static_cast<std::int64_t>(n->key.size())}, {hp ? 1 : 0});
+    bool faulted = false;
+    auto hp = cross_ ? alloc_host_local(need, &faulted) : alloc_host(need);
+    KVGRID_CONSENSUS(log_, "backup", {static_cast<std::int64_t>(n->key.size())}, {hp || cross_ ? 1 : 0});
+    if (cross_ && (!hp || faulted)) {
+      // Keep every stage's queue (and host pool) the same: a placeholder, without a copy, that
+      // fails everywhere when it is published.
+      WriteAck w{next_write_++, n, hp ? std::move(*hp) : std::vector<PageId>{}, {}, true};
+      n->ext.pending_write = w.id;
+      tree_.lock(n);
+      pending_pages_ += Pages(static_cast<std::int64_t>(w.host_pages.size()));
+      ++stats_.writes;
+      queue_.push_back(std::move(w));
+      continue;
+    }
     if (!hp) break;  // host full of protected pages (somewhere): this and deeper nodes stay device-only
     std::vector<transfer::Copy> copies;
     for (auto& layer : layer_copies(host_kv_, *hp, device_kv_, n->device))
@@ -46,6 +58,17 @@ void HostTier::backup_path(TreeNode* node) {
     ++stats_.writes;
     queue_.push_back(std::move(w));
   }
+}
+
+std::optional<std::vector<PageId>> HostTier::alloc_host_local(Pages need, bool* faulted) {
+  if (need > pool_.free_pages()) {
+    auto freed = tree_.evict_host(need - pool_.free_pages());
+    pool_.free(freed);
+    stats_.host_evicted += freed.size();
+  }
+  auto hp = pool_.alloc(need);
+  *faulted = hp && cfg_.alloc_fault && cfg_.alloc_fault();
+  return hp;
 }
 
 std::optional<std::vector<PageId>> HostTier::alloc_host(Pages need) {
@@ -105,6 +128,17 @@ void HostTier::publish(const WriteAck& w, bool ok_everywhere) {
   for (TreeNode* n = w.node->parent; n != tree_.root() && n->ext.pending_write == w.id; n = n->parent)
     fragments.push_back(n);
   std::reverse(fragments.begin(), fragments.end());
+  if (w.placeholder) {  // nothing was copied here: it failed everywhere
+    KVGRID_CHECK(!ok_everywhere, "write ", w.id, " published although its host allocation failed on this rank");
+    for (TreeNode* f : fragments) f->ext.pending_write = 0;
+    pool_.free(w.host_pages);
+    pending_pages_ -= Pages(static_cast<std::int64_t>(w.host_pages.size()));
+    ++stats_.writes_failed;
+    tree_.unlock(w.node);
+    KVGRID_CONSENSUS(log_, "write_ack", {static_cast<std::int64_t>(w.id)}, {0});
+    transfers_.push_back({"write_ack", w.id, 0, 0, 0});
+    return;
+  }
   bool ok = ok_everywhere;
   std::size_t at = 0;
   std::vector<PageId> unused;
@@ -137,6 +171,24 @@ void HostTier::publish(const WriteAck& w, bool ok_everywhere) {
 
 void HostTier::writing_check() { consume_writes(agreed_ready_writes()); }
 
+void HostTier::end_of_step() {
+  if (!cross_) return;
+  finish_cross_stage();
+  if (consumed_.empty()) return;  // the same on every rank: the counts were relayed
+  agreeing_ = std::move(consumed_);
+  consumed_.clear();
+  agreeing_ok_.clear();
+  for (const auto& w : agreeing_) agreeing_ok_.push_back(w.failed() ? 0 : 1);
+  cross_->min_begin(agreeing_ok_);
+}
+
+void HostTier::finish_cross_stage() {
+  if (!cross_ || agreeing_.empty()) return;
+  cross_->min_end();
+  for (std::size_t i = 0; i < agreeing_.size(); ++i) publish(agreeing_[i], agreeing_ok_[i] == 1);
+  agreeing_.clear();
+}
+
 std::size_t HostTier::agreed_ready_writes() {
   std::size_t ready = 0;
   while (ready < queue_.size() && queue_[ready].event.query()) ++ready;
@@ -147,16 +199,25 @@ void HostTier::consume_writes(std::size_t consume) {
   KVGRID_CHECK(consume <= queue_.size(), "asked to consume ", consume, " write ACKs of ", queue_.size(),
                " (the stages' backups differ)");
   if (consume == 0) return;
+  if (cross_) {  // published at the end of the step, with the outcome agreed over every stage
+    for (std::size_t i = 0; i < consume; ++i) {
+      if (!queue_.front().placeholder) queue_.front().event.synchronize();
+      consumed_.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    KVGRID_CONSENSUS(log_, "writing_check", {static_cast<std::int64_t>(consume)}, {});
+    return;
+  }
   // A copy that failed on any rank is a failure everywhere: one MIN when none failed (the common
   // case), one per ACK otherwise.
   bool any_failed = false;
   for (std::size_t i = 0; i < consume; ++i) {
     queue_[i].event.synchronize();  // done already on PP0; a later stage may block here
-    any_failed = any_failed || queue_[i].event.failed();
+    any_failed = any_failed || queue_[i].failed();
   }
   const bool all_ok = agreement_.agree_min(any_failed ? 0 : 1) == 1;
   for (std::size_t i = 0; i < consume; ++i) {
-    const bool ok = all_ok || agreement_.agree_min(queue_.front().event.failed() ? 0 : 1) == 1;
+    const bool ok = all_ok || agreement_.agree_min(queue_.front().failed() ? 0 : 1) == 1;
     publish(queue_.front(), ok);
     queue_.pop_front();
   }

@@ -89,6 +89,21 @@ class HostTier {
   // Host pages for someone else (a storage prefetch): evicts host-only leaves if needed; the
   // outcome is agreed like a backup's allocation. Every rank of the stage calls it at the same point.
   std::optional<std::vector<PageId>> alloc_host(Pages n);
+  // The same without the stage's agreement (across stages the outcome is agreed later). An
+  // injected failure (host.alloc.fail) keeps the pages and sets `*faulted`: the pool stays exactly
+  // as on the ranks where it did not fire, and the agreement turns the failure into everyone's.
+  std::optional<std::vector<PageId>> alloc_host_local(Pages n, bool* faulted);
+
+  // Across pipeline stages (PP > 1): a backup whose host allocation failed on this rank still
+  // takes its place in the ACK queue (a placeholder), so every rank's queue holds the same writes;
+  // consumed ACKs are published at the end of the step with their success agreed over every
+  // stage (MIN), so a copy or allocation that failed on one stage fails on all.
+  void set_cross_stage(CrossStageAgreement* cross) { cross_ = cross; }
+  // Collective across stages at the end of every step: publishes what the previous step consumed
+  // (its agreement, started then, finishes now) and starts the agreement of this step's.
+  void end_of_step();
+  // After the last step: finishes and publishes what is still being agreed.
+  void finish_cross_stage();
   void free_host(std::span<const PageId> pages) { pool_.free(pages); }
   // Called for each node whose backup was published (the storage tier writes it through).
   void on_published(std::function<void(TreeNode*)> f) { on_published_ = std::move(f); }
@@ -113,6 +128,8 @@ class HostTier {
     TreeNode* node;
     std::vector<PageId> host_pages;
     transfer::Event event;
+    bool placeholder = false;  // the host allocation failed here (across stages)
+    bool failed() const { return placeholder || event.failed(); }
   };
   void publish(const WriteAck& w, bool ok);
 
@@ -131,6 +148,10 @@ class HostTier {
   std::function<void(TreeNode*)> on_published_;
   std::vector<TransferRecord> transfers_;
   std::uint64_t next_load_ = 1;
+  CrossStageAgreement* cross_ = nullptr;
+  std::vector<WriteAck> consumed_;  // across stages: consumed this step
+  std::vector<WriteAck> agreeing_;  // consumed the step before, their outcome being agreed
+  std::vector<std::uint64_t> agreeing_ok_;
 };
 
 }  // namespace kvgrid::cache

@@ -155,7 +155,19 @@ void StorageTier::launch(RequestId id, Plan& pl, std::size_t hit) {
                    {static_cast<std::int64_t>(hit)});
   if (start + hit <= cached || (start + hit - cached) * p < static_cast<std::size_t>(cfg_.prefetch_threshold.value())) return;
   tree_.lock(anchor);  // before allocating: making room evicts host-only leaves, the anchor may be one
-  auto pages = host_.alloc_host(Pages(static_cast<std::int64_t>(hit)));
+  std::optional<std::vector<PageId>> pages;
+  if (cross_) {  // across stages: every rank serving the request must have allocated
+    bool faulted = false;
+    pages = host_.alloc_host_local(Pages(static_cast<std::int64_t>(hit)), &faulted);
+    std::vector<std::uint64_t> ok{pages && !faulted ? 1u : 0u};
+    cross_->min(ok);
+    if (!ok[0] && pages) {
+      host_.free_host(*pages);
+      pages.reset();
+    }
+  } else {
+    pages = host_.alloc_host(Pages(static_cast<std::int64_t>(hit)));
+  }
   KVGRID_CONSENSUS(log_, "prefetch_start", {static_cast<std::int64_t>(id.value())}, {pages ? 1 : 0});
   if (!pages) {
     tree_.unlock(anchor);

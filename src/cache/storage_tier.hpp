@@ -73,17 +73,6 @@ struct StorageTierConfig {
   StorageFaults faults;
 };
 
-// What the storage tier needs agreed across pipeline stages (protocol.prefetch_consensus); the
-// cache defines it, protocols/ implements it with communicators.
-class CrossStageAgreement {
- public:
-  virtual ~CrossStageAgreement() = default;
-  virtual std::string_view name() const = 0;
-  // Element-wise MIN over every rank that serves the requests (its stage, and every stage).
-  virtual void min(std::vector<std::uint64_t>& v) = 0;
-  // Does this rank's stage decide when prefetches stop? (PP0; every stage in the buggy variant.)
-  virtual bool decides() const = 0;
-};
 
 struct StorageTierStats {
   std::uint64_t prefetches = 0, prefetch_pages = 0, used_pages = 0, read_pages = 0, failed_pages = 0;

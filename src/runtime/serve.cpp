@@ -88,6 +88,11 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
                          }},
                         pool, *host_kv, *engine, *agreement);
   std::unique_ptr<cache::CrossStageAgreement> cross_stage;  // protocol.prefetch_consensus (PP > 1)
+  std::unique_ptr<cache::CrossStageAgreement> publish_agreement;  // protocol.pp_sync's publish (PP > 1)
+  if (host_kv && shape.pp > 1) {
+    publish_agreement = protocols::make_publish_agreement(exp.protocol.pp_sync, grid);
+    dc.host_tier()->set_cross_stage(publish_agreement.get());
+  }
   if (host_kv && exp.cache.storage != "none") {
     KVGRID_CHECK(!exp.cache.storage_dir.empty(), "cache.storage_dir is unset (kvgrid run sets <run dir>/storage)");
     cache::ShardKey sk;
@@ -132,6 +137,8 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       dc.storage_tier()->set_cross_stage(cross_stage.get());
     }
   }
+  // device.alloc.fail across stages under pp_sync: PP0's stage decides, later stages follow.
+  const bool relay_admissions = faults.configured("device.alloc.fail") && shape.pp > 1 && exp.protocol.pp_sync == "pp_sync";
   if (faults.configured("device.alloc.fail")) {
     if (!agreement) agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
     dc.set_alloc_fault([&faults, &log] { return faults.evaluate("device.alloc.fail", log.step()).has_value(); }, *agreement);
@@ -260,6 +267,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     // 2. this rank's own decisions; first the agreed write ACKs (every rank, every round): PP0's
     //    stage agrees, later stages follow the count relayed with the inputs (protocol.pp_sync).
     if (auto* st = dc.storage_tier(); st && !first_stage) st->set_decisions(in.stops);
+    if (relay_admissions && !first_stage) dc.follow_admissions(in.admits);
     std::uint32_t write_acks = 0;
     if (auto* host = dc.host_tier()) {
       write_acks = static_cast<std::uint32_t>(
@@ -362,6 +370,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     out.aborts = in.aborts;
     out.write_acks = write_acks;
     if (auto* st = dc.storage_tier()) out.stops = st->take_decisions();
+    if (relay_admissions) out.admits = first_stage ? dc.take_admissions() : in.admits;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       auto& e = batch[i];
       const std::uint64_t a_in = first_stage ? chain_seed(e.req->spec.id, e.start, e.end) : in.entries[i].value;
@@ -392,7 +401,10 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       sender.send(out, grid.pp_next(), grid.pp());
       emit(step, 0, "pp_send", c.pp, static_cast<std::int64_t>(out.clock_ns), out.write_acks, 0);
     }
-    if (auto* st = dc.storage_tier()) st->end_of_step();  // across stages: after the message went out
+    // Across stages, after the message went out: publish the consumed backups, then the prefetch
+    // decisions (the same order on every rank).
+    if (auto* host = dc.host_tier()) host->end_of_step();
+    if (auto* st = dc.storage_tier()) st->end_of_step();
 
     // 6. advance requests; finished ones commit their KV.
     for (auto& r : sched.complete_step(batch, clock, wall_ns())) {
@@ -467,6 +479,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     if ((step + 1) % exp.output.flush_every == 0 || done) flush();
   }
   sender.drain(true);
+  if (auto* host = dc.host_tier()) host->finish_cross_stage();
   res.steps = step;
   res.model_ns = clock;
 

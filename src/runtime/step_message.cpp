@@ -16,7 +16,7 @@ void put64(Words& w, std::uint64_t v) {
 std::uint64_t get64(const Words& w, std::size_t at) { return w[at] | (static_cast<std::uint64_t>(w[at + 1]) << 32); }
 
 constexpr int kTagHeader = 301, kTagPayload = 302;
-constexpr std::size_t kHeaderWords = kStepHeaderWords, kHeadWords = 13, kInlineWords = kHeaderWords - kHeadWords;
+constexpr std::size_t kHeaderWords = kStepHeaderWords, kHeadWords = 14, kInlineWords = kHeaderWords - kHeadWords;
 
 }  // namespace
 
@@ -35,6 +35,7 @@ Packed pack(const StepMessage& m) {
     put64(body, id);
     put64(body, acks);
   }
+  for (auto a : m.admits) body.push_back(a);
   Words head;
   put64(head, m.clock_ns);
   put64(head, m.exhausted);
@@ -46,6 +47,7 @@ Packed pack(const StepMessage& m) {
   p.header[10] = static_cast<std::uint32_t>(m.aborts.size());
   p.header[11] = m.write_acks;
   p.header[12] = static_cast<std::uint32_t>(m.stops.size());
+  p.header[13] = static_cast<std::uint32_t>(m.admits.size());
   if (body.size() <= kInlineWords) {
     p.header[8] = 1;
     std::copy(body.begin(), body.end(), p.header.begin() + kHeadWords);
@@ -62,9 +64,10 @@ StepMessage unpack(const Packed& p) {
   m.total = get64(p.header, 4);
   m.write_acks = p.header[11];
   const std::size_t n = p.header[6], spec_words = p.header[7], size = p.header[9], aborts = p.header[10],
-                    stops = p.header[12];
-  KVGRID_CHECK(size == 8 * n + spec_words + 2 * aborts + 4 * stops, "step message of ", size, " words for ", n, " entries, ",
-               spec_words, " spec words, ", aborts, " aborts and ", stops, " prefetch stops");
+                    stops = p.header[12], admits = p.header[13];
+  KVGRID_CHECK(size == 8 * n + spec_words + 2 * aborts + 4 * stops + admits, "step message of ", size, " words for ", n,
+               " entries, ", spec_words, " spec words, ", aborts, " aborts, ", stops, " prefetch stops and ", admits,
+               " admissions");
   const std::uint32_t* body = p.inline_payload() ? p.header.data() + kHeadWords : p.payload.data();
   KVGRID_CHECK(p.inline_payload() || p.payload.size() == size, "step message payload of ", p.payload.size(), " words, expected ", size);
   Words w(body, body + size);
@@ -74,6 +77,8 @@ StepMessage unpack(const Packed& p) {
   for (std::size_t i = 0; i < aborts; ++i) m.aborts.push_back(get64(w, 8 * n + spec_words + 2 * i));
   for (std::size_t i = 0, at = 8 * n + spec_words + 2 * aborts; i < stops; ++i, at += 4)
     m.stops.push_back({get64(w, at), get64(w, at + 2)});
+  for (std::size_t i = 0, at = 8 * n + spec_words + 2 * aborts + 4 * stops; i < admits; ++i)
+    m.admits.push_back(static_cast<std::uint8_t>(w[at + i]));
   return m;
 }
 

@@ -30,6 +30,7 @@ struct StepMessage {
   Words specs;  // encode_specs() of the arrivals; empty when none arrived
   std::vector<std::uint64_t> aborts;  // requests PP0's leader aborted at this step (request.abort)
   std::vector<std::pair<std::uint64_t, std::uint64_t>> stops;  // prefetch_consensus: (request, ACKs) PP0 stopped
+  std::vector<std::uint8_t> admits;  // pp_sync with device.alloc.fail: PP0's admission outcomes, in order
 };
 
 constexpr std::size_t kStepHeaderWords = 64;

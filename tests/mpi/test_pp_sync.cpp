@@ -39,12 +39,21 @@ ServeResult serve(const ExperimentConfig& e, DecisionLog& log) {
 TEST(PpSync, HostTierAcrossStagesAgreesOverManySeedsAndFaults) {
   if (testing::world_size() < 2) GTEST_SKIP() << "needs PP >= 2";
   const std::string base = testing::shared_temp_dir("pp-sync");
+  auto last = [](const std::string& fp) {
+    return "faults." + fp + ".ranks=[" + std::to_string(testing::world_size() - 1) + "]";  // the last stage
+  };
   const std::vector<std::vector<std::string>> cases = {
       {},
       {"faults.transfer.delay.probability=0.5", "faults.transfer.delay.delay_us=3000"},
       {"faults.p2p.delay.probability=0.3", "faults.p2p.delay.delay_us=2000"},
       {"faults.storage.read.slow.probability=0.5", "faults.storage.read.slow.delay_ms=1"},
       {"faults.storage.read.fail.probability=0.3"},
+      // Failures on one stage only: agreed across stages (published at the end of the step with
+      // the MIN over every stage; admissions decided by PP0's stage and followed).
+      {"faults.host.alloc.fail.probability=0.3", last("host.alloc.fail")},
+      {"faults.transfer.fail.probability=0.3", last("transfer.fail")},
+      {"faults.device.alloc.fail.probability=0.3", last("device.alloc.fail")},
+      {"faults.device.alloc.fail.probability=0.3", "faults.device.alloc.fail.ranks=[0]"},
   };
   // 50 seeds per case at PP 2 (2 ranks); at PP 4 (4 and 8 ranks, oversubscribed here) fewer in
   // the test suite (4 and 2 seeds) — jobs/pp_sync_seeds.sh runs 50 there (KVGRID_PP_SYNC_SEEDS).

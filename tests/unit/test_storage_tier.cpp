@@ -188,6 +188,8 @@ class OneStage final : public CrossStageAgreement {
   std::string_view name() const override { return "one-stage"; }
   void min(std::vector<std::uint64_t>& v) override { mins.push_back(v); }
   bool decides() const override { return decides_; }
+  void min_begin(std::vector<std::uint64_t>& v) override { mins.push_back(v); }
+  void min_end() override {}
   std::vector<std::vector<std::uint64_t>> mins;  // what was agreed, per end of step
 
  private:
@@ -204,13 +206,14 @@ TEST(StorageTier, AcrossStagesPp0DecidesTheStopAndItsAckCount) {
   EXPECT_TRUE(rig.st().prefetching(RequestId(1)));
   EXPECT_FALSE(rig.dc.prefetch_ready(RequestId(1)));  // its hit is agreed at the end of the step
   rig.st().end_of_step();
-  ASSERT_EQ(pp0.mins.size(), 1u);
+  ASSERT_EQ(pp0.mins.size(), 2u);
   EXPECT_EQ(pp0.mins[0], (std::vector<std::uint64_t>{10}));  // the storage hit, for every stage's MIN
+  EXPECT_EQ(pp0.mins[1], (std::vector<std::uint64_t>{1}));   // the host allocation succeeded here
   rig.clock = 2500;  // two ACKs (4 pages) seen
   EXPECT_FALSE(rig.dc.prefetch_ready(RequestId(1)));  // stops at the end of this step
   EXPECT_EQ(rig.st().take_decisions(), (std::vector<std::pair<std::uint64_t, std::uint64_t>>{{1, 2}}));
   rig.st().end_of_step();
-  EXPECT_EQ(pp0.mins[1], (std::vector<std::uint64_t>{4}));  // completed pages of those two ACKs
+  EXPECT_EQ(pp0.mins[2], (std::vector<std::uint64_t>{4}));  // completed pages of those two ACKs
   EXPECT_TRUE(rig.dc.prefetch_ready(RequestId(1)));
   EXPECT_EQ(rig.dc.tree().peek_prefix(p).host_matched, Tokens(16));
   rig.dc.verify();
