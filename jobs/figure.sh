@@ -13,6 +13,8 @@ experiment[pp_sync]=experiments/pp_sync.toml; plot[pp_sync]=results/plots/pp_syn
 # Figures drawn from a sweep (jobs/sweep.sh): its seeds and axes (KVGRID_FIGURE_SEEDS overrides the seeds).
 declare -A sweeps
 sweeps[pp_sync]="--set protocol.pp_sync=pp_sync,independent_polling --jobs 2"
+declare -A sweep_run_args  # kvgrid run arguments of every run of the sweep
+sweep_run_args[pp_sync]="--set output.flush_every=1"  # a run stopped by a shape mismatch keeps every step
 # Figures drawn from several runs of one experiment: label and the overrides of each run.
 declare -A variants
 variants[tiers]="device-only:--set cache.storage=none --set cache.host_pages=0
@@ -33,7 +35,9 @@ stamp=$(date -u +%Y%m%d-%H%M%S)
 if [ -n "${sweeps[$name]:-}" ]; then
   read -r -a axes <<< "${sweeps[$name]}"
   sweep="$out/sweep-$stamp"
-  jobs/sweep.sh "${experiment[$name]}" --seeds "${KVGRID_FIGURE_SEEDS:-1-50}" "${axes[@]}" --out "$sweep" -- "$@" < /dev/null
+  read -r -a run_args <<< "${sweep_run_args[$name]:-}"
+  jobs/sweep.sh "${experiment[$name]}" --seeds "${KVGRID_FIGURE_SEEDS:-1-50}" "${axes[@]}" --out "$sweep" -- \
+    "${run_args[@]}" "$@" < /dev/null
   /usr/bin/python3 "${plot[$name]}" "$sweep" "$out/$name.png"
   echo "# figure: $out/$name.png (from $sweep/sweep.h5)"
   exit 0

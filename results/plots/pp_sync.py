@@ -32,7 +32,8 @@ def first_step(text):
 
 
 def acks_by_stage(run):
-    """{pp: (steps, write ids)}: when the tp 0, cp 0 rank of each stage consumed each write ACK."""
+    """{pp: (steps, ACK ordinals)}: at which step the tp 0, cp 0 rank of each stage consumed its
+    1st, 2nd, ... write ACK (from its `writing_check` decisions: count consumed at that step)."""
     out = {}
     with h5py.File(os.path.join(run, "run.h5"), "r") as f:
         for r in sorted(f["ranks"].keys()):
@@ -40,8 +41,14 @@ def acks_by_stage(run):
             if g.attrs["tp"] != 0 or g.attrs["cp"] != 0:
                 continue
             d = g["decisions"][:]
-            d = d[d["name"] == b"write_ack"]
-            out[int(g.attrs["pp"])] = (d["step"], d["args"][:, 0])
+            d = d[d["name"] == b"writing_check"]
+            steps, ids, n = [], [], 0
+            for step, count in zip(d["step"], d["args"][:, 0]):
+                for _ in range(int(count)):
+                    n += 1
+                    steps.append(int(step))
+                    ids.append(n)
+            out[int(g.attrs["pp"])] = (np.array(steps), np.array(ids))
     return out
 
 
@@ -84,7 +91,7 @@ def main():
                         fontsize=9)
         ax[2].legend(fontsize=8)
     ax[2].set_xlabel("step")
-    ax[2].set_ylabel("write ACK consumed (write id)")
+    ax[2].set_ylabel("write ACKs consumed (n-th ACK)")
     ax[2].yaxis.get_major_locator().set_params(integer=True)
     ax[2].xaxis.get_major_locator().set_params(integer=True)
     fig.suptitle("cache-event ordering across pipeline stages (experiments/pp_sync.toml)")

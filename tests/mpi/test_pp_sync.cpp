@@ -54,6 +54,9 @@ TEST(PpSync, HostTierAcrossStagesAgreesOverManySeedsAndFaults) {
       {"faults.transfer.fail.probability=0.3", last("transfer.fail")},
       {"faults.device.alloc.fail.probability=0.3", last("device.alloc.fail")},
       {"faults.device.alloc.fail.probability=0.3", "faults.device.alloc.fail.ranks=[0]"},
+      {"faults.storage.object.corrupt.probability=0.3", last("storage.object.corrupt")},
+      {"faults.storage.read.short.probability=0.3", last("storage.read.short")},
+      {"faults.storage.write.fail.probability=0.3", last("storage.write.fail")},
   };
   // 50 seeds per case at PP 2 (2 ranks); at PP 4 (4 and 8 ranks, oversubscribed here) fewer in
   // the test suite (4 and 2 seeds) — jobs/pp_sync_seeds.sh runs 50 there (KVGRID_PP_SYNC_SEEDS).
@@ -62,6 +65,7 @@ TEST(PpSync, HostTierAcrossStagesAgreesOverManySeedsAndFaults) {
   int run = 0;
   for (const auto& c : cases) {
     std::int64_t h2d = 0, read = 0;
+    const double t0 = MPI_Wtime();
     std::uint64_t fired = 0;
     for (std::int64_t seed = 500; seed < 500 + seeds; ++seed) {
       SCOPED_TRACE((c.empty() ? std::string("no faults") : c.front()) + " seed " + std::to_string(seed));
@@ -83,9 +87,10 @@ TEST(PpSync, HostTierAcrossStagesAgreesOverManySeedsAndFaults) {
     EXPECT_GT(h2d, 0) << "no load-back happened: the case does not exercise the host tier";
     EXPECT_GT(read, 0) << "no prefetch read anything: the case does not exercise storage";
     if (testing::world_rank() == 0)
-      std::printf("[ pp_sync ] %s: %d seeds agreed, %lld pages loaded back and %lld read from storage on rank 0, %llu faults fired\n",
+      std::printf("[ pp_sync ] %s: %d seeds agreed, %lld pages loaded back and %lld read from storage on rank 0, %llu faults "
+                  "fired (%.1f s)\n",
                   c.empty() ? "no faults" : c.front().c_str(), seeds, static_cast<long long>(h2d), static_cast<long long>(read),
-                  static_cast<unsigned long long>(total));
+                  static_cast<unsigned long long>(total), MPI_Wtime() - t0);
   }
   testing::remove_shared(base);
 }
