@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/check.hpp"
@@ -57,6 +58,43 @@ std::string coords(const Wire& w) {
          ", cp " + std::to_string(w.cp) + ", tp " + std::to_string(w.tp) + ")";
 }
 
+// This rank's view: entry `e` (none: the log ends before it) and where the rank sits.
+Wire wire_of(const DecisionRecord* e, std::uint64_t digest_after, const RankGrid& grid) {
+  Wire w{};
+  w.digest_after = digest_after;
+  if (e) {
+    std::snprintf(w.name, sizeof(w.name), "%s", e->name.c_str());
+    w.seq = e->seq;
+    w.step = e->step;
+    w.args_digest = e->args_digest;
+    w.result_digest = e->result_digest;
+    std::copy(e->args, e->args + 3, w.args);
+    std::copy(e->results, e->results + 2, w.results);
+    w.n_args = e->n_args;
+    w.n_results = e->n_results;
+  }
+  w.world_rank = grid.world_rank();
+  w.group = grid.coord().group;
+  w.pp = grid.coord().pp;
+  w.cp = grid.coord().cp;
+  w.tp = grid.coord().tp;
+  return w;
+}
+
+// Every rank's view, and the first group rank whose `digest_after` differs from the group's first.
+std::pair<std::vector<Wire>, std::size_t> exchange(MPI_Comm g, const Wire& mine, const std::string& what) {
+  int size = 1;
+  KVGRID_MPI_CHECK(MPI_Comm_size(g, &size));
+  std::vector<Wire> all(static_cast<std::size_t>(size));
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Iallgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, g, &req));
+  wait_mpi(&req, what);
+  std::size_t b = 1;
+  while (b < all.size() && all[b].digest_after == all[0].digest_after) ++b;
+  KVGRID_CHECK(b < all.size(), "consensus check: the group disagrees but no rank differs from its first");
+  return {std::move(all), b};
+}
+
 }  // namespace
 
 ConsensusChecker::ConsensusChecker(const RankGrid& grid, DecisionLog& log) : grid_(grid), log_(log) {
@@ -88,31 +126,9 @@ std::optional<ConsensusChecker::Found> ConsensusChecker::check_group(MPI_Comm g,
   }
   agreed_len = lo;
   // Exchange entry hi - 1 and the digest after it; the group's first rank is the reference.
-  const DecisionRecord& e = log_.entry(hi - 1);
-  Wire mine{};
-  std::snprintf(mine.name, sizeof(mine.name), "%s", e.name.c_str());
-  mine.seq = e.seq;
-  mine.step = e.step;
-  mine.args_digest = e.args_digest;
-  mine.result_digest = e.result_digest;
-  mine.digest_after = log_.digest_at(hi);
-  std::copy(e.args, e.args + 3, mine.args);
-  std::copy(e.results, e.results + 2, mine.results);
-  mine.n_args = e.n_args;
-  mine.n_results = e.n_results;
-  mine.world_rank = grid_.world_rank();
-  mine.group = grid_.coord().group;
-  mine.pp = grid_.coord().pp;
-  mine.cp = grid_.coord().cp;
-  mine.tp = grid_.coord().tp;
-  std::vector<Wire> all(static_cast<std::size_t>(size));
-  MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Iallgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, g, &req));
-  wait_mpi(&req, "consensus check: the first unequal entry (" + what + ")");
+  const auto [all, b] = exchange(g, wire_of(&log_.entry(hi - 1), log_.digest_at(hi), grid_),
+                                 "consensus check: the first unequal entry (" + what + ")");
   const Wire& a = all[0];
-  std::size_t b = 1;
-  while (b < all.size() && all[b].digest_after == a.digest_after) ++b;
-  KVGRID_CHECK(b < all.size(), "consensus check: digests differ but no rank differs from the first");
   Found f;
   f.seq = hi - 1;
   f.step = std::min(a.step, all[b].step);
@@ -128,36 +144,13 @@ std::optional<ConsensusChecker::Found> ConsensusChecker::check_group(MPI_Comm g,
 
 std::optional<ConsensusChecker::Found> ConsensusChecker::length_divergence(MPI_Comm g, std::uint64_t kind,
                                                                            std::uint64_t len, const std::string& what) {
-  int size = 1, me = 0;
-  KVGRID_MPI_CHECK(MPI_Comm_size(g, &size));
+  int me = 0;
   KVGRID_MPI_CHECK(MPI_Comm_rank(g, &me));
-  Wire mine{};
-  mine.digest_after = log_.size() > len ? 1 : 0;  // here: "has an entry `len`"
-  if (log_.size() > len) {
-    const DecisionRecord& e = log_.entry(len);
-    std::snprintf(mine.name, sizeof(mine.name), "%s", e.name.c_str());
-    mine.seq = e.seq;
-    mine.step = e.step;
-    mine.args_digest = e.args_digest;
-    mine.result_digest = e.result_digest;
-    std::copy(e.args, e.args + 3, mine.args);
-    std::copy(e.results, e.results + 2, mine.results);
-    mine.n_args = e.n_args;
-    mine.n_results = e.n_results;
-  }
-  mine.world_rank = grid_.world_rank();
-  mine.group = grid_.coord().group;
-  mine.pp = grid_.coord().pp;
-  mine.cp = grid_.coord().cp;
-  mine.tp = grid_.coord().tp;
-  std::vector<Wire> all(static_cast<std::size_t>(size));
-  MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Iallgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, g, &req));
-  wait_mpi(&req, "consensus check: the entry after the common prefix (" + what + ")");
+  // Here `digest_after` says "has an entry `len`".
+  const bool has = log_.size() > len;
+  const auto [all, b] = exchange(g, wire_of(has ? &log_.entry(len) : nullptr, has ? 1 : 0, grid_),
+                                 "consensus check: the entry after the common prefix (" + what + ")");
   const Wire& a = all[0];
-  std::size_t b = 1;
-  while (b < all.size() && all[b].digest_after == a.digest_after) ++b;
-  KVGRID_CHECK(b < all.size(), "consensus check: lengths differ but no rank differs from the first");
   auto side = [&](const Wire& w) {
     return w.digest_after ? record_of(w).side_text()
                           : "(end of log after " + std::to_string(len) + " entries)";

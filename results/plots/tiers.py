@@ -6,28 +6,14 @@ Each run directory's `requests` table (written by the last stage's leader) gives
 request its round, prompt and cached tokens, and modelled TTFT. The hit rate of a round is its
 cached tokens over its prompt tokens; the bars split it by tier (device / host / storage).
 """
-import os
 import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
-import h5py  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-
-
-def requests(run):
-    path = os.path.join(run, "run.h5") if os.path.isdir(run) else run
-    with h5py.File(path, "r") as f:
-        meta = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f["meta"].attrs.items()}
-        for r in sorted(f["ranks"].keys()):
-            t = f["ranks"][r]["requests"][:]
-            if "failed" in t.dtype.names:
-                t = t[t["failed"] == 0]  # aborted requests have no first token
-            if len(t):
-                return meta, t
-    raise SystemExit(f"{path}: no requests table with rows (not a serving run?)")
+from kvtrace import requests  # noqa: E402
 
 
 def per_round(t):

@@ -72,13 +72,9 @@ std::optional<std::vector<PageId>> HostTier::alloc_host_local(Pages need, bool* 
 }
 
 std::optional<std::vector<PageId>> HostTier::alloc_host(Pages need) {
-  if (need > pool_.free_pages()) {
-    auto freed = tree_.evict_host(need - pool_.free_pages());
-    pool_.free(freed);
-    stats_.host_evicted += freed.size();
-  }
-  auto hp = pool_.alloc(need);
-  if (hp && cfg_.alloc_fault && cfg_.alloc_fault()) {
+  bool faulted = false;
+  auto hp = alloc_host_local(need, &faulted);
+  if (faulted) {
     pool_.free(*hp);
     hp.reset();
   }

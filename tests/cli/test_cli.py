@@ -403,30 +403,33 @@ def request_abort():
         expect(int(f["summary"].attrs["failed"]) == j["failed"], "summary attribute failed")
 
 
+def sweep_env():
+    return dict(ENV, PATH=os.path.dirname(MPIEXEC) + ":" + os.environ.get("PATH", ""))
+
+
+def sweep_rows(experiment, seeds, axis, name):
+    """Runs jobs/sweep.sh over one --set axis into out(name) and returns its sweep.csv rows."""
+    p = subprocess.run([os.path.join(SRC, "jobs", "sweep.sh"), experiment, "--seeds", seeds, "--set", axis,
+                        "--out", out(name)], capture_output=True, text=True, env=sweep_env(), timeout=280, cwd=SRC)
+    expect(p.returncode == 0, f"sweep {axis} ran", p.stdout, p.stderr)
+    with open(out(name + "/sweep.csv")) as f:
+        return list(csv.DictReader(f))
+
+
 def pp_sync_sweep():
     """protocol.pp_sync at TP2xPP2 with the host tier: a sweep of both variants; pp_sync never
     diverges, independent_polling does in most seeds (shape mismatch); a failing run prints its seed
     and a command that reproduces it, and the rerun has the same first divergence."""
-    env = dict(ENV, PATH=os.path.dirname(MPIEXEC) + ":" + os.environ.get("PATH", ""))
+    env = sweep_env()
     pp = os.path.join(SRC, "experiments", "pp_sync.toml")
-    p = subprocess.run([os.path.join(SRC, "jobs", "sweep.sh"), pp, "--seeds", "1-5", "--set",
-                        "protocol.pp_sync=pp_sync,independent_polling", "--out", out("ppsweep")],
-                       capture_output=True, text=True, env=env, timeout=280, cwd=SRC)
-    expect(p.returncode == 0, "sweep ran", p.stdout, p.stderr)
-    with open(out("ppsweep/sweep.csv")) as f:
-        rows = list(csv.DictReader(f))
+    rows = sweep_rows(pp, "1-5", "protocol.pp_sync=pp_sync,independent_polling", "ppsweep")
     good = [r for r in rows if "=pp_sync" in r["variant"]]
     bad = [r for r in rows if "independent_polling" in r["variant"]]
     expect(len(good) == 5 and all(r["exit"] == "0" and r["verdict"] == "OK" for r in good), "pp_sync never diverges", rows)
     failed = sum(1 for r in bad if r["exit"] != "0")
     expect(failed >= 4, f"independent_polling diverges in most seeds ({failed} of 5)", rows)
     # Storage prefetch decisions across stages: per_rank lets every stage stop on its own.
-    p = subprocess.run([os.path.join(SRC, "jobs", "sweep.sh"), pp, "--seeds", "1-4", "--set",
-                        "protocol.prefetch_consensus=pp_consensus,per_rank", "--out", out("pcsweep")],
-                       capture_output=True, text=True, env=env, timeout=280, cwd=SRC)
-    expect(p.returncode == 0, "prefetch sweep ran", p.stdout, p.stderr)
-    with open(out("pcsweep/sweep.csv")) as f:
-        rows = list(csv.DictReader(f))
+    rows = sweep_rows(pp, "1-4", "protocol.prefetch_consensus=pp_consensus,per_rank", "pcsweep")
     good = [r for r in rows if "pp_consensus" in r["variant"]]
     bad = [r for r in rows if "per_rank" in r["variant"]]
     expect(all(r["exit"] == "0" and r["verdict"] == "OK" for r in good), "pp_consensus never diverges", rows)

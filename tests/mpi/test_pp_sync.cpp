@@ -12,6 +12,7 @@
 #include "core/decision_log.hpp"
 #include "core/failpoint.hpp"
 #include "mpi_util.hpp"
+#include "serve_util.hpp"
 #include "runtime/experiment.hpp"
 #include "runtime/serve.hpp"
 
@@ -29,12 +30,7 @@ ExperimentConfig pp_tiers(std::int64_t seed, const std::string& dir, std::vector
   return load_experiment(std::string(KVGRID_SOURCE_DIR) + "/experiments/pp_sync.toml", sets, seed);
 }
 
-ServeResult serve(const ExperimentConfig& e, DecisionLog& log) {
-  RankGrid grid(e.topology, MPI_COMM_WORLD);
-  FailpointRegistry faults(e.engine.seed, grid.world_rank());
-  for (const auto& f : e.faults) faults.configure(f);
-  return run_serve(e, grid, faults, log, nullptr, false);
-}
+using testing::serve;
 
 TEST(PpSync, HostTierAcrossStagesAgreesOverManySeedsAndFaults) {
   if (testing::world_size() < 2) GTEST_SKIP() << "needs PP >= 2";

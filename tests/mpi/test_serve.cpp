@@ -9,6 +9,7 @@
 #include "core/decision_log.hpp"
 #include "core/failpoint.hpp"
 #include "mpi_util.hpp"
+#include "serve_util.hpp"
 #include "runtime/experiment.hpp"
 #include "ideal_hit.hpp"
 #include "runtime/serve.hpp"
@@ -41,12 +42,7 @@ ExperimentConfig gsp(const GridShape& s, std::vector<std::string> extra, std::in
   return parse_experiment("", "serve-test", sets, seed);
 }
 
-ServeResult serve(const ExperimentConfig& e, DecisionLog& log) {
-  RankGrid grid(e.topology, MPI_COMM_WORLD);
-  FailpointRegistry faults(e.engine.seed, grid.world_rank());
-  for (const auto& f : e.faults) faults.configure(f);
-  return run_serve(e, grid, faults, log, nullptr, false);
-}
+using testing::serve;
 
 TEST(Serve, OracleOkAndRanksAgreeAtEveryShape) {
   for (const auto& s : shapes_for(testing::world_size())) {

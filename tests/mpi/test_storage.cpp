@@ -11,6 +11,7 @@
 #include "core/decision_log.hpp"
 #include "core/failpoint.hpp"
 #include "mpi_util.hpp"
+#include "serve_util.hpp"
 #include "runtime/experiment.hpp"
 #include "runtime/serve.hpp"
 
@@ -38,12 +39,7 @@ ExperimentConfig tiers(std::int64_t seed, const std::string& dir, std::vector<st
   return parse_experiment("", "tiers-test", sets, seed);
 }
 
-ServeResult serve(const ExperimentConfig& e, DecisionLog& log) {
-  RankGrid grid(e.topology, MPI_COMM_WORLD);
-  FailpointRegistry faults(e.engine.seed, grid.world_rank());
-  for (const auto& f : e.faults) faults.configure(f);
-  return run_serve(e, grid, faults, log, nullptr, false);
-}
+using testing::serve;
 
 // Seeds per case: the full count at up to 2 ranks (the quick label), fewer on oversubscribed runs.
 int seeds(int full) { return testing::world_size() <= 2 ? full : 3; }
