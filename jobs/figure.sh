@@ -10,6 +10,7 @@ declare -A experiment plot
 experiment[hit-ttft]=experiments/quickstart.toml; plot[hit-ttft]=results/plots/hit_ttft.py
 experiment[tiers]=experiments/multiturn_tiers.toml; plot[tiers]=results/plots/tiers.py
 experiment[pp_sync]=experiments/pp_sync.toml; plot[pp_sync]=results/plots/pp_sync.py
+experiment[cp_sharding]=experiments/cp_sharding.toml; plot[cp_sharding]=results/plots/cp_sharding.py
 # Figures drawn from a sweep (jobs/sweep.sh): its seeds and axes (KVGRID_FIGURE_SEEDS overrides the seeds).
 declare -A sweeps
 sweeps[pp_sync]="--set protocol.pp_sync=pp_sync,independent_polling --jobs 2"
@@ -20,6 +21,9 @@ declare -A variants
 variants[tiers]="device-only:--set cache.storage=none --set cache.host_pages=0
 +host:--set cache.storage=none
 +storage:"
+# Equal device pages per rank, equal host bytes per CP group (sharded: host_pages / CP per rank).
+variants[cp_sharding]="replicated:--set cache.cp_sharding=replicated
+sharded:--set cache.cp_sharding=sharded --set cache.host_pages=65536"
 
 if [ "${1:-}" = "--list" ] || [ $# -lt 1 ]; then
   for n in "${!experiment[@]}"; do echo "$n  ${experiment[$n]}  ${plot[$n]}"; done

@@ -82,7 +82,15 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
        << " dims, attention " << exp.model.attention << ", CP query split " << exp.model.cp_split << "; payload "
        << exp.engine.payload << (exp.engine.strict ? ", strict oracle" : "") << "\n";
     os << "# scheduler: chunked prefill " << exp.engine.chunk_size << " tokens/step, max_running " << exp.engine.max_running
-       << "; tiers: device only (no host/storage yet); transfer engine: none; consensus: periodic digest check + offline check\n";
+       << "\n# tiers: device " << exp.cache.device_pages << " pages";
+    if (exp.cache.host_pages.value() > 0) os << ", host " << exp.cache.host_pages << " pages (" << exp.cache.write_policy << ")";
+    if (exp.cache.storage != "none") os << ", storage " << exp.cache.storage << " (prefetch " << exp.cache.prefetch_policy << ")";
+    os << "; transfer engine " << exp.engine.transfer << "; CP pages " << exp.cache.cp_sharding;
+    if (exp.cache.cp_sharding != "replicated")
+      os << " (gather slots of " << exp.cache.gather_pages << " pages, overlap " << (exp.cache.gather_overlap ? "on" : "off") << ")";
+    os << "\n# protocols: tp_sync " << exp.protocol.tp_sync << ", pp_sync " << exp.protocol.pp_sync << ", prefetch_consensus "
+       << exp.protocol.prefetch_consensus << ", online consensus check " << exp.protocol.consensus_check
+       << " (+ periodic digest check, offline kvgrid check)\n";
   }
   os << "# faults:";
   if (exp.faults.empty()) os << " none";

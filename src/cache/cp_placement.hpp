@@ -9,13 +9,15 @@
 //
 // Rotation: along a cached prefix the owners are cyclic — after a page owned by r comes one owned
 // by (r + 1) mod N — so every rank holds ⌈n/N⌉ or ⌊n/N⌋ of a prefix's n pages and an extension
-// continues the cycle (`alloc_chain(first_owner, n)`). Every shard rank runs the same allocator on
-// the same logical state, so all of them allocate the same logical pages without talking.
+// continues the cycle. Every chain that starts at the root starts on rank 0, so the owner of the
+// page at position P of any cached prefix is P mod N: two requests that computed the same prefix
+// independently hold it with the same owners, and their insertions are always compatible. The
+// owner-rotating allocator is DevicePool's sharded mode (device_pool.hpp); every shard rank runs it
+// identically on the same logical state, so all of them allocate the same logical pages without
+// talking.
 #pragma once
 
 #include <cstdint>
-#include <optional>
-#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,24 +43,5 @@ struct CpPlacement {
 // Empty when `pages` (in prefix order) have cyclic owners; otherwise why not.
 std::string rotation_error(const CpPlacement& placement, std::span<const PageId> pages);
 
-class ShardedAllocator {
- public:
-  // `pages_per_rank` includes the padding page: local pages 1..pages_per_rank-1 are allocatable.
-  ShardedAllocator(CpPlacement placement, std::uint64_t pages_per_rank);
-
-  // `n` logical pages whose owners are first_owner, first_owner + 1, ... (mod N), each the lowest
-  // free local page of its owner; all or nothing.
-  std::optional<std::vector<PageId>> alloc_chain(std::uint32_t first_owner, std::uint64_t n);
-  void free(std::span<const PageId> pages);
-
-  std::uint64_t free_pages(std::uint32_t owner) const { return free_[owner].size(); }
-  std::uint64_t used_pages(std::uint32_t owner) const { return per_rank_ - 1 - free_[owner].size(); }
-  const CpPlacement& placement() const { return placement_; }
-
- private:
-  CpPlacement placement_;
-  std::uint64_t per_rank_;
-  std::vector<std::set<std::uint64_t>> free_;  // per owner: free local pages (lowest first)
-};
 
 }  // namespace kvgrid::cache

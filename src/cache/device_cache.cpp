@@ -18,7 +18,9 @@ std::uint64_t victims_digest(const std::vector<PageId>& freed) {
 }  // namespace
 
 DeviceCache::DeviceCache(const DeviceCacheConfig& cfg, DecisionLog& log)
-    : tree_(TreeConfig{cfg.page_size}), pool_(cfg.device_pages), log_(log) {}
+    : tree_(TreeConfig{cfg.page_size, cfg.shards}),
+      pool_(cfg.device_pages, CpPlacement{cfg.shards, static_cast<std::uint64_t>(cfg.page_size.value())}),
+      log_(log) {}
 
 Admission DeviceCache::admit(RequestId id, std::span<const TokenId> prompt) {
   // A reservation for the page-aligned prompt, inserted at once: the request then holds the lock
@@ -48,9 +50,11 @@ void DeviceCache::release(const Admission& a) {
   debug_verify();
 }
 
-std::optional<std::vector<PageId>> DeviceCache::alloc_evicting(Pages n, Pages* evicted) {
-  if (n > pool_.free_pages()) {
-    const Pages want = n - pool_.free_pages();
+std::optional<std::vector<PageId>> DeviceCache::alloc_evicting(Pages n, std::uint32_t first_owner, Pages* evicted,
+                                                              const RestorePlacement* restore) {
+  auto short_by = [&] { return restore ? restore->shortfall(pool_, n, first_owner) : pool_.shortfall(n, first_owner); };
+  // Sharded pools may need several rounds: a victim's pages need not belong to the owners short.
+  for (Pages want = short_by(); want.value() > 0; want = short_by()) {
     std::vector<PageId> freed =
         host_ && host_->writes_back() ? tree_.evict(want, [this](TreeNode* v) { host_->write_back(v); }) : tree_.evict(want);
     pool_.free(freed);
@@ -59,13 +63,18 @@ std::optional<std::vector<PageId>> DeviceCache::alloc_evicting(Pages n, Pages* e
     KVGRID_CONSENSUS(log_, "evict", {want.value()},
                      {static_cast<std::int64_t>(freed.size()), freed.empty() ? 0 : freed.front().value()},
                      victims_digest(freed));
+    if (static_cast<std::int64_t>(freed.size()) < want.value()) break;  // nothing left to evict
   }
-  return pool_.alloc(n);
+  return restore ? restore->alloc(pool_, n, first_owner) : pool_.alloc(n, first_owner);
 }
 
-std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const TokenId> prompt, Tokens kv_tokens) {
+std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const TokenId> prompt, Tokens kv_tokens,
+                                                Tokens max_match) {
   const std::int64_t p = tree_.page_size().value();
-  MatchResult m = tree_.match_prefix(prompt);
+  // match_prefix reuses at most size - 1 tokens: a view of max_match + 1 tokens caps the match.
+  const std::size_t view = static_cast<std::size_t>(std::min<std::int64_t>(
+      static_cast<std::int64_t>(prompt.size()), max_match.value() >= INT64_MAX - 1 ? INT64_MAX : max_match.value() + 1));
+  MatchResult m = tree_.match_prefix(prompt.first(view));
   KVGRID_CONSENSUS(log_, "match_prefix", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(prompt.size())},
                    {m.matched.value(), m.host_matched.value()});
   tree_.lock(m.last_node);
@@ -77,7 +86,8 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
   Reservation r;
   if (host_) {
     const Tokens before = m.matched;
-    r.load_events = host_->load_back(m, [&](Pages n) { return alloc_evicting(n, &r.evicted); });
+    r.load_events = host_->load_back(
+        m, [&](Pages n, std::uint32_t owner) { return alloc_evicting(n, owner, &r.evicted, restore_); });
     r.host_loaded = m.matched - before;
     if (storage_) {
       const auto [b, e] = storage_->prefetched_range(id);
@@ -90,7 +100,9 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
   r.kv_tokens = kv_tokens;
   const Pages total((kv_tokens.value() + p - 1) / p);
   const Pages need = total - Pages(static_cast<std::int64_t>(m.device_pages.size()));
-  auto fresh = alloc_evicting(need, &r.evicted);
+  // The chain continues the prefix's owner cycle: position-page P is owned by P mod N.
+  const auto first_owner = static_cast<std::uint32_t>(m.device_pages.size() % pool_.shards());
+  auto fresh = alloc_evicting(need, first_owner, &r.evicted);
   if (following_) {
     KVGRID_CHECK(follow_at_ < follow_.size(), "request ", id, ": PP0 relayed ", follow_.size(),
                  " admission outcomes, this stage is at admission ", follow_at_ + 1);

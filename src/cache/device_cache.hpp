@@ -18,6 +18,7 @@
 #include "cache/device_pool.hpp"
 #include "cache/host_tier.hpp"
 #include "cache/radix_tree.hpp"
+#include "cache/restore_placement.hpp"
 #include "cache/storage_tier.hpp"
 #include "core/decision_log.hpp"
 
@@ -25,7 +26,9 @@ namespace kvgrid::cache {
 
 struct DeviceCacheConfig {
   Tokens page_size{16};
-  Pages device_pages{1024};
+  Pages device_pages{1024};  // per rank
+  // CP page ownership (> 1: logical page ids, pages owned by q mod shards; cp_placement.hpp).
+  std::uint32_t shards = 1;
 };
 
 struct Admission {
@@ -61,8 +64,10 @@ class DeviceCache {
   void release(const Admission& a);
 
   // Serving loop: match the prompt, lock the hit and allocate pages for the rest of `kv_tokens`
-  // positions (evicting if needed). Nothing when the pages cannot be found.
-  std::optional<Reservation> reserve(RequestId id, std::span<const TokenId> prompt, Tokens kv_tokens);
+  // positions (evicting if needed). Nothing when the pages cannot be found. `max_match` (a page
+  // multiple) caps the reused prefix (CP sharding: what one gather slot can hold).
+  std::optional<Reservation> reserve(RequestId id, std::span<const TokenId> prompt, Tokens kv_tokens,
+                                     Tokens max_match = Tokens(INT64_MAX));
   // Chunked prefill: make the computed page-aligned prefix shareable (SGLang's
   // cache_unfinished_req). Pages another request inserted meanwhile replace ours in the page
   // table (ours are freed); the lock moves to the new end of the prefix.
@@ -80,6 +85,11 @@ class DeviceCache {
       storage_->forget(id);
     }
   }
+  // What reserve() would reuse at most for `prompt` (device + host hit), without touching LRU.
+  Tokens peek_hit(std::span<const TokenId> prompt) { return tree_.peek_prefix(prompt).host_matched; }
+  // CP sharding: where load-backs put restored pages (default: onto their owners).
+  void set_restore_placement(const RestorePlacement* p) { restore_ = p; }
+  std::uint32_t shards() const { return pool_.shards(); }
   // Every cached (tree) page, for fault injection.
   std::vector<PageId> cached_pages() const;
 
@@ -134,7 +144,10 @@ class DeviceCache {
   RadixTree tree_;
   DevicePool pool_;
   DecisionLog& log_;
-  std::optional<std::vector<PageId>> alloc_evicting(Pages n, Pages* evicted);
+  // `n` pages whose owners start at `first_owner` (restore: through the restore placement).
+  std::optional<std::vector<PageId>> alloc_evicting(Pages n, std::uint32_t first_owner, Pages* evicted,
+                                                    const RestorePlacement* restore = nullptr);
+  const RestorePlacement* restore_ = nullptr;
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<StorageTier> storage_;
   std::function<bool()> alloc_fault_;

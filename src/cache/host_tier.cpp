@@ -9,7 +9,8 @@ namespace kvgrid::cache {
 HostTier::HostTier(HostTierConfig cfg, RadixTree& tree, KvPool& device_kv, KvPool& host_kv,
                    transfer::TransferEngine& engine, AckAgreement& agreement, DecisionLog& log)
     : cfg_(std::move(cfg)), tree_(tree), device_kv_(device_kv), host_kv_(host_kv), engine_(engine),
-      agreement_(agreement), log_(log), pool_(cfg_.host_pages) {
+      agreement_(agreement), log_(log),
+      pool_(cfg_.host_pages, CpPlacement{device_kv.placement().shards, static_cast<std::uint64_t>(tree.page_size().value())}) {
   KVGRID_CHECK(device_kv_.compatible(host_kv_), "host and device KV pools differ in geometry");
   KVGRID_CHECK(cfg_.write_policy == "write_through" || cfg_.write_policy == "write_through_selective" ||
                    cfg_.write_policy == "write_back",
@@ -28,7 +29,8 @@ void HostTier::backup_path(TreeNode* node) {
     if (cfg_.write_policy == "write_through_selective" && n->ext.hit_count < cfg_.write_through_threshold) break;
     const Pages need(static_cast<std::int64_t>(n->key.size() / p));
     bool faulted = false;
-    auto hp = cross_ ? alloc_host_local(need, &faulted) : alloc_host(need);
+    // The host copy of a page lives on the device page's owner (the node's rotation).
+    auto hp = cross_ ? alloc_host_local(need, &faulted, n->ext.rotation_base) : alloc_host(need, n->ext.rotation_base);
     KVGRID_CONSENSUS(log_, "backup", {static_cast<std::int64_t>(n->key.size())}, {hp || cross_ ? 1 : 0});
     if (cross_ && (!hp || faulted)) {
       // Keep every stage's queue (and host pool) the same: a placeholder, without a copy, that
@@ -60,20 +62,21 @@ void HostTier::backup_path(TreeNode* node) {
   }
 }
 
-std::optional<std::vector<PageId>> HostTier::alloc_host_local(Pages need, bool* faulted) {
-  if (need > pool_.free_pages()) {
-    auto freed = tree_.evict_host(need - pool_.free_pages());
+std::optional<std::vector<PageId>> HostTier::alloc_host_local(Pages need, bool* faulted, std::uint32_t first_owner) {
+  for (Pages want = pool_.shortfall(need, first_owner); want.value() > 0; want = pool_.shortfall(need, first_owner)) {
+    auto freed = tree_.evict_host(want);
     pool_.free(freed);
     stats_.host_evicted += freed.size();
+    if (static_cast<std::int64_t>(freed.size()) < want.value()) break;  // nothing left to evict
   }
-  auto hp = pool_.alloc(need);
+  auto hp = pool_.alloc(need, first_owner);
   *faulted = hp && cfg_.alloc_fault && cfg_.alloc_fault();
   return hp;
 }
 
-std::optional<std::vector<PageId>> HostTier::alloc_host(Pages need) {
+std::optional<std::vector<PageId>> HostTier::alloc_host(Pages need, std::uint32_t first_owner) {
   bool faulted = false;
-  auto hp = alloc_host_local(need, &faulted);
+  auto hp = alloc_host_local(need, &faulted, first_owner);
   if (faulted) {
     pool_.free(*hp);
     hp.reset();
@@ -95,7 +98,7 @@ void HostTier::write_back(TreeNode* victim) {
   for (TreeNode* n : path) {
     KVGRID_CHECK(n->ext.pending_write == 0 && !n->device.empty(), "write-back of node ", n->id, " in a wrong state");
     const Pages need(static_cast<std::int64_t>(n->key.size() / p));
-    auto hp = alloc_host(need);
+    auto hp = alloc_host(need, n->ext.rotation_base);
     KVGRID_CONSENSUS(log_, "write_back", {static_cast<std::int64_t>(n->key.size())}, {hp ? 1 : 0});
     if (!hp) return;  // the victim (and what is below the failed node) is dropped
     std::vector<transfer::Copy> copies;
@@ -221,7 +224,7 @@ void HostTier::consume_writes(std::size_t consume) {
 }
 
 std::vector<transfer::Event> HostTier::load_back(
-    MatchResult& m, const std::function<std::optional<std::vector<PageId>>(Pages)>& alloc_device) {
+    MatchResult& m, const std::function<std::optional<std::vector<PageId>>(Pages, std::uint32_t)>& alloc_device) {
   std::vector<transfer::Event> events;
   if (m.host_path.empty() || m.host_matched - m.matched < cfg_.load_back_threshold) return events;
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
@@ -232,7 +235,7 @@ std::vector<transfer::Event> HostTier::load_back(
   tree_.lock(tail);
   for (TreeNode* n : m.host_path) {
     const Pages need(static_cast<std::int64_t>(n->key.size() / p));
-    auto dp = alloc_device(need);
+    auto dp = alloc_device(need, n->ext.rotation_base);
     if (!dp) break;
     auto layer_events = engine_.submit_layers(kLoadStream, layer_copies(device_kv_, *dp, host_kv_, n->host));
     const std::uint64_t load = next_load_++;

@@ -83,16 +83,19 @@ class HostTier {
   // Loads the host-only continuation of `m` (whose last_node the caller has locked): device pages
   // come from `alloc_device(pages)` (which may evict). Extends m (matched, device_pages, last_node
   // — the lock moves along) and returns the per-layer events to wait on before reading.
-  std::vector<transfer::Event> load_back(MatchResult& m,
-                                         const std::function<std::optional<std::vector<PageId>>(Pages)>& alloc_device);
+  // CP sharding: `alloc_device(pages, first_owner)` is asked for pages owned, cyclically from
+  // first_owner, by the ranks that own the node's host pages (its rotation base).
+  std::vector<transfer::Event> load_back(
+      MatchResult& m, const std::function<std::optional<std::vector<PageId>>(Pages, std::uint32_t)>& alloc_device);
 
   // Host pages for someone else (a storage prefetch): evicts host-only leaves if needed; the
   // outcome is agreed like a backup's allocation. Every rank of the stage calls it at the same point.
-  std::optional<std::vector<PageId>> alloc_host(Pages n);
+  // Sharded: the k-th page is owned by (first_owner + k) mod N (a backup keeps the device page's owner).
+  std::optional<std::vector<PageId>> alloc_host(Pages n, std::uint32_t first_owner = 0);
   // The same without the stage's agreement (across stages the outcome is agreed later). An
   // injected failure (host.alloc.fail) keeps the pages and sets `*faulted`: the pool stays exactly
   // as on the ranks where it did not fire, and the agreement turns the failure into everyone's.
-  std::optional<std::vector<PageId>> alloc_host_local(Pages n, bool* faulted);
+  std::optional<std::vector<PageId>> alloc_host_local(Pages n, bool* faulted, std::uint32_t first_owner = 0);
 
   // Across pipeline stages (PP > 1): a backup whose host allocation failed on this rank still
   // takes its place in the ACK queue (a placeholder), so every rank's queue holds the same writes;

@@ -27,18 +27,48 @@ KvPool::KvPool(KvPoolConfig cfg) : cfg_(std::move(cfg)) {
     for (std::size_t h = 0; h < layout_.heads; ++h) coef_.push_back(kernels::kv_coeff(layout_.layer_base + l, cfg_.heads[h]));
 }
 
+std::uint32_t KvPool::row(std::uint32_t page, bool owned) const {
+  if (!sharded()) return page;
+  KVGRID_CHECK(!owned || cfg_.placement.page_owner(page) == cfg_.shard_rank, "rank ", cfg_.shard_rank,
+               " of the shard group read page ", page, ", which rank ", cfg_.placement.page_owner(page), " owns");
+  return static_cast<std::uint32_t>(cfg_.placement.local_page(page));
+}
+
+std::span<const std::uint32_t> KvPool::rows(std::span<const std::uint32_t> pages) const {
+  if (!sharded()) return pages;
+  rows_.resize(pages.size());
+  for (std::size_t i = 0; i < pages.size(); ++i) rows_[i] = row(pages[i], /*owned=*/true);
+  return rows_;
+}
+
 void KvPool::write(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot,
                    std::span<const std::uint64_t> F) {
+  if (sharded()) {  // only the tokens of owned pages, at their rows
+    rows_.clear();
+    slots_.clear();
+    F_.clear();
+    for (std::size_t i = 0; i < page.size(); ++i)
+      if (cfg_.placement.page_owner(page[i]) == cfg_.shard_rank) {
+        rows_.push_back(row(page[i], true));
+        slots_.push_back(slot[i]);
+        F_.push_back(F[i]);
+      }
+    page = rows_;
+    slot = slots_;
+    F = F_;
+  }
   if (cfg_.payload == Payload::Full) kernels::write_tokens_full(layout_, data_.data(), page, slot, F);
   else kernels::write_tokens_digest(layout_, data_.data(), page, F);
 }
 
 void KvPool::fold_pages(std::span<const std::uint32_t> pages, std::span<std::uint64_t> out) const {
+  pages = rows(pages);
   if (cfg_.payload == Payload::Full) kernels::fold_pages_full(layout_, data_.data(), pages, out);
   else kernels::fold_pages_digest(layout_, data_.data(), pages, out);
 }
 
 void KvPool::fold_pages_layer(std::span<const std::uint32_t> pages, std::size_t layer, std::span<std::uint64_t> out) const {
+  pages = rows(pages);
   if (cfg_.payload == Payload::Full) kernels::fold_pages_full(layout_, data_.data(), pages, out, layer, layer + 1);
   else kernels::fold_pages_digest(layout_, data_.data(), pages, out, layer, layer + 1);
 }
@@ -46,7 +76,7 @@ void KvPool::fold_pages_layer(std::span<const std::uint32_t> pages, std::size_t 
 void KvPool::fold_tokens(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot,
                          std::span<const std::uint64_t> F, std::span<std::uint64_t> out) const {
   if (cfg_.payload == Payload::Full) {
-    kernels::fold_tokens_full(layout_, data_.data(), page, slot, out);
+    kernels::fold_tokens_full(layout_, data_.data(), rows(page), slot, out);
     return;
   }
   KVGRID_CHECK(out.size() == F.size() * layout_.layers * layout_.heads, "fold_tokens sizes");
@@ -58,8 +88,10 @@ void KvPool::fold_tokens(std::span<const std::uint32_t> page, std::span<const st
 void KvPool::reset(std::span<const PageId> pages) {
   if (cfg_.payload != Payload::Digest) return;  // full mode overwrites every slot it later reads
   for (PageId p : pages) {
-    KVGRID_CHECK(p.value() >= 1 && p.value() < layout_.pages, "reset of page ", p);
-    auto* w = data_.data() + layout_.digest_index(p.value(), 0, 0);
+    if (!owns(p)) continue;
+    const std::uint32_t r = row(p.value(), true);
+    KVGRID_CHECK(r >= 1 && r < layout_.pages, "reset of page ", p);
+    auto* w = data_.data() + layout_.digest_index(r, 0, 0);
     std::fill(w, w + layout_.layers * layout_.heads, 0);
   }
 }
@@ -69,10 +101,10 @@ std::uint64_t* KvPool::layer_block(PageId page, std::size_t layer) {
 }
 
 const std::uint64_t* KvPool::layer_block(PageId page, std::size_t layer) const {
-  KVGRID_CHECK(page.value() >= 1 && page.value() < layout_.pages && layer < layout_.layers, "block of page ", page,
-               " layer ", layer);
-  return data_.data() + (cfg_.payload == Payload::Full ? layout_.full_index(page.value(), layer, 0, 0, 0)
-                                                       : layout_.digest_index(page.value(), layer, 0));
+  const std::uint32_t r = row(page.value(), /*owned=*/false);
+  KVGRID_CHECK(r >= 1 && r < layout_.pages && layer < layout_.layers, "block of page ", page, " (row ", r, ") layer ", layer);
+  return data_.data() + (cfg_.payload == Payload::Full ? layout_.full_index(r, layer, 0, 0, 0)
+                                                       : layout_.digest_index(r, layer, 0));
 }
 
 std::size_t KvPool::layer_block_bytes() const {
@@ -82,7 +114,8 @@ std::size_t KvPool::layer_block_bytes() const {
 
 bool KvPool::compatible(const KvPool& o) const {
   return cfg_.payload == o.cfg_.payload && cfg_.page_size == o.cfg_.page_size && cfg_.layer_base == o.cfg_.layer_base &&
-         cfg_.layers == o.cfg_.layers && cfg_.heads == o.cfg_.heads && cfg_.dims == o.cfg_.dims;
+         cfg_.layers == o.cfg_.layers && cfg_.heads == o.cfg_.heads && cfg_.dims == o.cfg_.dims &&
+         cfg_.placement.shards == o.cfg_.placement.shards && cfg_.shard_rank == o.cfg_.shard_rank;
 }
 
 std::vector<std::vector<transfer::Copy>> layer_copies(KvPool& dst, std::span<const PageId> dst_pages, const KvPool& src,
@@ -91,18 +124,24 @@ std::vector<std::vector<transfer::Copy>> layer_copies(KvPool& dst, std::span<con
   KVGRID_CHECK(dst_pages.size() == src_pages.size(), "copy of ", src_pages.size(), " pages into ", dst_pages.size());
   std::vector<std::vector<transfer::Copy>> out(src.layers());
   const std::size_t bytes = src.layer_block_bytes();
-  for (std::size_t l = 0; l < src.layers(); ++l)
-    for (std::size_t i = 0; i < src_pages.size(); ++i)
+  for (std::size_t i = 0; i < src_pages.size(); ++i) {
+    if (!dst.owns(dst_pages[i])) continue;  // the owner of the destination copies it
+    if (KVGRID_DEBUG_CHECKS_ON())
+      KVGRID_CHECK(src.owns(src_pages[i]), "copy of page ", src_pages[i], " (owned by rank ",
+                   src.placement().page_owner(src_pages[i].value()), ") into page ", dst_pages[i], " (owned by rank ",
+                   dst.placement().page_owner(dst_pages[i].value()), "): the copy would move a page off its owner");
+    for (std::size_t l = 0; l < src.layers(); ++l)
       out[l].push_back({dst.layer_block(dst_pages[i], l), src.layer_block(src_pages[i], l), bytes});
+  }
   return out;
 }
 
 void KvPool::corrupt(PageId page, Rng& rng) {
-  KVGRID_CHECK(page.value() >= 1 && page.value() < layout_.pages, "corrupt of page ", page);
+  const std::uint32_t r = row(page.value(), /*owned=*/true);
+  KVGRID_CHECK(r >= 1 && r < layout_.pages, "corrupt of page ", page);
   const std::size_t words = cfg_.payload == Payload::Full ? layout_.layers * layout_.heads * layout_.page_size * layout_.dims
                                                           : layout_.layers * layout_.heads;
-  const std::size_t base = cfg_.payload == Payload::Full ? layout_.full_index(page.value(), 0, 0, 0, 0)
-                                                         : layout_.digest_index(page.value(), 0, 0);
+  const std::size_t base = cfg_.payload == Payload::Full ? layout_.full_index(r, 0, 0, 0, 0) : layout_.digest_index(r, 0, 0);
   data_[base + rng.below(words)] ^= 1ULL << rng.below(64);
 }
 

@@ -5,6 +5,13 @@
 // same calls, so every code path that moves or reads a page is exercised in both; `digest` needs
 // about page_size × dims times less memory, for production-sized traces. Page ids are those of
 // DevicePool (row 0 is the padding page).
+//
+// CP sharding (`placement.shards` = N > 1): page ids are logical and this pool holds only the
+// pages its rank owns (owner q mod N == shard_rank), at row ⌊q/N⌋ — the translation happens here,
+// at the copy boundary, and nowhere else. `write` stores only owned pages' tokens and `reset`
+// touches only owned pages; reads (`fold_*`, `layer_block`) of pages owned elsewhere are bugs,
+// except that `layer_block` translates any id to this rank's row (what a copy that ignores owners
+// would touch: the buggy restore variant).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/cp_placement.hpp"
 #include "core/ids.hpp"
 #include "core/rng.hpp"
 #include "kernels/kv_kernels.hpp"
@@ -29,6 +37,8 @@ struct KvPoolConfig {
   std::vector<std::uint32_t> heads;           // global ids of the KV heads this rank stores
   std::uint64_t dims = 1;
   Payload payload = Payload::Digest;
+  CpPlacement placement{};      // shards > 1: a sharded pool (capacity is per rank)
+  std::uint32_t shard_rank = 0;  // this rank's index in the shard group
 };
 
 class KvPool {
@@ -58,6 +68,11 @@ class KvPool {
   // Same geometry and payload (so that pages can be copied between the two pools).
   bool compatible(const KvPool& other) const;
 
+  const KvPoolConfig& config() const { return cfg_; }
+  bool owns(PageId page) const { return cfg_.placement.page_owner(page.value()) == cfg_.shard_rank; }
+  bool sharded() const { return cfg_.placement.shards > 1; }
+  const CpPlacement& placement() const { return cfg_.placement; }
+  std::uint32_t shard_rank() const { return cfg_.shard_rank; }
   Payload payload() const { return cfg_.payload; }
   std::size_t layers() const { return layout_.layers; }
   std::size_t heads() const { return layout_.heads; }
@@ -70,10 +85,17 @@ class KvPool {
   kernels::PageLayout layout_;
   std::vector<std::uint64_t> data_;
   std::vector<std::uint64_t> coef_;  // kv_coeff per [local layer][local head]
+  // Row of a logical page (sharded: ⌊q/N⌋); `owned` checks that this rank owns it.
+  std::uint32_t row(std::uint32_t page, bool owned) const;
+  std::span<const std::uint32_t> rows(std::span<const std::uint32_t> pages) const;  // owned pages' rows
+  mutable std::vector<std::uint32_t> rows_, slots_;
+  mutable std::vector<std::uint64_t> F_;
 };
 
 // The copies that move `src_pages` of `src` to `dst_pages` of `dst`, one batch per local layer
 // (for a layer-wise load: submit with TransferEngine::submit_layers; for a backup, flatten).
+// Sharded pools: only the pairs whose destination this rank owns; each reads this rank's row of
+// its source page (with debug checks on, a source owned elsewhere is a broken-ownership bug).
 std::vector<std::vector<transfer::Copy>> layer_copies(KvPool& dst, std::span<const PageId> dst_pages, const KvPool& src,
                                                       std::span<const PageId> src_pages);
 

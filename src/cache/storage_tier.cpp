@@ -86,6 +86,7 @@ void StorageTier::backup(TreeNode* node) {
   const std::size_t first = (tokens.size() - node->key.size()) / p;
   const auto keys = keys_for(tokens, first);
   for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (!host_kv_.owns(node->host[i])) continue;  // CP sharding: each page is written by its owner
     if (store_->exists(keys[i])) continue;
     if (cfg_.faults.write_fail && cfg_.faults.write_fail()) {
       ++stats_.write_failed;  // a failed write leaves nothing behind: later prefetches just miss
@@ -107,6 +108,7 @@ std::size_t StorageTier::read_pages(const std::vector<std::string>& keys, const 
   std::vector<std::uint8_t> buf(block * host_kv_.layers());
   for (std::size_t i = 0; i < count; ++i) {
     if (fail_at && i >= *fail_at) return i;  // storage.read.fail: an I/O error from here on
+    if (!host_kv_.owns(pages[first + i])) continue;  // CP sharding: its owner reads it
     if (store_->get(keys[first + i], buf) != StorageMiss::None) return i;
     for (std::size_t l = 0; l < host_kv_.layers(); ++l)
       std::memcpy(host_kv_.layer_block(pages[first + i], l), buf.data() + l * block, block);
@@ -130,7 +132,24 @@ std::optional<StorageTier::Plan> StorageTier::plan(std::span<const TokenId> prom
   pl.cached = cached;
   pl.tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(max_pages * p));
   pl.keys = keys_for(pl.tokens, pl.start);
-  pl.local_hit = cfg_.writer ? store_->batch_exists(pl.keys) : pl.keys.size();  // MLA readers: the writer decides
+  if (!cfg_.writer) {
+    pl.local_hit = pl.keys.size();  // MLA readers: the writer decides
+  } else if (!host_kv_.sharded()) {
+    pl.local_hit = store_->batch_exists(pl.keys);
+  } else {
+    // CP sharding: this rank looks up only the pages it owns (the others count as present here;
+    // their owners look them up), so the MIN over the shard group is the leading hit of them all.
+    std::vector<std::string> mine;
+    std::vector<std::size_t> at;
+    const CpPlacement& plc = host_kv_.placement();
+    for (std::size_t i = 0; i < pl.keys.size(); ++i)
+      if ((pl.start + i) % plc.shards == host_kv_.shard_rank()) {
+        mine.push_back(pl.keys[i]);
+        at.push_back(i);
+      }
+    const std::size_t k = store_->batch_exists(mine);
+    pl.local_hit = k < mine.size() ? at[k] : pl.keys.size();
+  }
   return pl;
 }
 
@@ -155,10 +174,12 @@ void StorageTier::launch(RequestId id, Plan& pl, std::size_t hit) {
                    {static_cast<std::int64_t>(hit)});
   if (start + hit <= cached || (start + hit - cached) * p < static_cast<std::size_t>(cfg_.prefetch_threshold.value())) return;
   tree_.lock(anchor);  // before allocating: making room evicts host-only leaves, the anchor may be one
+  // CP sharding: the page at position P belongs to rank P mod N (its host copy too).
+  const auto first_owner = static_cast<std::uint32_t>(start % host_kv_.placement().shards);
   std::optional<std::vector<PageId>> pages;
   if (cross_) {  // across stages: every rank serving the request must have allocated
     bool faulted = false;
-    pages = host_.alloc_host_local(Pages(static_cast<std::int64_t>(hit)), &faulted);
+    pages = host_.alloc_host_local(Pages(static_cast<std::int64_t>(hit)), &faulted, first_owner);
     std::vector<std::uint64_t> ok{pages && !faulted ? 1u : 0u};
     cross_->min(ok);
     if (!ok[0] && pages) {
@@ -166,7 +187,7 @@ void StorageTier::launch(RequestId id, Plan& pl, std::size_t hit) {
       pages.reset();
     }
   } else {
-    pages = host_.alloc_host(Pages(static_cast<std::int64_t>(hit)));
+    pages = host_.alloc_host(Pages(static_cast<std::int64_t>(hit)), first_owner);
   }
   KVGRID_CONSENSUS(log_, "prefetch_start", {static_cast<std::int64_t>(id.value())}, {pages ? 1 : 0});
   if (!pages) {

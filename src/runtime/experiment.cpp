@@ -1,5 +1,6 @@
 #include "runtime/experiment.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <sstream>
@@ -70,6 +71,12 @@ Schema build_schema() {
   s.add(fkey({"cache", "prefetch_timeout_base_ms"}, 5.0, 0.0, 1e9, "timeout policy: base, modelled ms"));
   s.add(fkey({"cache", "prefetch_timeout_per_1k_ms"}, 2.0, 0.0, 1e9, "timeout policy: added per 1024 prefetched tokens, ms"));
   s.add(fkey({"cache", "prefetch_timeout_max_ms"}, 50.0, 0.0, 1e9, "timeout policy: cap, ms"));
+  s.add(skey({"cache", "cp_sharding"}, {"replicated", "sharded", "any_owner_restore"},
+             "CP page ownership: every CP rank stores every page, each page stored once by its owner "
+             "(shard group: CP, or attention-TP for MLA at CP = 1), or the buggy restore onto any free page"));
+  s.add(ikey({"cache", "gather_pages"}, 1024, 1, 2147483647.0,
+             "sharded: pages of one layer a gather slot holds (two slots, charged to the device budget)"));
+  s.add(bkey({"cache", "gather_overlap"}, true, "sharded: post layer l+1's gather before attention on layer l"));
   s.add(skey({"protocol", "pp_sync"}, {"pp_sync", "independent_polling"},
              "agreement of host-tier ACK consumption across PP stages (buggy: independent_polling)"));
   s.add(skey({"protocol", "prefetch_consensus"}, {"pp_consensus", "per_rank"},
@@ -128,6 +135,11 @@ Schema build_schema() {
   s.add(fkey({"cost", "host_link_gb_s"}, 25.0, 1e-6, 1e6, "device<->host copy bandwidth, GB/s (simulated engine)"));
   s.add(fkey({"cost", "stage_skew"}, 0.0, 0.0, 1e6, "cross-stage skew: stage p's device<->host copies take (1 + stage_skew * p) times as long"));
   s.add(fkey({"cost", "storage_gb_s"}, 5.0, 1e-6, 1e6, "storage read bandwidth, GB/s (simulated)"));
+  s.add(skey({"cost", "kv_bytes"}, {"stored", "full"},
+             "bytes modelled copy, storage and gather times charge: what the payload stores, or (digest payload) "
+             "what the full payload would move (page_size x head_dim words per page, layer and head)"));
+  s.add(fkey({"cost", "gather_gb_s"}, 200.0, 1e-6, 1e6, "CP-sharded KV all-gather: bytes a rank receives per ns, GB/s"));
+  s.add(fkey({"cost", "gather_latency_us"}, 10.0, 0.0, 1e9, "latency of one layer's all-gather, us"));
   s.add(fkey({"cost", "storage_latency_us"}, 100.0, 0.0, 1e9, "latency of one storage read batch, us (simulated)"));
   for (const auto& fp : failpoint_catalogue()) {
     s.add(optional(fkey({"faults", fp.name, "probability"}, 0.0, 0.0, 1.0, "chance per evaluation: " + fp.doc)));
@@ -222,6 +234,9 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.cache.write_through_threshold = c.get_int("cache.write_through_threshold");
   e.cache.load_back_threshold = Tokens(c.get_int("cache.load_back_threshold"));
   e.cache.storage = c.get_string("cache.storage");
+  e.cache.cp_sharding = c.get_string("cache.cp_sharding");
+  e.cache.gather_pages = Pages(c.get_int("cache.gather_pages"));
+  e.cache.gather_overlap = c.get_bool("cache.gather_overlap");
   e.cache.storage_dir = c.get_string("cache.storage_dir");
   e.cache.storage_capacity_mb = c.get_int("cache.storage_capacity_mb");
   e.cache.prefetch_threshold = Tokens(c.get_int("cache.prefetch_threshold"));
@@ -290,6 +305,9 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.cost.storage_gb_s = c.get_float("cost.storage_gb_s");
   e.cost.stage_skew = c.get_float("cost.stage_skew");
   e.cost.storage_latency_us = c.get_float("cost.storage_latency_us");
+  e.cost.gather_gb_s = c.get_float("cost.gather_gb_s");
+  e.cost.kv_bytes = c.get_string("cost.kv_bytes");
+  e.cost.gather_latency_us = c.get_float("cost.gather_latency_us");
   e.output.dir = c.get_string("output.dir");
   e.output.flush_every = c.get_int("output.flush_every");
   e.output.report_every = c.get_int("output.report_every");
@@ -315,6 +333,17 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   // Relations between keys.
   const auto& src = c.source();
   for (const auto& g : e.topology.groups) {
+    // CP sharding: the two gather slots are charged to every rank's device budget.
+    const std::int64_t shards = g.shape.cp > 1 ? g.shape.cp : (e.model.attention == "mla" ? g.shape.tp : 1);
+    if (e.cache.cp_sharding != "replicated" && shards > 1 && g.shape.pp <= e.model.layers) {
+      const Pages charged = gather_charge(e, static_cast<std::size_t>(e.model.layers / g.shape.pp));
+      if (charged >= e.cache.device_pages)
+        throw InputError(src + ": cache.device_pages = " + std::to_string(e.cache.device_pages.value()) +
+                         " leaves no KV pages once the two gather slots of cache.gather_pages = " +
+                         std::to_string(e.cache.gather_pages.value()) + " are charged (" + std::to_string(charged.value()) +
+                         " pages at " + std::to_string(e.model.layers / g.shape.pp) +
+                         " layers per stage): raise cache.device_pages or lower cache.gather_pages");
+    }
     if (g.shape.pp > e.model.layers)
       throw InputError(src + ": topology " + g.name + " has pp = " + std::to_string(g.shape.pp) +
                        " stages but model.layers = " + std::to_string(e.model.layers) + " (each stage needs a layer)");
@@ -344,6 +373,14 @@ std::vector<std::string> with_seed(std::vector<std::string> ov, std::int64_t see
   return ov;
 }
 }  // namespace
+
+Pages gather_charge(const ExperimentConfig& e, std::size_t local_layers) {
+  const std::int64_t p = e.cache.page_size.value();
+  // One slot: a layer of the batch's prefix, the current chunk and a padding page.
+  const std::int64_t slot = e.cache.gather_pages.value() + (e.engine.chunk_size + p - 1) / p + 1;
+  const auto L = static_cast<std::int64_t>(std::max<std::size_t>(local_layers, 1));
+  return Pages((2 * slot + L - 1) / L);  // pool pages hold all local layers; a slot page one
+}
 
 void ExperimentConfig::validate_for_world(int world_size) const {
   auto rank_ok = [&](std::int64_t r, const std::string& key) {

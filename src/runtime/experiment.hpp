@@ -29,6 +29,9 @@ struct CacheConfig {
   std::int64_t write_through_threshold = 2;
   Tokens load_back_threshold{16};
   std::string storage = "none";           // "file": the storage tier (L3, needs the host tier)
+  std::string cp_sharding = "replicated";  // protocols/cp_sharding.hpp
+  Pages gather_pages{1024};               // one gather slot: pages of one layer
+  bool gather_overlap = true;
   std::string storage_dir;                // empty: <run dir>/storage
   std::int64_t storage_capacity_mb = 1024;  // per rank
   Tokens prefetch_threshold{64};
@@ -96,6 +99,9 @@ struct CostConfig {
   double storage_gb_s = 5.0;     // storage reads (simulated)
   double stage_skew = 0.0;       // stage p's copies take (1 + stage_skew * p) times as long
   double storage_latency_us = 100.0;  // per read batch (simulated)
+  double gather_gb_s = 200.0;         // CP-sharded KV all-gather, received bytes
+  std::string kv_bytes = "stored";    // "full": digest-mode copies are charged the full payload's bytes
+  double gather_latency_us = 10.0;    // per layer
 };
 
 struct ProtocolConfig {
@@ -135,6 +141,10 @@ struct ExperimentConfig {
   // Checks that need the world size (rank lists); throws InputError.
   void validate_for_world(int world_size) const;
 };
+
+// CP sharding: device pool pages (each holding `local_layers` layers) that the two gather slots
+// cost on a rank with that many layers.
+Pages gather_charge(const ExperimentConfig& e, std::size_t local_layers);
 
 const Schema& experiment_schema();
 // Throws InputError (file, key, expected, found). `seed` overrides engine.seed when >= 0.

@@ -71,6 +71,8 @@ void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tok
   if (!st.primed) {
     // First computation of this request here: read the cached prefix from its pages.
     KVGRID_CHECK(start % page_size_ == 0, "cached prefix of ", start, " tokens is not page-aligned");
+    KVGRID_CHECK(start == 0 || !pool_.sharded(), "the cached prefix of a sharded pool (", start,
+                 " tokens) must be read through the layer gather");
     st.run.assign(L * H, 0);
     pages_.clear();
     for (std::size_t p = 0; p < start / page_size_; ++p) pages_.push_back(page_table[p].value());
@@ -102,9 +104,25 @@ void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tok
     slots_[i] = static_cast<std::uint32_t>(pos % page_size_);
   }
   st.hashed = end;
-  pool_.write(pages_, slots_, F_);
+  pool_.write(pages_, slots_, F_);  // sharded: only the owned pages' tokens
   folds_.resize(n * L * H);
-  pool_.fold_tokens(pages_, slots_, F_, folds_);
+  if (pool_.sharded() && pool_.payload() == cache::Payload::Full) {
+    // Attention reads the whole chunk, owned or not: from the staging buffer.
+    const std::size_t first = start / page_size_, need = (end - 1) / page_size_ - first + 1;
+    if (!staging_ || staging_->config().capacity.value() < static_cast<std::int64_t>(need)) {
+      cache::KvPoolConfig sc = pool_.config();
+      sc.capacity = Pages(static_cast<std::int64_t>(std::max<std::size_t>(need, 2 * need)));
+      sc.placement = {};
+      sc.shard_rank = 0;
+      staging_ = std::make_unique<cache::KvPool>(sc);
+    }
+    stage_pages_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) stage_pages_[i] = static_cast<std::uint32_t>((start + i) / page_size_ - first + 1);
+    staging_->write(stage_pages_, slots_, F_);
+    staging_->fold_tokens(stage_pages_, slots_, F_, folds_);
+  } else {
+    pool_.fold_tokens(pages_, slots_, F_, folds_);
+  }
 
   for (std::size_t l = 0; l < L; ++l) {
     std::uint64_t acc = 0;
@@ -119,6 +137,14 @@ void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tok
     }
     out[l] = acc;
   }
+}
+
+void SyntheticModel::prime_for_gather(ModelRequestState& st) const {
+  KVGRID_CHECK(!st.primed, "request primed twice");
+  st.run.assign(g_.local_layers() * g_.kv_heads.size(), 0);
+  st.ph = kPrefixSeed;
+  st.hashed = 0;
+  st.primed = true;
 }
 
 std::uint64_t chain_seed(RequestId id, std::size_t start, std::size_t end) {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,7 +54,14 @@ class SyntheticModel {
  public:
   SyntheticModel(ModelGeometry g, cache::KvPool& pool, Tokens page_size);
 
+  // CP sharding: the cached prefix of a sharded pool is read through the layer gather
+  // (protocols/layer_gather.hpp), which adds it into `st.run`; call this first. forward() then
+  // continues from it (and refuses to read a sharded prefix itself).
+  void prime_for_gather(ModelRequestState& st) const;
+
   // out[l] = this rank's partial checksum of local layer l for positions [start, end).
+  // Sharded pools: the chunk's KV is staged (all its tokens, for this rank's attention) and only
+  // the tokens of pages this rank owns are written to the pool.
   // `before_layer(l)` (optional) is called before the cached prefix's pages of local layer l are
   // read: a layer-wise load-back waits there for layer l's copy only.
   void forward(ModelRequestState& st, std::span<const TokenId> tokens, std::size_t start, std::size_t end,
@@ -67,8 +75,10 @@ class SyntheticModel {
   cache::KvPool& pool_;
   std::size_t page_size_;
   std::vector<std::uint64_t> qcoef_;  // [local layer][local KV head]: sum of N(l, qh) over its query heads here
+  // full payload, sharded pool: the current chunk's KV, staged for attention (row 0: padding)
+  std::unique_ptr<cache::KvPool> staging_;
   // scratch
-  std::vector<std::uint32_t> pages_, slots_;
+  std::vector<std::uint32_t> pages_, slots_, stage_pages_;
   std::vector<std::uint64_t> F_, G_, folds_;
 };
 

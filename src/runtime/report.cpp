@@ -111,6 +111,19 @@ nlohmann::json report_json(const RunTrace& run) {
                                      {"h2d", static_cast<double>(r0.h2d_ns) / 1e6},
                                      {"storage_read", static_cast<double>(r0.storage_read_ns) / 1e6}};
     }  // all ranks: failed/short/corrupt reads and failed writes
+    // CP page ownership: device pages per rank (the fullest rank's high-water mark) and the
+    // layer gathers (bytes received by all ranks, modelled time of one rank).
+    {
+      std::int64_t pool = 0, high = 0, gbytes = 0, gns = 0;
+      for (const auto& r : run.summary_ranks) {
+        pool = std::max(pool, r.device_pool_pages);
+        high = std::max(high, r.device_high_water);
+        gbytes += r.gather_bytes;
+        gns = std::max(gns, r.gather_ns);
+      }
+      j["device_pages_per_rank"] = {{"pool", pool}, {"high_water", high}};
+      j["gather"] = {{"bytes", gbytes}, {"time_model_ms", static_cast<double>(gns) / 1e6}};
+    }
     j["computed_tokens"] = prompt - cached;
     double mean = 0;
     for (double t : ttft) mean += t;

@@ -32,11 +32,35 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
     batch.push_back({r.get(), r->computed, r->computed + static_cast<std::size_t>(take), true});
     budget -= take;
   }
+  std::int64_t gather_used = 0;  // slot pages of this step's admissions (CP sharding)
+  const std::int64_t p = cache_.tree().page_size().value();
   while (budget > 0 && !waiting_.empty() && static_cast<std::int64_t>(running_.size()) < cfg_.max_running) {
     ServeRequest& w = *waiting_.front();
     if (!cache_.prefetch_ready(w.spec.id)) break;  // its storage prefetch goes on (stop policy)
-    auto res = cache_.reserve(w.spec.id, w.spec.prompt, Tokens(static_cast<std::int64_t>(w.kv_len())));
-    if (!res) break;  // head of line waits for pages
+    Tokens max_match(INT64_MAX);
+    if (cfg_.gather_pages > 0) {
+      const auto padded = [&](std::int64_t pages) { return (pages + cfg_.shards - 1) / cfg_.shards * cfg_.shards; };
+      const std::int64_t want = padded(cache_.peek_hit(w.spec.prompt).value() / p);
+      if (gather_used > 0 && gather_used + want > cfg_.gather_pages) break;  // the slot is full: next step
+      max_match = Tokens((cfg_.gather_pages - gather_used) / cfg_.shards * cfg_.shards * p);
+    }
+    auto res = cache_.reserve(w.spec.id, w.spec.prompt, Tokens(static_cast<std::int64_t>(w.kv_len())), max_match);
+    if (!res) {
+      // Head of line waits for pages — unless it can never have them: nothing runs that could
+      // free any, and the pool (per owner, when sharded) is smaller than what it needs.
+      const std::int64_t need = (static_cast<std::int64_t>(w.kv_len()) + p - 1) / p;
+      const auto& pool = cache_.pool();
+      const std::int64_t n = pool.shards(), per_owner = pool.capacity().value() / n;
+      if (running_.empty() && (need + n - 1) / n > per_owner)
+        throw RunFailure("request " + std::to_string(w.spec.id.value()) + " needs " + std::to_string(need) +
+                         " device pages (" + std::to_string(w.kv_len()) + " tokens) but the device pool holds " +
+                         std::to_string(per_owner) + (n > 1 ? " per owner" : "") +
+                         ": it can never be admitted (raise cache.device_pages" +
+                         (n > 1 ? ", or lower cache.gather_pages" : "") + ")");
+      break;
+    }
+    if (cfg_.gather_pages > 0)
+      gather_used += (res->matched.value() / p + cfg_.shards - 1) / cfg_.shards * cfg_.shards;
     w.res = std::move(*res);
     w.computed = static_cast<std::size_t>(w.res.matched.value());
     w.admit_ns = now_ns;

@@ -6,7 +6,8 @@
 //   2. requests in prefill continue, up to `chunk_size` prefill tokens in all (chunked prefill);
 //   3. while budget and `max_running` allow, waiting requests are admitted in arrival order:
 //      match_prefix, lock, reserve pages for prompt + output - 1 positions (evicting if needed);
-//      the first one that does not fit stops admission (no overtaking);
+//      the first one that does not fit stops admission (no overtaking) — pages, or (CP sharding)
+//      room in the batch's gather slot, reserved before its load-back is queued;
 // After the step, `complete_step` advances each request: the last prefill chunk yields the first
 // token, each decode step one more (next token = function of the prefix); a request that has
 // all its tokens finishes and commits its KV to the tree.
@@ -54,6 +55,11 @@ struct SchedulerConfig {
   std::int64_t chunk_size = 512;
   std::int64_t max_running = 64;
   std::uint64_t vocab = 32000;
+  // CP sharding: the batch's cached prefixes are gathered into one slot of `gather_pages` pages
+  // (0: no gather). A request whose prefix would overflow the slot waits for a later step (no
+  // overtaking); one that alone exceeds it reuses only what fits.
+  std::int64_t gather_pages = 0;
+  std::uint32_t shards = 1;
 };
 
 class Scheduler {

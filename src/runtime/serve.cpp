@@ -22,6 +22,8 @@
 #include "runtime/serve_workload.hpp"
 #include "runtime/step_message.hpp"
 #include "protocols/consensus_check.hpp"
+#include "protocols/cp_sharding.hpp"
+#include "protocols/layer_gather.hpp"
 #include "protocols/pp_sync.hpp"
 #include "protocols/prefetch_consensus.hpp"
 #include "protocols/tp_sync.hpp"
@@ -53,29 +55,51 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   const ModelGeometry geo = ModelGeometry::for_rank(exp, c, shape);
   Pages capacity = exp.cache.device_pages;
   if (exp.debug.shrink_stage == c.pp) capacity = Pages(exp.debug.shrink_device_pages);  // testing knob
-  cache::KvPool pool({capacity, exp.cache.page_size, geo.layer_begin, geo.local_layers(), geo.kv_heads,
-                      geo.head_dim, cache::parse_payload(exp.engine.payload)});
+  // CP page ownership (cache.cp_sharding): the shard group, and the two gather slots (each one
+  // layer of the batch's prefix, next to the current chunk and a padding page) charged to the
+  // device budget.
+  const auto shard = protocols::make_shard_group(exp.cache.cp_sharding, grid, geo.mla);
+  const cache::CpPlacement placement{shard->size, static_cast<std::uint64_t>(exp.cache.page_size.value())};
+  if (shard->size > 1) {
+    const Pages charged = gather_charge(exp, geo.local_layers());
+    KVGRID_CHECK(charged < capacity, "gather slots of ", charged, " pages exceed the device pool of ", capacity,
+                 " (load_experiment checks this)");
+    capacity -= charged;
+  }
+  auto kv_config = [&](Pages pages) {
+    return cache::KvPoolConfig{pages,      exp.cache.page_size, geo.layer_begin, geo.local_layers(), geo.kv_heads,
+                               geo.head_dim, cache::parse_payload(exp.engine.payload), placement, shard->rank};
+  };
+  cache::KvPool pool(kv_config(capacity));
   // The host tier (L2): its pool, the transfer engine on this rank's modelled clock, and the
   // stage's agreement on ACK consumption (protocol.tp_sync). Declared before the cache that uses them.
   std::uint64_t clock = 0;  // modelled ns
+  // cost.kv_bytes = "full": a digest page stands for page_size × head_dim times more bytes.
+  const double kv_bytes_scale = exp.cost.kv_bytes == "full" && exp.engine.payload == "digest"
+                                    ? static_cast<double>(exp.cache.page_size.value() * exp.model.head_dim)
+                                    : 1.0;
   std::unique_ptr<cache::KvPool> host_kv;
   std::unique_ptr<transfer::TransferEngine> engine;
   std::unique_ptr<cache::AckAgreement> agreement;
   if (exp.cache.host_pages.value() > 0) {
-    host_kv = std::make_unique<cache::KvPool>(cache::KvPoolConfig{exp.cache.host_pages, exp.cache.page_size, geo.layer_begin,
-                                                                  geo.local_layers(), geo.kv_heads, geo.head_dim,
-                                                                  cache::parse_payload(exp.engine.payload)});
+    host_kv = std::make_unique<cache::KvPool>(kv_config(exp.cache.host_pages));  // per rank (sharded: its pages)
     transfer::EngineConfig ec;
     ec.backend = exp.engine.transfer;
     // GB/s == bytes/ns; later stages' copies may be slower (cost.stage_skew: cross-stage skew)
-    ec.bytes_per_ns = exp.cost.host_link_gb_s / (1.0 + exp.cost.stage_skew * c.pp);
+    ec.bytes_per_ns = exp.cost.host_link_gb_s / (1.0 + exp.cost.stage_skew * c.pp) / kv_bytes_scale;
     ec.seed = exp.engine.seed ^ static_cast<std::uint64_t>(grid.world_rank());
     ec.now = [&clock] { return clock; };
     ec.advance_to = [&clock](std::uint64_t t) { clock = std::max(clock, t); };
     engine = transfer::make_engine(ec);
     agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
   }
-  cache::DeviceCache dc({exp.cache.page_size, capacity}, log);
+  cache::DeviceCache dc({exp.cache.page_size, capacity, shard->size}, log);
+  const auto restore = protocols::make_restore_placement(exp.cache.cp_sharding);
+  if (shard->size > 1) dc.set_restore_placement(restore.get());
+  std::unique_ptr<protocols::LayerGather> gather;
+  if (shard->size > 1)
+    gather = std::make_unique<protocols::LayerGather>(
+        protocols::LayerGather::Config{exp.cache.gather_pages, exp.cache.gather_overlap, 8}, *shard, pool);
   Rng fault_rng = rank_stream(exp.engine.seed, grid.world_rank()).fork("storage.fault.target");
   if (host_kv)
     dc.attach_host_tier({exp.cache.host_pages, exp.cache.write_policy,
@@ -104,18 +128,18 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     sk.pp_size = shape.pp;
     sk.cp_rank = c.cp;
     sk.cp_size = shape.cp;
-    sk.replicated_over_tp = geo.mla;
+    sk.replicated_over_tp = geo.mla && shard->axis != "tp";  // MLA sharded over TP: each TP rank its own pages
     cache::StorageTierConfig sc;
     sc.key_suffix = cache::key_suffix(sk);
     sc.dir = exp.cache.storage_dir + "/" + sc.key_suffix.substr(1);  // one directory per shard (MLA: shared over TP)
     sc.capacity_bytes = static_cast<std::uint64_t>(exp.cache.storage_capacity_mb) << 20;
-    sc.writer = !geo.mla || c.tp == 0;
+    sc.writer = !sk.replicated_over_tp || c.tp == 0;  // one writer per replica set; sharded: every owner
     sc.prefetch_threshold = exp.cache.prefetch_threshold;
     sc.stop_policy = exp.cache.prefetch_policy;
     sc.timeout_base_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_base_ms * 1e6);
     sc.timeout_per_1k_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_per_1k_ms * 1e6);
     sc.timeout_max_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_max_ms * 1e6);
-    sc.bytes_per_ns = exp.cost.storage_gb_s;
+    sc.bytes_per_ns = exp.cost.storage_gb_s / kv_bytes_scale;
     sc.latency_ns = static_cast<std::uint64_t>(exp.cost.storage_latency_us * 1e3);
     sc.seed = exp.engine.seed ^ static_cast<std::uint64_t>(grid.world_rank());
     sc.threaded = exp.engine.transfer == "threaded";
@@ -148,7 +172,9 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   auto pp_sync = protocols::make_pp_sync(exp.protocol.pp_sync);
   std::unique_ptr<protocols::ConsensusChecker> online;
   if (exp.protocol.consensus_check == "on") online = std::make_unique<protocols::ConsensusChecker>(grid, log);
-  Scheduler sched({exp.engine.chunk_size, exp.engine.max_running, static_cast<std::uint64_t>(exp.workload.vocab)}, dc);
+  Scheduler sched({exp.engine.chunk_size, exp.engine.max_running, static_cast<std::uint64_t>(exp.workload.vocab),
+                   shard->size > 1 ? exp.cache.gather_pages.value() : 0, shard->size},
+                  dc);
   // Only PP0's leader owns the workload; a bad trace must still stop every rank, not hang them.
   std::string workload_error;
   if (first_stage && leader && !workload) {
@@ -168,6 +194,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   std::uint64_t total_known = workload ? workload->total_requests() : 0;
   const std::size_t L = geo.local_layers();
   std::vector<std::uint64_t> partials;
+  std::uint64_t gather_ns = 0;  // modelled time of this rank's layer gathers
 
   auto emit = [&](std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1, std::int64_t a2,
                   std::int32_t status) {
@@ -199,6 +226,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     }
     if (auto hit = faults.evaluate("device.page.corrupt", static_cast<std::uint64_t>(step))) {
       auto cached = dc.cached_pages();
+      std::erase_if(cached, [&pool](PageId q) { return !pool.owns(q); });  // sharded: only this rank's pages
       if (!cached.empty()) {
         const PageId victim = cached[corrupt_rng.below(cached.size())];
         for (int b = 0; b < static_cast<int>(hit->param("bits")); ++b) pool.corrupt(victim, corrupt_rng);
@@ -333,6 +361,36 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       }
     }
     partials.assign(batch.size() * L, 0);
+    // CP sharding: the cached prefixes of requests computed here for the first time are read
+    // through the layer gather (restore(l) → gather(l) → attention(l)). Modelled: layer l's gather
+    // starts when its restores and the previous layer's gather are done, and attention on layer l
+    // waits for it; the next layer's gather overlaps this layer's attention.
+    if (gather) {
+      std::vector<protocols::GatherItem> items;
+      std::vector<ServeRequest*> primed;
+      for (auto& e : batch)
+        if (!e.req->model.primed && e.start > 0) {
+          model.prime_for_gather(e.req->model);
+          const std::size_t n = e.start / static_cast<std::size_t>(exp.cache.page_size.value());
+          items.push_back({std::span<const PageId>(e.req->res.pages).first(n), e.req->model.run});
+          primed.push_back(e.req);
+        }
+      if (!items.empty()) {
+        auto wait_layer = [&primed, L](std::size_t l) {
+          for (auto* r : primed)
+            for (std::size_t k = l; k < r->res.load_events.size(); k += L) r->res.load_events[k].synchronize();
+        };
+        const std::uint64_t bytes = gather->run(items, wait_layer);
+        const auto g_ns = static_cast<std::uint64_t>(exp.cost.gather_latency_us * 1e3 +
+                                                     static_cast<double>(bytes) * kv_bytes_scale / exp.cost.gather_gb_s);
+        std::uint64_t prev = clock;
+        for (std::size_t l = 0; l < L; ++l) {
+          prev = std::max(prev, layer_ready[l]) + g_ns;
+          layer_ready[l] = prev;
+        }
+        gather_ns += g_ns * L;
+      }
+    }
     StepWork work;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       auto& e = batch[i];
@@ -376,7 +434,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       const std::uint64_t a_in = first_stage ? chain_seed(e.req->spec.id, e.start, e.end) : in.entries[i].value;
       const std::uint64_t a_out = chain(a_in, std::span<const std::uint64_t>(partials).subspan(i * L, L));
       out.entries.push_back({e.req->spec.id.value(), e.start, e.end, a_out});
-      e.req->forward_ns += step_ns;
+      if (e.prefill) e.req->forward_ns += clock - step_start;  // the step, its restore and gather waits included
       if (checker) {
         const std::uint64_t want = oracle.expected(e.req->oracle, e.req->spec.id, e.req->tokens, e.start, e.end);
         if (want != a_out) {
@@ -497,6 +555,14 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   m.prompt_tokens = res.prompt_tokens;
   m.oracle_mismatches = local_mismatches;
   m.model_ns = static_cast<std::int64_t>(clock);
+  m.device_high_water = 0;  // pages one rank's device pool held at most (sharded: the fullest owner)
+  for (std::uint32_t r = 0; r < dc.pool().shards(); ++r)
+    m.device_high_water = std::max(m.device_high_water, dc.pool().high_water(r).value());
+  m.device_pool_pages = capacity.value();
+  if (gather) {
+    m.gather_bytes = static_cast<std::int64_t>(gather->stats().bytes);
+    m.gather_ns = static_cast<std::int64_t>(gather_ns);
+  }
   if (const auto* host = dc.host_tier()) {
     m.d2h_pages = static_cast<std::int64_t>(host->stats().d2h_pages);
     m.h2d_pages = static_cast<std::int64_t>(host->stats().h2d_pages);

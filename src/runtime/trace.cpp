@@ -113,6 +113,10 @@ Handle rank_summary_type() {
   KVGRID_FIELD(d2h_ns, H5T_NATIVE_INT64);
   KVGRID_FIELD(h2d_ns, H5T_NATIVE_INT64);
   KVGRID_FIELD(storage_read_ns, H5T_NATIVE_INT64);
+  KVGRID_FIELD(device_pool_pages, H5T_NATIVE_INT64);
+  KVGRID_FIELD(device_high_water, H5T_NATIVE_INT64);
+  KVGRID_FIELD(gather_bytes, H5T_NATIVE_INT64);
+  KVGRID_FIELD(gather_ns, H5T_NATIVE_INT64);
 #undef KVGRID_FIELD
   return t;
 }

@@ -69,6 +69,9 @@ struct RankSummaryRow {
   std::int64_t storage_read_pages = 0, storage_write_pages = 0, storage_failed_pages = 0;  // storage tier
   std::int64_t d2h_bytes = 0, h2d_bytes = 0, storage_read_bytes = 0, storage_write_bytes = 0;
   std::int64_t d2h_ns = 0, h2d_ns = 0, storage_read_ns = 0;  // modelled transfer time (simulated engine)
+  // CP sharding: KV pages of this rank's device pool (after the gather slots' charge), the most
+  // it held at once, and its layer gathers (bytes received, modelled time)
+  std::int64_t device_pool_pages = 0, device_high_water = 0, gather_bytes = 0, gather_ns = 0;
 };
 
 struct RunMeta {

@@ -22,6 +22,7 @@ QUICK = os.path.join(SRC, "experiments", "quickstart.toml")
 TREE = os.path.join(SRC, "experiments", "tree.toml")
 TIERS = os.path.join(SRC, "experiments", "multiturn_tiers.toml")
 MOONCAKE = os.path.join(SRC, "experiments", "mooncake_replay.toml")
+CPSHARD = os.path.join(SRC, "experiments", "cp_sharding.toml")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1",
            HDF5_USE_FILE_LOCKING="FALSE")
@@ -121,6 +122,9 @@ def bad_input():
         (out("does-not-exist.toml"), [], r"cannot open experiment file"),
         (TMP, [], r"is a directory"),
         (QUICK, ["--set", "debug.kill_rank=99"], r"rank 99 does not exist"),
+        (QUICK, ["--set", "cache.cp_sharding=mirrored"], r"'cache\.cp_sharding': expected string \(one of \"replicated\" \"sharded\" \"any_owner_restore\"\), found \"mirrored\""),
+        (QUICK, ["--set", "cache.cp_sharding=sharded", "--set", "cache.device_pages=64"],
+         r"cache\.device_pages = 64 leaves no KV pages once the two gather slots of cache\.gather_pages = 1024"),
     ]
     for path, extra, pattern in cases:
         target = out("never-" + os.path.basename(path))
@@ -388,6 +392,44 @@ def tiers_shape():
     rc, so, se = run(4, TIERS, "--out", out("shape-nohost"), "--set", "cache.host_pages=0")
     expect(rc == 2 and "cache.storage" in se and "cache.host_pages" in se, "storage without host tier", so, se)
     expect(not os.path.exists(out("shape-nohost/run.h5")), "no trace")
+
+
+def cp_sharding_shape():
+    """Figure 1d at small scale (MLA, TP2xCP2, a multi-turn history that outgrows the replicated
+    device tier): sharding raises the device hit rate and cuts host-served tokens while the
+    combined rate stays, both runs oracle OK, the figure drawn from the two HDF5 traces; the
+    buggy any_owner_restore fails the run through the oracle; the Mooncake experiment itself runs."""
+    small = ["--set", "model.attention=mla", "--set", "cache.storage=none", "--set", "workload.multiturn.clients=16",
+             "--set", "workload.multiturn.rounds=5", "--set", "cache.device_pages=512", "--set", "cache.gather_pages=256",
+             "--set", "engine.payload=digest", "--set", "cost.kv_bytes=full"]
+    variants = {"replicated": ["--set", "cache.host_pages=4096"],
+                "sharded": ["--set", "cache.cp_sharding=sharded", "--set", "cache.host_pages=2048"]}
+    j = {}
+    for name, sets in variants.items():
+        rc, so, se = run(4, TIERS, "--out", out("cps-" + name), *small, *sets)
+        expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so, f"{name} run", so, se)
+        j[name] = json.loads(tool("report", out("cps-" + name), "--json")[1])
+    rep, sh = j["replicated"], j["sharded"]
+    print("device/host hit: replicated", rep["hit_rate"], "sharded", sh["hit_rate"])
+    expect(sh["hit_rate"]["device"] > rep["hit_rate"]["device"] + 0.2, "sharding raises the device hit rate", rep, sh)
+    expect(sh["transferred_tokens"]["h2d"] < 0.5 * rep["transferred_tokens"]["h2d"], "fewer tokens from the host", rep, sh)
+    expect(abs(sh["hit_rate"]["total"] - rep["hit_rate"]["total"]) < 0.03, "combined hit rate about the same", rep, sh)
+    expect(sh["gather"]["bytes"] > 0 and rep["gather"]["bytes"] == 0, "only the sharded run gathers", rep["gather"], sh["gather"])
+    expect(sh["device_pages_per_rank"]["pool"] < rep["device_pages_per_rank"]["pool"], "gather slots charged", sh)
+    png = out("cps.png")
+    p = subprocess.run(["/usr/bin/python3", os.path.join(SRC, "results", "plots", "cp_sharding.py"), png,
+                        *(f"{n}={out('cps-' + n)}" for n in variants)], capture_output=True, text=True)
+    expect(p.returncode == 0 and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n" and "device hit +" in p.stdout,
+           "figure from HDF5", p.stdout, p.stderr)
+    # Restoring onto any free page: the ranks agree on every decision, only the KV is wrong.
+    rc, so, se = run(4, TIERS, "--out", out("cps-any"), "--set", "cache.storage=none", "--set", "cache.cp_sharding=any_owner_restore",
+                     "--set", "cache.gather_pages=256")
+    expect(rc == 1 and re.search(r"# oracle mismatches: [1-9]\d* FAILED", so) and "# rank divergences: 0 OK" in so,
+           "any_owner_restore caught by the oracle", so, se)
+    # The figure's own experiment (Mooncake trace, digest) at CP 2 on its first requests.
+    rc, so, se = run(4, CPSHARD, "--out", out("cps-mooncake"), "--set", "topology.cp=2", "--set", "workload.mooncake.first_n=150",
+                     "--set", "cache.cp_sharding=sharded", "--set", "cache.host_pages=131072")
+    expect(rc == 0 and "# verdict: OK" in so and "CP pages sharded" in so, "cp_sharding.toml runs sharded", so, se)
 
 
 def request_abort():

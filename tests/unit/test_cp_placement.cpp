@@ -6,6 +6,7 @@
 #include <map>
 
 #include "cache/cp_placement.hpp"
+#include "cache/device_pool.hpp"
 #include "cache/radix_tree.hpp"
 #include "core/check.hpp"
 #include "core/rng.hpp"
@@ -41,7 +42,7 @@ TEST(CpPlacement, ArithmeticMatchesABruteForceAssignmentForEveryNAndPageSize) {
 TEST(CpPlacement, Figure1aExample) {
   // Two ranks. A/B/C, then A/B/E sharing A/B, then D extending A/B/C.
   const CpPlacement pl{2, 4};
-  ShardedAllocator alloc(pl, 8);
+  DevicePool alloc(Pages(7), pl);  // 7 pages per rank besides the padding page
   RadixTree tree(TreeConfig{Tokens(4), 2});
   auto page = [](TokenId t) { return std::vector<TokenId>{t, t, t, t}; };
   auto concat = [](std::initializer_list<std::vector<TokenId>> parts) {
@@ -50,14 +51,14 @@ TEST(CpPlacement, Figure1aExample) {
     return out;
   };
   const auto A = page(1), B = page(2), C = page(3), D = page(4), E = page(5);
-  auto abc = alloc.alloc_chain(0, 3);
+  auto abc = alloc.alloc(Pages(3), 0);
   ASSERT_TRUE(abc);
   EXPECT_EQ(*abc, (std::vector<PageId>{PageId(2), PageId(3), PageId(4)}));  // A, B, C: owners 0, 1, 0
   tree.insert(concat({A, B, C}), *abc);
   // A/B/E: the match ends after B (owner 1), so E goes to rank 0.
   auto m = tree.match_computed(concat({A, B}));
   ASSERT_EQ(m.device_pages.size(), 2u);
-  auto e = alloc.alloc_chain((pl.page_owner(m.device_pages.back().value()) + 1) % 2, 1);
+  auto e = alloc.alloc(Pages(1), (pl.page_owner(m.device_pages.back().value()) + 1) % 2);
   EXPECT_EQ(*e, (std::vector<PageId>{PageId(6)}));
   tree.insert(concat({A, B, E}), std::vector<PageId>{m.device_pages[0], m.device_pages[1], (*e)[0]});
   // Rank 0 stores A, C, E at local pages 1, 2, 3; rank 1 stores B at local page 1.
@@ -68,7 +69,7 @@ TEST(CpPlacement, Figure1aExample) {
   EXPECT_EQ(pl.local_page(3), 1u);
   // D extends A/B/C: owners 0, 1, 0, then 1 -> logical page 5, local page 2 on rank 1.
   auto mabc = tree.match_computed(concat({A, B, C}));
-  auto d = alloc.alloc_chain((pl.page_owner(mabc.device_pages.back().value()) + 1) % 2, 1);
+  auto d = alloc.alloc(Pages(1), (pl.page_owner(mabc.device_pages.back().value()) + 1) % 2);
   ASSERT_TRUE(d);
   EXPECT_EQ((*d)[0], PageId(5));
   EXPECT_EQ(pl.page_owner(5), 1u);
@@ -84,7 +85,7 @@ TEST(CpPlacement, AllocatorChainsAreCyclicBalancedAndAllOrNothing) {
   for (std::uint32_t n : {1u, 2u, 3u, 4u, 8u}) {
     SCOPED_TRACE("N " + std::to_string(n));
     const CpPlacement pl{n, 16};
-    ShardedAllocator alloc(pl, 20);  // 19 allocatable pages per rank
+    DevicePool alloc(Pages(19), pl);  // 19 allocatable pages per rank
     std::vector<std::vector<PageId>> live;
     std::set<std::uint32_t> taken;
     for (int op = 0; op < 400; ++op) {
@@ -92,17 +93,27 @@ TEST(CpPlacement, AllocatorChainsAreCyclicBalancedAndAllOrNothing) {
         const auto first = static_cast<std::uint32_t>(rng.below(n));
         const auto len = rng.below(3 * n + 2) + 1;
         std::vector<std::uint64_t> before(n);
-        for (std::uint32_t r = 0; r < n; ++r) before[r] = alloc.free_pages(r);
-        auto c = alloc.alloc_chain(first, len);
+        for (std::uint32_t r = 0; r < n; ++r) before[r] = static_cast<std::uint64_t>(alloc.free_pages(r).value());
+        const Pages want(static_cast<std::int64_t>(len));
+        const Pages short_by = alloc.shortfall(want, first);
+        auto c = alloc.alloc(want, first);
+        ASSERT_EQ(c.has_value(), short_by.value() == 0);
         if (!c) {  // all or nothing: some owner lacked pages, nothing was taken
           bool short_somewhere = false;
           for (std::uint32_t r = 0; r < n; ++r) {
-            ASSERT_EQ(alloc.free_pages(r), before[r]);
+            ASSERT_EQ(static_cast<std::uint64_t>(alloc.free_pages(r).value()), before[r]);
             std::uint64_t need = 0;
             for (std::uint64_t k = 0; k < len; ++k) need += (first + k) % n == r ? 1 : 0;
             short_somewhere = short_somewhere || need > before[r];
           }
           ASSERT_TRUE(short_somewhere);
+          std::int64_t brute = 0;  // the shortfall by brute force
+          for (std::uint32_t r = 0; r < n; ++r) {
+            std::uint64_t need = 0;
+            for (std::uint64_t k = 0; k < len; ++k) need += (first + k) % n == r ? 1 : 0;
+            brute += need > before[r] ? static_cast<std::int64_t>(need - before[r]) : 0;
+          }
+          ASSERT_EQ(short_by.value(), brute);
           continue;
         }
         ASSERT_EQ(c->size(), len);
@@ -115,6 +126,7 @@ TEST(CpPlacement, AllocatorChainsAreCyclicBalancedAndAllOrNothing) {
           ++per[pl.page_owner(q.value())];
         }
         ASSERT_LE(*std::max_element(per.begin(), per.end()) - *std::min_element(per.begin(), per.end()), 1u);
+        alloc.verify();
         live.push_back(*c);
       } else {
         const auto i = rng.below(live.size());
@@ -127,6 +139,7 @@ TEST(CpPlacement, AllocatorChainsAreCyclicBalancedAndAllOrNothing) {
 }
 
 TEST(CpPlacement, TheTreeRejectsIncompatibleRotationsAndKeepsOwnersOnSplitAndRestore) {
+  set_debug_checks(true);  // the restore's owner check is a debug check
   RadixTree tree(TreeConfig{Tokens(2), 2});
   const std::vector<TokenId> ab = {1, 1, 2, 2};
   tree.insert(ab, std::vector<PageId>{PageId(2), PageId(3)});  // owners 0, 1
