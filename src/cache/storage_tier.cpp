@@ -339,11 +339,18 @@ void StorageTier::end_of_step() {
     v.push_back(plans.back() ? plans.back()->local_hit : 0);
   }
   cross_->min(v);
+  // The plans' anchors must survive what comes first: landing the finished prefetches and the
+  // earlier launches' host allocations, which may evict unlocked host-only leaves.
+  for (auto& pl : plans)
+    if (pl) tree_.lock(pl->anchor);
   std::size_t k = 0;
   for (auto& [id, acks] : stopping_) finish(RequestId(id), static_cast<std::size_t>(v[k++]));
   stopping_.clear();
   for (std::size_t i = 0; i < queries_.size(); ++i, ++k)
-    if (plans[i]) launch(RequestId(queries_[i].id), *plans[i], static_cast<std::size_t>(v[k]));
+    if (plans[i]) {
+      launch(RequestId(queries_[i].id), *plans[i], static_cast<std::size_t>(v[k]));
+      tree_.unlock(plans[i]->anchor);
+    }
   queries_.clear();
 }
 

@@ -389,6 +389,8 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
           layer_ready[l] = prev;
         }
         gather_ns += g_ns * L;
+        emit(step, 0, "gather", static_cast<std::int64_t>(items.size()), static_cast<std::int64_t>(bytes),
+             static_cast<std::int64_t>(g_ns * L), 0);
       }
     }
     StepWork work;

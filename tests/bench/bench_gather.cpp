@@ -126,6 +126,8 @@ int main(int argc, char** argv) {
                 static_cast<long long>(requests), rep_bytes / (1 << 20), sh_bytes / (1 << 20), sh_bytes / rep_bytes, 1.0 / n,
                 (sh_bytes + slots_bytes) / (1 << 20), (sh_bytes + slots_bytes) / rep_bytes);
   }
+  KVGRID_MPI_CHECK(MPI_Comm_free(&group.comm));  // before MPI_Finalize (the group's destructor runs later)
+  group.comm = MPI_COMM_NULL;
   MPI_Finalize();
   return 0;
 }

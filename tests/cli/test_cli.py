@@ -426,6 +426,12 @@ def cp_sharding_shape():
                      "--set", "cache.gather_pages=256")
     expect(rc == 1 and re.search(r"# oracle mismatches: [1-9]\d* FAILED", so) and "# rank divergences: 0 OK" in so,
            "any_owner_restore caught by the oracle", so, se)
+    # Across stages with storage and aborts (TP2xCP2xPP2): a prefetch planned at the end of a step
+    # kept its anchor node while an earlier launch's host allocation evicted host-only leaves.
+    rc, so, se = run(8, os.path.join(SRC, "experiments", "pp_sync.toml"), "--out", out("cps-pp"), "--seed", "1",
+                     "--set", "topology.cp=2", "--set", "cache.cp_sharding=sharded", "--set", "cache.gather_pages=24",
+                     "--set", "cache.device_pages=160", "--set", "faults.request.abort.probability=0.02")
+    expect(rc == 0 and "# verdict: OK" in so, "sharded across stages with storage and aborts", so, se)
     # The figure's own experiment (Mooncake trace, digest) at CP 2 on its first requests.
     rc, so, se = run(4, CPSHARD, "--out", out("cps-mooncake"), "--set", "topology.cp=2", "--set", "workload.mooncake.first_n=150",
                      "--set", "cache.cp_sharding=sharded", "--set", "cache.host_pages=131072")

@@ -136,6 +136,8 @@ TEST(CpSharding, RestoreAfterEvictKeepsOwnersUnderFaults) {
       {"faults.storage.read.fail.probability=0.3", "faults.storage.read.fail.ranks=[1]"},
       {"faults.storage.object.corrupt.probability=0.3", "faults.storage.object.corrupt.ranks=[0]"},
       {"faults.storage.write.fail.probability=0.3", "faults.storage.write.fail.ranks=[1]"},
+      {"faults.device.alloc.fail.probability=0.2", "faults.device.alloc.fail.ranks=[1]"},
+      {"faults.request.abort.probability=0.05"},
   };
   const int seeds = testing::world_size() <= 2 ? 4 : 2;
   for (std::size_t k = 0; k < cases.size(); ++k) {
@@ -144,7 +146,7 @@ TEST(CpSharding, RestoreAfterEvictKeepsOwnersUnderFaults) {
       const std::string dir = base + "/" + std::to_string(k) + "-" + std::to_string(seed);
       DecisionLog log;
       auto r = serve(tiers(tp, cp, pp, dir, cases[k], seed), log);
-      EXPECT_EQ(r.finished, 24);
+      EXPECT_EQ(r.finished + r.failed, 24);  // failed: aborted (request.abort)
       EXPECT_EQ(r.oracle_mismatches, 0);  // every restored page came back on its owner
       EXPECT_EQ(r.divergences(), 0);
       EXPECT_EQ(r.verify_failures, 0);

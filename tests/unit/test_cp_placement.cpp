@@ -6,13 +6,24 @@
 #include <map>
 
 #include "cache/cp_placement.hpp"
+#include "cache/device_cache.hpp"
 #include "cache/device_pool.hpp"
+#include "core/decision_log.hpp"
 #include "cache/radix_tree.hpp"
 #include "core/check.hpp"
 #include "core/rng.hpp"
 
 namespace kvgrid::cache {
 namespace {
+
+// The pages of Figure 1a (4 tokens each) and prompts made of them.
+std::vector<TokenId> page(TokenId t) { return {t, t, t, t}; }
+std::vector<TokenId> concat(std::initializer_list<std::vector<TokenId>> parts) {
+  std::vector<TokenId> out;
+  for (const auto& v : parts) out.insert(out.end(), v.begin(), v.end());
+  return out;
+}
+const auto A = page(1), B = page(2), C = page(3), D = page(4), E = page(5);
 
 TEST(CpPlacement, ArithmeticMatchesABruteForceAssignmentForEveryNAndPageSize) {
   for (std::uint32_t n : {1u, 2u, 3u, 4u, 8u}) {
@@ -44,13 +55,6 @@ TEST(CpPlacement, Figure1aExample) {
   const CpPlacement pl{2, 4};
   DevicePool alloc(Pages(7), pl);  // 7 pages per rank besides the padding page
   RadixTree tree(TreeConfig{Tokens(4), 2});
-  auto page = [](TokenId t) { return std::vector<TokenId>{t, t, t, t}; };
-  auto concat = [](std::initializer_list<std::vector<TokenId>> parts) {
-    std::vector<TokenId> out;
-    for (const auto& v : parts) out.insert(out.end(), v.begin(), v.end());
-    return out;
-  };
-  const auto A = page(1), B = page(2), C = page(3), D = page(4), E = page(5);
   auto abc = alloc.alloc(Pages(3), 0);
   ASSERT_TRUE(abc);
   EXPECT_EQ(*abc, (std::vector<PageId>{PageId(2), PageId(3), PageId(4)}));  // A, B, C: owners 0, 1, 0
@@ -78,6 +82,31 @@ TEST(CpPlacement, Figure1aExample) {
   pages.push_back((*d)[0]);
   tree.insert(concat({A, B, C, D}), pages);
   tree.verify();
+}
+
+TEST(CpPlacement, DeviceCacheFollowsTheFigure1aRotation) {
+  set_debug_checks(true);
+  DecisionLog log;
+  DeviceCache dc({Tokens(4), Pages(7), 2}, log);
+  auto abc = dc.admit(RequestId(1), concat({A, B, C}));
+  ASSERT_TRUE(abc.admitted);
+  EXPECT_EQ(dc.tree().match_computed(concat({A, B, C})).device_pages, (std::vector<PageId>{PageId(2), PageId(3), PageId(4)}));
+  dc.release(abc);
+  auto abe = dc.admit(RequestId(2), concat({A, B, E}));
+  EXPECT_EQ(abe.matched, Tokens(8));
+  EXPECT_EQ(dc.tree().match_computed(concat({A, B, E})).device_pages.back(), PageId(6));  // rank 0, local page 3
+  dc.release(abe);
+  auto abcd = dc.admit(RequestId(3), concat({A, B, C, D}));
+  EXPECT_EQ(abcd.matched, Tokens(12));
+  const PageId d = dc.tree().match_computed(concat({A, B, C, D})).device_pages.back();
+  EXPECT_EQ(d, PageId(5));  // logical page 5: rank 1, local page 2
+  EXPECT_EQ(dc.pool().placement().page_owner(d.value()), 1u);
+  EXPECT_EQ(dc.pool().placement().local_page(d.value()), 2u);
+  dc.release(abcd);
+  dc.verify();
+  // Rank 0 holds A, C, E (3 pages), rank 1 B, D (2).
+  EXPECT_EQ(dc.pool().high_water(0), Pages(3));
+  EXPECT_EQ(dc.pool().high_water(1), Pages(2));
 }
 
 TEST(CpPlacement, AllocatorChainsAreCyclicBalancedAndAllOrNothing) {

@@ -1,15 +1,14 @@
 // CP page ownership in one process: a sharded KV pool stores only its rank's pages (at ⌊q/N⌋)
 // and copies only pages it owns; the device cache allocates cyclic owners by position (the first
-// article's Figure 1a through DeviceCache); any-owner allocation breaks the cycle; the pools'
-// per-owner high-water marks.
+// article's Figure 1a through DeviceCache is in test_cp_placement.cpp); any-owner allocation
+// breaks the cycle.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "cache/device_cache.hpp"
+#include "cache/device_pool.hpp"
 #include "cache/kv_pool.hpp"
 #include "core/check.hpp"
-#include "core/decision_log.hpp"
 
 namespace kvgrid::cache {
 namespace {
@@ -63,38 +62,6 @@ TEST(CpSharding, CopiesMoveOnlyOwnedPagesAndNeverAcrossOwners) {
   set_debug_checks(false);
   EXPECT_EQ(layer_copies(host, wrong_dst, dev, wrong_src)[0].size(), 1u);  // without checks it happens
   set_debug_checks(true);
-}
-
-TEST(CpSharding, DeviceCacheFollowsTheFigure1aRotation) {
-  set_debug_checks(true);
-  DecisionLog log;
-  DeviceCache dc({Tokens(4), Pages(7), 2}, log);
-  auto page = [](TokenId t) { return std::vector<TokenId>{t, t, t, t}; };
-  auto cat = [](std::initializer_list<std::vector<TokenId>> parts) {
-    std::vector<TokenId> out;
-    for (const auto& v : parts) out.insert(out.end(), v.begin(), v.end());
-    return out;
-  };
-  const auto A = page(1), B = page(2), C = page(3), D = page(4), E = page(5);
-  auto abc = dc.admit(RequestId(1), cat({A, B, C}));
-  ASSERT_TRUE(abc.admitted);
-  EXPECT_EQ(dc.tree().match_computed(cat({A, B, C})).device_pages, (std::vector<PageId>{PageId(2), PageId(3), PageId(4)}));
-  dc.release(abc);
-  auto abe = dc.admit(RequestId(2), cat({A, B, E}));
-  EXPECT_EQ(abe.matched, Tokens(8));
-  EXPECT_EQ(dc.tree().match_computed(cat({A, B, E})).device_pages.back(), PageId(6));  // rank 0, local page 3
-  dc.release(abe);
-  auto abcd = dc.admit(RequestId(3), cat({A, B, C, D}));
-  EXPECT_EQ(abcd.matched, Tokens(12));
-  const PageId d = dc.tree().match_computed(cat({A, B, C, D})).device_pages.back();
-  EXPECT_EQ(d, PageId(5));  // logical page 5: rank 1, local page 2
-  EXPECT_EQ(dc.pool().placement().page_owner(d.value()), 1u);
-  EXPECT_EQ(dc.pool().placement().local_page(d.value()), 2u);
-  dc.release(abcd);
-  dc.verify();
-  // Rank 0 holds A, C, E (3 pages), rank 1 B, D (2).
-  EXPECT_EQ(dc.pool().high_water(0), Pages(3));
-  EXPECT_EQ(dc.pool().high_water(1), Pages(2));
 }
 
 TEST(CpSharding, AnyOwnerAllocationIgnoresTheCycle) {
