@@ -384,13 +384,15 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         const auto g_ns = static_cast<std::uint64_t>(exp.cost.gather_latency_us * 1e3 +
                                                      static_cast<double>(bytes) * kv_bytes_scale / exp.cost.gather_gb_s);
         std::uint64_t prev = clock;
+        const std::uint64_t first = std::max(clock, layer_ready[0]);
         for (std::size_t l = 0; l < L; ++l) {
           prev = std::max(prev, layer_ready[l]) + g_ns;
           layer_ready[l] = prev;
         }
         gather_ns += g_ns * L;
-        emit(step, 0, "gather", static_cast<std::int64_t>(items.size()), static_cast<std::int64_t>(bytes),
-             static_cast<std::int64_t>(g_ns * L), 0);
+        // Like a copy: modelled start of layer 0's gather, end of the last layer's, bytes per layer.
+        emit(step, static_cast<std::uint64_t>(items.size()), "gather", static_cast<std::int64_t>(first - g_ns),
+             static_cast<std::int64_t>(prev), static_cast<std::int64_t>(bytes), 0);
       }
     }
     StepWork work;

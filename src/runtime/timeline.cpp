@@ -20,14 +20,14 @@ std::uint64_t flow_id(const RankTrace& r, std::int64_t from_stage, std::uint64_t
 nlohmann::json timeline_json(const RunTrace& run) {
   using nlohmann::json;
   json ev = json::array();
-  const char* threads[] = {"scheduler", "device->host copies", "host->device copies", "storage reads"};
+  const char* threads[] = {"scheduler", "device->host copies", "host->device copies", "storage reads", "layer gathers"};
   for (const auto& r : run.ranks) {
     if (!r.present) continue;
     const int pid = r.world_rank;
     ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid},
                   {"args", {{"name", "rank " + std::to_string(pid) + " (pp " + std::to_string(r.pp) + ", cp " +
                                          std::to_string(r.cp) + ", tp " + std::to_string(r.tp) + ")"}}}});
-    for (int t = 0; t < 4; ++t)
+    for (int t = 0; t < 5; ++t)
       ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", t}, {"args", {{"name", threads[t]}}}});
     for (const auto& e : r.event_rows) {
       const std::string op = read_fixed(e.op, sizeof(e.op));
@@ -36,6 +36,7 @@ nlohmann::json timeline_json(const RunTrace& run) {
       if (op == "d2h") tid = 1;
       else if (op == "h2d") tid = 2;
       else if (op == "storage_read") tid = 3;
+      else if (op == "gather") tid = 4;  // request: how many requests' prefixes
       if (tid > 0) {
         if (e.args[1] <= e.args[0]) continue;  // real copies: no modelled times
         ev.push_back({{"ph", "X"}, {"name", op}, {"pid", pid}, {"tid", tid}, {"ts", us(e.args[0])},

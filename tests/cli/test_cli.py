@@ -421,6 +421,10 @@ def cp_sharding_shape():
                         *(f"{n}={out('cps-' + n)}" for n in variants)], capture_output=True, text=True)
     expect(p.returncode == 0 and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n" and "device hit +" in p.stdout,
            "figure from HDF5", p.stdout, p.stderr)
+    rc, so, se = tool("timeline", out("cps-sharded"))
+    gathers = [e for e in json.loads(so)["traceEvents"] if e["ph"] == "X" and e["name"] == "gather"]
+    expect(rc == 0 and gathers and all(e["tid"] == 4 and e["dur"] > 0 and e["args"]["bytes"] > 0 for e in gathers),
+           "gathers as slices on the timeline", gathers[:3], se)
     # Restoring onto any free page: the ranks agree on every decision, only the KV is wrong.
     rc, so, se = run(4, TIERS, "--out", out("cps-any"), "--set", "cache.storage=none", "--set", "cache.cp_sharding=any_owner_restore",
                      "--set", "cache.gather_pages=256")

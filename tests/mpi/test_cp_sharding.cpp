@@ -64,6 +64,11 @@ TEST(CpSharding, ShardedRunMatchesReplicatedChecksumsAndDecisions) {
         // Nothing is evicted here, so every decision (match, admit, insert) is the same.
         EXPECT_EQ(sh_log.running_digest(), rep_log.running_digest());
         EXPECT_GT(sh.mine.gather_bytes, 0);
+        // Without the overlap (post, wait, fold per layer) the same KV is read.
+        DecisionLog seq_log;
+        auto seq = serve(gsp(tp, c, pp, {pl, "cache.cp_sharding=sharded", "cache.gather_overlap=false"}), seq_log);
+        EXPECT_EQ(seq.oracle_mismatches, 0);
+        EXPECT_EQ(seq_log.running_digest(), rep_log.running_digest());
         // Per-rank device pages: sharded ÷ replicated ≈ 1/CP (pages of a prefix split cyclically).
         const double ratio = static_cast<double>(sh.mine.device_high_water) / static_cast<double>(rep.mine.device_high_water);
         EXPECT_GE(ratio, 1.0 / c - 1e-9);
