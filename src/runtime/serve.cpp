@@ -10,7 +10,6 @@
 
 #include "cache/device_cache.hpp"
 #include "cache/kv_pool.hpp"
-#include "cache/page_hash.hpp"
 #include "core/check.hpp"
 #include "core/hash.hpp"
 #include "core/log.hpp"
@@ -18,6 +17,7 @@
 #include "runtime/cost.hpp"
 #include "runtime/model.hpp"
 #include "runtime/rank_check.hpp"
+#include "runtime/rank_stack.hpp"
 #include "runtime/scheduler.hpp"
 #include "runtime/serve_workload.hpp"
 #include "runtime/step_message.hpp"
@@ -25,8 +25,6 @@
 #include "protocols/cp_sharding.hpp"
 #include "protocols/layer_gather.hpp"
 #include "protocols/pp_sync.hpp"
-#include "protocols/prefetch_consensus.hpp"
-#include "protocols/tp_sync.hpp"
 #include "transfer/transfer_engine.hpp"
 
 namespace kvgrid {
@@ -52,128 +50,23 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   KVGRID_MPI_CHECK(MPI_Comm_size(grid.stage(), &stage_size));
 
   // ---- this rank's stack ----
-  const ModelGeometry geo = ModelGeometry::for_rank(exp, c, shape);
-  Pages capacity = exp.cache.device_pages;
-  if (exp.debug.shrink_stage == c.pp) capacity = Pages(exp.debug.shrink_device_pages);  // testing knob
-  // CP page ownership (cache.cp_sharding): the shard group, and the two gather slots (each one
-  // layer of the batch's prefix, next to the current chunk and a padding page) charged to the
-  // device budget.
-  const auto shard = protocols::make_shard_group(exp.cache.cp_sharding, grid, geo.mla);
-  const cache::CpPlacement placement{shard->size, static_cast<std::uint64_t>(exp.cache.page_size.value())};
-  if (shard->size > 1) {
-    const Pages charged = gather_charge(exp, geo.local_layers());
-    KVGRID_CHECK(charged < capacity, "gather slots of ", charged, " pages exceed the device pool of ", capacity,
-                 " (load_experiment checks this)");
-    capacity -= charged;
-  }
-  auto kv_config = [&](Pages pages) {
-    return cache::KvPoolConfig{pages,      exp.cache.page_size, geo.layer_begin, geo.local_layers(), geo.kv_heads,
-                               geo.head_dim, cache::parse_payload(exp.engine.payload), placement, shard->rank};
-  };
-  cache::KvPool pool(kv_config(capacity));
-  // The host tier (L2): its pool, the transfer engine on this rank's modelled clock, and the
-  // stage's agreement on ACK consumption (protocol.tp_sync). Declared before the cache that uses them.
-  std::uint64_t clock = 0;  // modelled ns
-  // cost.kv_bytes = "full": a digest page stands for page_size × head_dim times more bytes.
-  const double kv_bytes_scale = exp.cost.kv_bytes == "full" && exp.engine.payload == "digest"
-                                    ? static_cast<double>(exp.cache.page_size.value() * exp.model.head_dim)
-                                    : 1.0;
-  std::unique_ptr<cache::KvPool> host_kv;
-  std::unique_ptr<transfer::TransferEngine> engine;
-  std::unique_ptr<cache::AckAgreement> agreement;
-  if (exp.cache.host_pages.value() > 0) {
-    host_kv = std::make_unique<cache::KvPool>(kv_config(exp.cache.host_pages));  // per rank (sharded: its pages)
-    transfer::EngineConfig ec;
-    ec.backend = exp.engine.transfer;
-    // GB/s == bytes/ns; later stages' copies may be slower (cost.stage_skew: cross-stage skew)
-    ec.bytes_per_ns = exp.cost.host_link_gb_s / (1.0 + exp.cost.stage_skew * c.pp) / kv_bytes_scale;
-    ec.seed = exp.engine.seed ^ static_cast<std::uint64_t>(grid.world_rank());
-    ec.now = [&clock] { return clock; };
-    ec.advance_to = [&clock](std::uint64_t t) { clock = std::max(clock, t); };
-    engine = transfer::make_engine(ec);
-    agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
-  }
-  cache::DeviceCache dc({exp.cache.page_size, capacity, shard->size}, log);
-  const auto restore = protocols::make_restore_placement(exp.cache.cp_sharding);
-  if (shard->size > 1) dc.set_restore_placement(restore.get());
-  std::unique_ptr<protocols::LayerGather> gather;
-  if (shard->size > 1)
-    gather = std::make_unique<protocols::LayerGather>(
-        protocols::LayerGather::Config{exp.cache.gather_pages, exp.cache.gather_overlap, 8}, *shard, pool);
-  Rng fault_rng = rank_stream(exp.engine.seed, grid.world_rank()).fork("storage.fault.target");
-  if (host_kv)
-    dc.attach_host_tier({exp.cache.host_pages, exp.cache.write_policy,
-                         static_cast<std::uint64_t>(exp.cache.write_through_threshold), exp.cache.load_back_threshold,
-                         [&faults, &log] { return faults.evaluate("host.alloc.fail", log.step()).has_value(); },
-                         [&faults, &log, &engine] {
-                           if (auto d = faults.evaluate("transfer.delay", log.step()))
-                             engine->inject(static_cast<std::uint64_t>(d->param("delay_us") * 1e3), false);
-                           return faults.evaluate("transfer.fail", log.step()).has_value();
-                         }},
-                        pool, *host_kv, *engine, *agreement);
-  std::unique_ptr<cache::CrossStageAgreement> cross_stage;  // protocol.prefetch_consensus (PP > 1)
-  std::unique_ptr<cache::CrossStageAgreement> publish_agreement;  // protocol.pp_sync's publish (PP > 1)
-  if (host_kv && shape.pp > 1) {
-    publish_agreement = protocols::make_publish_agreement(exp.protocol.pp_sync, grid);
-    dc.host_tier()->set_cross_stage(publish_agreement.get());
-  }
-  if (host_kv && exp.cache.storage != "none") {
-    KVGRID_CHECK(!exp.cache.storage_dir.empty(), "cache.storage_dir is unset (kvgrid run sets <run dir>/storage)");
-    cache::ShardKey sk;
-    sk.model = "synth-l" + std::to_string(exp.model.layers) + "-h" + std::to_string(exp.model.kv_heads) + "-d" +
-               std::to_string(exp.model.head_dim) + "-" + exp.model.attention + "-" + exp.engine.payload;
-    sk.tp_rank = c.tp;
-    sk.tp_size = shape.tp;
-    sk.pp_rank = c.pp;
-    sk.pp_size = shape.pp;
-    sk.cp_rank = c.cp;
-    sk.cp_size = shape.cp;
-    sk.replicated_over_tp = geo.mla && shard->axis != "tp";  // MLA sharded over TP: each TP rank its own pages
-    cache::StorageTierConfig sc;
-    sc.key_suffix = cache::key_suffix(sk);
-    sc.dir = exp.cache.storage_dir + "/" + sc.key_suffix.substr(1);  // one directory per shard (MLA: shared over TP)
-    sc.capacity_bytes = static_cast<std::uint64_t>(exp.cache.storage_capacity_mb) << 20;
-    sc.writer = !sk.replicated_over_tp || c.tp == 0;  // one writer per replica set; sharded: every owner
-    sc.prefetch_threshold = exp.cache.prefetch_threshold;
-    sc.stop_policy = exp.cache.prefetch_policy;
-    sc.timeout_base_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_base_ms * 1e6);
-    sc.timeout_per_1k_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_per_1k_ms * 1e6);
-    sc.timeout_max_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_max_ms * 1e6);
-    sc.bytes_per_ns = exp.cost.storage_gb_s / kv_bytes_scale;
-    sc.latency_ns = static_cast<std::uint64_t>(exp.cost.storage_latency_us * 1e3);
-    sc.seed = exp.engine.seed ^ static_cast<std::uint64_t>(grid.world_rank());
-    sc.threaded = exp.engine.transfer == "threaded";
-    sc.now = [&clock] { return clock; };
-    sc.advance_to = [&clock](std::uint64_t t) { clock = std::max(clock, t); };
-    auto step_now = [&log] { return log.step(); };
-    sc.faults.page_fault = [&faults, &fault_rng, step_now](const char* name, std::size_t n) -> std::optional<std::size_t> {
-      if (!faults.evaluate(name, step_now())) return std::nullopt;
-      return static_cast<std::size_t>(fault_rng.below(n));
-    };
-    sc.faults.read_delay_ns = [&faults, step_now]() -> std::uint64_t {
-      auto hit = faults.evaluate("storage.read.slow", step_now());
-      return hit ? static_cast<std::uint64_t>(hit->param("delay_ms") * 1e6) : 0;
-    };
-    sc.faults.write_fail = [&faults, step_now] { return faults.evaluate("storage.write.fail", step_now()).has_value(); };
-    dc.attach_storage_tier(std::move(sc), *host_kv, *agreement);
-    if (shape.pp > 1) {
-      cross_stage = protocols::make_prefetch_consensus(exp.protocol.prefetch_consensus, grid);
-      dc.storage_tier()->set_cross_stage(cross_stage.get());
-    }
-  }
-  // device.alloc.fail across stages under pp_sync: PP0's stage decides, later stages follow.
-  const bool relay_admissions = faults.configured("device.alloc.fail") && shape.pp > 1 && exp.protocol.pp_sync == "pp_sync";
-  if (faults.configured("device.alloc.fail")) {
-    if (!agreement) agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
-    dc.set_alloc_fault([&faults, &log] { return faults.evaluate("device.alloc.fail", log.step()).has_value(); }, *agreement);
-  }
+  RankStack stack(exp, grid, faults, log);
+  const ModelGeometry& geo = stack.geo;
+  const Pages capacity = stack.capacity;
+  cache::KvPool& pool = *stack.pool;
+  cache::DeviceCache& dc = *stack.dc;
+  std::uint64_t& clock = stack.clock;  // modelled ns
+  protocols::LayerGather* gather = stack.gather.get();
+  const double kv_bytes_scale = stack.kv_bytes_scale;
+  const bool relay_admissions = stack.relay_admissions;
+  const protocols::ShardGroup& shard = *stack.shard;
   SyntheticModel model(geo, pool, exp.cache.page_size);
   Oracle oracle(geo);
   auto pp_sync = protocols::make_pp_sync(exp.protocol.pp_sync);
   std::unique_ptr<protocols::ConsensusChecker> online;
   if (exp.protocol.consensus_check == "on") online = std::make_unique<protocols::ConsensusChecker>(grid, log);
   Scheduler sched({exp.engine.chunk_size, exp.engine.max_running, static_cast<std::uint64_t>(exp.workload.vocab),
-                   shard->size > 1 ? exp.cache.gather_pages.value() : 0, shard->size},
+                   shard.size > 1 ? exp.cache.gather_pages.value() : 0, shard.size},
                   dc);
   // Only PP0's leader owns the workload; a bad trace must still stop every rank, not hang them.
   std::string workload_error;

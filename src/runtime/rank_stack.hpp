@@ -1,0 +1,50 @@
+// One rank's cache stack for the serving loop, built from the experiment: the CP shard group, the
+// device KV pool (less the gather slots' charge), the host tier's pool, transfer engine and
+// agreement, the storage tier and the cross-stage agreements, the device cache that ties them
+// together, and the layer gather. The stack owns all of it, with the rank's modelled clock that
+// the engines read and advance; the tiers' callbacks hold references into it, so it never moves.
+// `faults` and `log` must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "cache/device_cache.hpp"
+#include "cache/kv_pool.hpp"
+#include "core/decision_log.hpp"
+#include "core/failpoint.hpp"
+#include "core/rng.hpp"
+#include "core/topology.hpp"
+#include "protocols/cp_sharding.hpp"
+#include "protocols/layer_gather.hpp"
+#include "runtime/experiment.hpp"
+#include "runtime/model.hpp"
+#include "transfer/transfer_engine.hpp"
+
+namespace kvgrid {
+
+struct RankStack {
+  // Collective over the grid (communicator duplicates). Throws InputError for an unusable storage
+  // configuration.
+  RankStack(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults, DecisionLog& log);
+  RankStack(const RankStack&) = delete;
+  RankStack& operator=(const RankStack&) = delete;
+
+  ModelGeometry geo;
+  std::unique_ptr<protocols::ShardGroup> shard;
+  Pages capacity{0};             // KV pages of the device pool (per rank, after the gather slots)
+  double kv_bytes_scale = 1.0;   // cost.kv_bytes: modelled bytes per stored byte
+  std::uint64_t clock = 0;       // this rank's modelled clock, ns
+  std::unique_ptr<cache::KvPool> pool, host_kv;
+  std::unique_ptr<transfer::TransferEngine> engine;
+  std::unique_ptr<cache::AckAgreement> agreement;  // protocol.tp_sync over the stage
+  std::unique_ptr<cache::DeviceCache> dc;
+  std::unique_ptr<cache::RestorePlacement> restore;
+  std::unique_ptr<protocols::LayerGather> gather;  // CP sharding only
+  std::unique_ptr<cache::CrossStageAgreement> cross_stage;        // protocol.prefetch_consensus (PP > 1)
+  std::unique_ptr<cache::CrossStageAgreement> publish_agreement;  // protocol.pp_sync's publish (PP > 1)
+  bool relay_admissions = false;  // device.alloc.fail across stages: PP0 decides, later stages follow
+  Rng fault_rng;                  // storage failpoints' targets
+};
+
+}  // namespace kvgrid
