@@ -93,5 +93,66 @@ TEST(Scheduler, HeadOfLineWaitsForPagesAndNothingLeaks) {
   dc.verify();
 }
 
+TEST(Scheduler, ShardedAdmissionKeepsEachBatchsGatherInOneSlot) {
+  // CP sharding over 2 owners, page 4, gather slot of 4 pages: a batch's cached prefixes
+  // (N·⌈pages/N⌉ each) must fit one slot. A 16-token prefix (4 pages) fills it.
+  set_debug_checks(true);
+  DecisionLog log;
+  cache::DeviceCache dc({Tokens(4), Pages(32), /*shards=*/2}, log);
+  Scheduler s({/*chunk_size=*/64, /*max_running=*/8, /*vocab=*/100, /*gather_pages=*/4, /*shards=*/2}, dc);
+  std::vector<TokenId> prefix(24);
+  for (std::size_t i = 0; i < prefix.size(); ++i) prefix[i] = static_cast<TokenId>(i + 1);
+  auto with = [&](std::size_t n, std::vector<TokenId> tail) {
+    std::vector<TokenId> p(prefix.begin(), prefix.begin() + static_cast<std::ptrdiff_t>(n));
+    p.insert(p.end(), tail.begin(), tail.end());
+    return p;
+  };
+  s.enqueue(spec(0, with(24, {90}), 1), 0);  // computes and commits the 24-token prefix
+  auto b0 = s.schedule(0);
+  ASSERT_EQ(b0.size(), 1u);
+  ASSERT_EQ(s.complete_step(b0, 1, 0).size(), 1u);
+  ASSERT_EQ(dc.tree().total_pages(), Pages(6));
+
+  s.enqueue(spec(1, with(16, {50, 51}), 1), 0);
+  s.enqueue(spec(2, with(16, {60, 61}), 1), 0);
+  auto b1 = s.schedule(1);
+  ASSERT_EQ(b1.size(), 1u) << "the second request's prefix would overflow the batch's gather slot";
+  EXPECT_EQ(b1[0].req->spec.id, RequestId(1));
+  EXPECT_EQ(b1[0].req->res.matched, Tokens(16));
+  s.complete_step(b1, 2, 0);
+  auto b2 = s.schedule(2);  // a new batch, a new slot
+  ASSERT_EQ(b2.size(), 1u);
+  EXPECT_EQ(b2[0].req->spec.id, RequestId(2));
+  EXPECT_EQ(b2[0].req->res.matched, Tokens(16));
+  s.complete_step(b2, 3, 0);
+
+  // A 24-token hit (6 pages) alone exceeds the slot: it reuses what fits (4 pages) and computes the rest.
+  s.enqueue(spec(3, with(24, {70, 71}), 1), 0);
+  auto b3 = s.schedule(3);
+  ASSERT_EQ(b3.size(), 1u);
+  EXPECT_EQ(b3[0].req->res.matched, Tokens(16));
+  EXPECT_EQ(b3[0].start, 16u);
+  // Its fresh pages continue the owner cycle after the 4 reused pages: owners 0, 1, 0 ...
+  const auto& pages = b3[0].req->res.pages;
+  for (std::size_t k = 0; k < pages.size(); ++k) EXPECT_EQ(pages[k].value() % 2, k % 2) << "position " << k;
+  s.complete_step(b3, 4, 0);
+  dc.verify();
+}
+
+TEST(Scheduler, ARequestThatCanNeverFitFailsTheRunInsteadOfWaitingForever) {
+  DecisionLog log;
+  cache::DeviceCache dc({Tokens(4), Pages(3)}, log);  // 12 tokens
+  Scheduler s({/*chunk_size=*/64, /*max_running=*/8, /*vocab=*/100}, dc);
+  s.enqueue(spec(0, std::vector<TokenId>(13, 7), 2), 0);  // 14 positions: 4 pages
+  try {
+    s.schedule(0);
+    FAIL() << "admitted a request larger than the pool";
+  } catch (const RunFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("request 0 needs 4 device pages (14 tokens) but the device pool holds 3"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace kvgrid
