@@ -13,6 +13,11 @@
 //  pp_link_ns = 10000 and allreduce_ns = 20000: latencies of a small NVLink message and of a
 //      small all-reduce among 8 GPUs (order of magnitude from NCCL's all_reduce_perf small-size
 //      rows), charged once per hop and per step.
+//  gather_gb_s = 200 and gather_latency_us = 10 (CP-sharded KV, per layer): NVLink 4 moves
+//      450 GB/s per H100 and direction; large all-gathers reach a bus bandwidth of roughly
+//      350 GB/s in nccl-tests, and per-layer messages of a few MiB get about half of that; the
+//      latency is a small collective's, the same order as allreduce_ns. Charged as
+//      latency + received bytes / bandwidth for each layer.
 //
 // Work splits over TP and CP ranks (each computes 1/(TP·CP) of the prefill); decode weight reads
 // split over TP only.
