@@ -34,6 +34,12 @@ ShardGroup::~ShardGroup() {
   if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
 }
 
+std::uint32_t shard_group_size(const GridShape& shape, bool mla) {
+  if (shape.cp > 1) return static_cast<std::uint32_t>(shape.cp);
+  if (mla && shape.tp > 1) return static_cast<std::uint32_t>(shape.tp);
+  return 1;
+}
+
 bool shards_pages(const std::string& variant) {
   if (variant == "replicated") return false;
   if (variant == "sharded" || variant == "any_owner_restore") return true;
@@ -43,20 +49,12 @@ bool shards_pages(const std::string& variant) {
 std::unique_ptr<ShardGroup> make_shard_group(const std::string& variant, const RankGrid& grid, bool mla) {
   auto g = std::make_unique<ShardGroup>();
   if (!shards_pages(variant)) return g;
-  const GridShape& s = grid.shape();
-  MPI_Comm over = MPI_COMM_NULL;
-  if (s.cp > 1) {
-    over = grid.cp();
-    g->axis = "cp";
-    g->size = static_cast<std::uint32_t>(s.cp);
-    g->rank = static_cast<std::uint32_t>(grid.coord().cp);
-  } else if (mla && s.tp > 1) {
-    over = grid.tp();
-    g->axis = "tp";
-    g->size = static_cast<std::uint32_t>(s.tp);
-    g->rank = static_cast<std::uint32_t>(grid.coord().tp);
-  }
-  if (over != MPI_COMM_NULL) KVGRID_MPI_CHECK(MPI_Comm_dup(over, &g->comm));
+  g->size = shard_group_size(grid.shape(), mla);
+  if (g->size == 1) return g;
+  const bool over_cp = grid.shape().cp > 1;
+  g->axis = over_cp ? "cp" : "tp";
+  g->rank = static_cast<std::uint32_t>(over_cp ? grid.coord().cp : grid.coord().tp);
+  KVGRID_MPI_CHECK(MPI_Comm_dup(over_cp ? grid.cp() : grid.tp(), &g->comm));
   return g;
 }
 

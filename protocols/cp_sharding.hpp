@@ -37,6 +37,8 @@ struct ShardGroup {
   ~ShardGroup();
 };
 
+// Size of the shard group of a grid: CP when CP > 1, else attention-TP for MLA, else 1.
+std::uint32_t shard_group_size(const GridShape& shape, bool mla);
 // Whether `variant` shards pages (false for "replicated"); throws InputError for an unknown name.
 bool shards_pages(const std::string& variant);
 // The shard group of this rank (collective over the grid's TP or CP communicator when sharding).

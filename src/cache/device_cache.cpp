@@ -72,8 +72,8 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
                                                 Tokens max_match) {
   const std::int64_t p = tree_.page_size().value();
   // match_prefix reuses at most size - 1 tokens: a view of max_match + 1 tokens caps the match.
-  const std::size_t view = static_cast<std::size_t>(std::min<std::int64_t>(
-      static_cast<std::int64_t>(prompt.size()), max_match.value() >= INT64_MAX - 1 ? INT64_MAX : max_match.value() + 1));
+  const auto cap = static_cast<std::size_t>(max_match.value());
+  const std::size_t view = cap < prompt.size() ? cap + 1 : prompt.size();
   MatchResult m = tree_.match_prefix(prompt.first(view));
   KVGRID_CONSENSUS(log_, "match_prefix", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(prompt.size())},
                    {m.matched.value(), m.host_matched.value()});

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/check.hpp"
+#include "protocols/cp_sharding.hpp"
 
 namespace kvgrid {
 
@@ -334,8 +335,8 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   const auto& src = c.source();
   for (const auto& g : e.topology.groups) {
     // CP sharding: the two gather slots are charged to every rank's device budget.
-    const std::int64_t shards = g.shape.cp > 1 ? g.shape.cp : (e.model.attention == "mla" ? g.shape.tp : 1);
-    if (e.cache.cp_sharding != "replicated" && shards > 1 && g.shape.pp <= e.model.layers) {
+    if (e.cache.cp_sharding != "replicated" && protocols::shard_group_size(g.shape, e.model.attention == "mla") > 1 &&
+        g.shape.pp <= e.model.layers) {
       const Pages charged = gather_charge(e, static_cast<std::size_t>(e.model.layers / g.shape.pp));
       if (charged >= e.cache.device_pages)
         throw InputError(src + ": cache.device_pages = " + std::to_string(e.cache.device_pages.value()) +

@@ -111,7 +111,7 @@ void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tok
     const std::size_t first = start / page_size_, need = (end - 1) / page_size_ - first + 1;
     if (!staging_ || staging_->config().capacity.value() < static_cast<std::int64_t>(need)) {
       cache::KvPoolConfig sc = pool_.config();
-      sc.capacity = Pages(static_cast<std::int64_t>(std::max<std::size_t>(need, 2 * need)));
+      sc.capacity = Pages(static_cast<std::int64_t>(2 * need));  // room to grow before the next reallocation
       sc.placement = {};
       sc.shard_rank = 0;
       staging_ = std::make_unique<cache::KvPool>(sc);

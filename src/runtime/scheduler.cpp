@@ -4,6 +4,7 @@
 
 #include "core/check.hpp"
 #include "kernels/kv_math.hpp"
+#include "protocols/layer_gather.hpp"
 
 namespace kvgrid {
 
@@ -39,8 +40,7 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
     if (!cache_.prefetch_ready(w.spec.id)) break;  // its storage prefetch goes on (stop policy)
     Tokens max_match(INT64_MAX);
     if (cfg_.gather_pages > 0) {
-      const auto padded = [&](std::int64_t pages) { return (pages + cfg_.shards - 1) / cfg_.shards * cfg_.shards; };
-      const std::int64_t want = padded(cache_.peek_hit(w.spec.prompt).value() / p);
+      const std::int64_t want = protocols::LayerGather::padded_pages(cache_.peek_hit(w.spec.prompt).value() / p, cfg_.shards);
       if (gather_used > 0 && gather_used + want > cfg_.gather_pages) break;  // the slot is full: next step
       max_match = Tokens((cfg_.gather_pages - gather_used) / cfg_.shards * cfg_.shards * p);
     }
@@ -60,7 +60,7 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
       break;
     }
     if (cfg_.gather_pages > 0)
-      gather_used += (res->matched.value() / p + cfg_.shards - 1) / cfg_.shards * cfg_.shards;
+      gather_used += protocols::LayerGather::padded_pages(res->matched.value() / p, cfg_.shards);
     w.res = std::move(*res);
     w.computed = static_cast<std::size_t>(w.res.matched.value());
     w.admit_ns = now_ns;
