@@ -284,7 +284,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         }
         gather_ns += g_ns * L;
         // Like a copy: modelled start of layer 0's gather, end of the last layer's, bytes per layer.
-        emit(step, static_cast<std::uint64_t>(items.size()), "gather", static_cast<std::int64_t>(first - g_ns),
+        emit(step, static_cast<std::uint64_t>(items.size()), "gather", static_cast<std::int64_t>(first),
              static_cast<std::int64_t>(prev), static_cast<std::int64_t>(bytes), 0);
       }
     }

@@ -425,6 +425,11 @@ def cp_sharding_shape():
     gathers = [e for e in json.loads(so)["traceEvents"] if e["ph"] == "X" and e["name"] == "gather"]
     expect(rc == 0 and gathers and all(e["tid"] == 4 and e["dur"] > 0 and e["args"]["bytes"] > 0 for e in gathers),
            "gathers as slices on the timeline", gathers[:3], se)
+    # A slice spans the layers' gathers, each latency + bytes at the full payload's size / bandwidth
+    # (8 layers, page 16 x head_dim 16 per digest word, 10 us, 200 GB/s; whole ns per layer); restores
+    # can only stretch it.
+    excess = [e["dur"] - 8 * (10 + e["args"]["bytes"] * 16 * 16 / 200 / 1e3) for e in gathers]
+    expect(abs(min(excess)) < 1e-2, "gather slices start at layer 0's gather", min(excess), gathers[:3])
     # Restoring onto any free page: the ranks agree on every decision, only the KV is wrong.
     rc, so, se = run(4, TIERS, "--out", out("cps-any"), "--set", "cache.storage=none", "--set", "cache.cp_sharding=any_owner_restore",
                      "--set", "cache.gather_pages=256")
