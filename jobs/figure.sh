@@ -11,6 +11,7 @@ experiment[hit-ttft]=experiments/quickstart.toml; plot[hit-ttft]=results/plots/h
 experiment[tiers]=experiments/multiturn_tiers.toml; plot[tiers]=results/plots/tiers.py
 experiment[pp_sync]=experiments/pp_sync.toml; plot[pp_sync]=results/plots/pp_sync.py
 experiment[cp_sharding]=experiments/cp_sharding.toml; plot[cp_sharding]=results/plots/cp_sharding.py
+experiment[spec_draft]=experiments/spec_draft.toml; plot[spec_draft]=results/plots/spec_draft.py
 # Figures drawn from a sweep (jobs/sweep.sh): its seeds and axes (KVGRID_FIGURE_SEEDS overrides the seeds).
 declare -A sweeps
 sweeps[pp_sync]="--set protocol.pp_sync=pp_sync,independent_polling --jobs 2"
@@ -24,6 +25,11 @@ variants[tiers]="device-only:--set cache.storage=none --set cache.host_pages=0
 # Equal device pages per rank, equal host bytes per CP group (sharded: host_pages / CP per rank).
 variants[cp_sharding]="replicated:--set cache.cp_sharding=replicated
 sharded:--set cache.cp_sharding=sharded --set cache.host_pages=65536"
+# The draft's state across the tiers: HiCache off (device only), then the three draft modes.
+variants[spec_draft]="hicache-off:--set cache.host_pages=0 --set cache.storage=none --set model.draft.mode=packed
+target_only:--set model.draft.mode=target_only
+packed:--set model.draft.mode=packed
+sidecar:--set model.draft.mode=sidecar"
 
 if [ "${1:-}" = "--list" ] || [ $# -lt 1 ]; then
   for n in "${!experiment[@]}"; do echo "$n  ${experiment[$n]}  ${plot[$n]}"; done

@@ -102,6 +102,12 @@ class DeviceCache {
   void attach_storage_tier(StorageTierConfig cfg, KvPool& host_kv, AckAgreement& agreement);
   StorageTier* storage_tier() { return storage_.get(); }
   const StorageTier* storage_tier() const { return storage_.get(); }
+  // Speculative decoding: the draft's pages move with the target's through both tiers (attach
+  // the tiers first).
+  void set_draft(DraftState* d) {
+    if (host_) host_->set_draft(d);
+    if (storage_) storage_->set_draft(d);
+  }
   // Failpoint device.alloc.fail: `fault()` true makes this rank's allocation fail; the outcome
   // of every admission's allocation is then agreed over the stage (all or nobody admits).
   void set_alloc_fault(std::function<bool()> fault, AckAgreement& agreement) {

@@ -11,7 +11,10 @@ HostTier::HostTier(HostTierConfig cfg, RadixTree& tree, KvPool& device_kv, KvPoo
     : cfg_(std::move(cfg)), tree_(tree), device_kv_(device_kv), host_kv_(host_kv), engine_(engine),
       agreement_(agreement), log_(log),
       pool_(cfg_.host_pages, CpPlacement{device_kv.placement().shards, static_cast<std::uint64_t>(tree.page_size().value())}) {
-  KVGRID_CHECK(device_kv_.compatible(host_kv_), "host and device KV pools differ in geometry");
+  // The host pool holds the device pool's layers first (packed drafts: then the draft's).
+  KVGRID_CHECK(device_kv_.block_compatible(host_kv_) && host_kv_.layers() >= device_kv_.layers() &&
+                   host_kv_.layer_base() == device_kv_.layer_base(),
+               "host and device KV pools differ in geometry");
   KVGRID_CHECK(cfg_.write_policy == "write_through" || cfg_.write_policy == "write_through_selective" ||
                    cfg_.write_policy == "write_back",
                "write policy '", cfg_.write_policy, "'");
@@ -44,12 +47,9 @@ void HostTier::backup_path(TreeNode* node) {
       continue;
     }
     if (!hp) break;  // host full of protected pages (somewhere): this and deeper nodes stay device-only
-    std::vector<transfer::Copy> copies;
-    for (auto& layer : layer_copies(host_kv_, *hp, device_kv_, n->device))
-      copies.insert(copies.end(), layer.begin(), layer.end());
     WriteAck w{next_write_++, n, std::move(*hp), {}};
     if (cfg_.transfer_fault && cfg_.transfer_fault()) engine_.inject(0, true);
-    w.event = engine_.submit(kWriteStream, std::move(copies));
+    w.event = submit_backup(w.host_pages, n->device);
     stats_.d2h_bytes += w.event.bytes();
     stats_.d2h_ns += w.event.modelled_ns();
     transfers_.push_back({"d2h", w.id, w.event.complete_ns() - w.event.modelled_ns(), w.event.complete_ns(), w.event.bytes()});
@@ -90,6 +90,15 @@ std::optional<std::vector<PageId>> HostTier::alloc_host(Pages need, std::uint32_
   return hp;
 }
 
+transfer::Event HostTier::submit_backup(std::span<const PageId> host_pages, std::span<const PageId> device_pages) {
+  transfer::Event ev =
+      engine_.submit(kWriteStream, flat(layer_copies_at(host_kv_, host_pages, 0, device_kv_, device_pages, 0, device_kv_.layers())));
+  if (!draft_) return ev;
+  auto dcopies = draft_->backup_copies(host_pages, device_pages);
+  if (dcopies.empty()) return ev;
+  return transfer::join({ev, engine_.submit(kWriteStream, std::move(dcopies))});
+}
+
 void HostTier::write_back(TreeNode* victim) {
   std::vector<TreeNode*> path;
   for (TreeNode* n = victim; n != tree_.root() && n->host.empty(); n = n->parent) path.push_back(n);
@@ -101,10 +110,8 @@ void HostTier::write_back(TreeNode* victim) {
     auto hp = alloc_host(need, n->ext.rotation_base);
     KVGRID_CONSENSUS(log_, "write_back", {static_cast<std::int64_t>(n->key.size())}, {hp ? 1 : 0});
     if (!hp) return;  // the victim (and what is below the failed node) is dropped
-    std::vector<transfer::Copy> copies;
-    for (auto& layer : layer_copies(host_kv_, *hp, device_kv_, n->device)) copies.insert(copies.end(), layer.begin(), layer.end());
     if (cfg_.transfer_fault && cfg_.transfer_fault()) engine_.inject(0, true);
-    transfer::Event ev = engine_.submit(kWriteStream, std::move(copies));
+    transfer::Event ev = submit_backup(*hp, n->device);
     ev.synchronize();  // the device pages are about to be freed
     stats_.d2h_bytes += ev.bytes();
     stats_.d2h_ns += ev.modelled_ns();
@@ -237,7 +244,13 @@ std::vector<transfer::Event> HostTier::load_back(
     const Pages need(static_cast<std::int64_t>(n->key.size() / p));
     auto dp = alloc_device(need, n->ext.rotation_base);
     if (!dp) break;
-    auto layer_events = engine_.submit_layers(kLoadStream, layer_copies(device_kv_, *dp, host_kv_, n->host));
+    auto layer_events = engine_.submit_layers(
+        kLoadStream, layer_copies_at(device_kv_, *dp, 0, host_kv_, n->host, 0, device_kv_.layers()));
+    if (draft_) {  // the draft's copies after the target's last layer: that layer's event waits for them
+      auto dcopies = draft_->restore_copies(*dp, n->host);
+      if (!dcopies.empty())
+        layer_events.back() = transfer::join({layer_events.back(), engine_.submit(kLoadStream, std::move(dcopies))});
+    }
     const std::uint64_t load = next_load_++;
     for (const auto& e : layer_events) {
       stats_.h2d_bytes += e.bytes();

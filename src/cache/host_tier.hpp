@@ -23,6 +23,7 @@
 
 #include "cache/agreement.hpp"
 #include "cache/device_pool.hpp"
+#include "cache/draft_state.hpp"
 #include "cache/kv_pool.hpp"
 #include "cache/radix_tree.hpp"
 #include "core/decision_log.hpp"
@@ -108,6 +109,8 @@ class HostTier {
   // After the last step: finishes and publishes what is still being agreed.
   void finish_cross_stage();
   void free_host(std::span<const PageId> pages) { pool_.free(pages); }
+  // Speculative decoding: the draft's pages move with the target's (draft_state.hpp).
+  void set_draft(DraftState* d) { draft_ = d; }
   // Called for each node whose backup was published (the storage tier writes it through).
   void on_published(std::function<void(TreeNode*)> f) { on_published_ = std::move(f); }
 
@@ -135,6 +138,8 @@ class HostTier {
     bool failed() const { return placeholder || event.failed(); }
   };
   void publish(const WriteAck& w, bool ok);
+  // The backup of device pages into host pages: the target's copies, then the draft's (one event).
+  transfer::Event submit_backup(std::span<const PageId> host_pages, std::span<const PageId> device_pages);
 
   HostTierConfig cfg_;
   RadixTree& tree_;
@@ -152,6 +157,7 @@ class HostTier {
   std::vector<TransferRecord> transfers_;
   std::uint64_t next_load_ = 1;
   CrossStageAgreement* cross_ = nullptr;
+  DraftState* draft_ = nullptr;
   std::vector<WriteAck> consumed_;  // across stages: consumed this step
   std::vector<WriteAck> agreeing_;  // consumed the step before, their outcome being agreed
   std::vector<std::uint64_t> agreeing_ok_;

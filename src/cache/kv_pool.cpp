@@ -96,6 +96,18 @@ void KvPool::reset(std::span<const PageId> pages) {
   }
 }
 
+void KvPool::clear(std::span<const PageId> pages) {
+  const std::size_t words = cfg_.payload == Payload::Full ? layout_.layers * layout_.heads * layout_.page_size * layout_.dims
+                                                          : layout_.layers * layout_.heads;
+  for (PageId p : pages) {
+    if (!owns(p)) continue;
+    const std::uint32_t r = row(p.value(), true);
+    KVGRID_CHECK(r >= 1 && r < layout_.pages, "clear of page ", p);
+    auto* w = data_.data() + (cfg_.payload == Payload::Full ? layout_.full_index(r, 0, 0, 0, 0) : layout_.digest_index(r, 0, 0));
+    std::fill(w, w + words, 0);
+  }
+}
+
 std::uint64_t* KvPool::layer_block(PageId page, std::size_t layer) {
   return const_cast<std::uint64_t*>(static_cast<const KvPool*>(this)->layer_block(page, layer));
 }
@@ -118,11 +130,27 @@ bool KvPool::compatible(const KvPool& o) const {
          cfg_.placement.shards == o.cfg_.placement.shards && cfg_.shard_rank == o.cfg_.shard_rank;
 }
 
+bool KvPool::block_compatible(const KvPool& o) const {
+  return cfg_.payload == o.cfg_.payload && cfg_.page_size == o.cfg_.page_size && cfg_.heads.size() == o.cfg_.heads.size() &&
+         cfg_.dims == o.cfg_.dims && cfg_.placement.shards == o.cfg_.placement.shards && cfg_.shard_rank == o.cfg_.shard_rank;
+}
+
 std::vector<std::vector<transfer::Copy>> layer_copies(KvPool& dst, std::span<const PageId> dst_pages, const KvPool& src,
                                                       std::span<const PageId> src_pages) {
   KVGRID_CHECK(dst.compatible(src), "copy between KV pools of different geometry");
+  return layer_copies_at(dst, dst_pages, 0, src, src_pages, 0, src.layers());
+}
+
+std::vector<std::vector<transfer::Copy>> layer_copies_at(KvPool& dst, std::span<const PageId> dst_pages,
+                                                         std::size_t dst_layer0, const KvPool& src,
+                                                         std::span<const PageId> src_pages, std::size_t src_layer0,
+                                                         std::size_t layers) {
+  KVGRID_CHECK(dst.block_compatible(src), "copy between KV pools of different block shape");
+  KVGRID_CHECK(dst_layer0 + layers <= dst.layers() && src_layer0 + layers <= src.layers(), "copy of layers [", src_layer0,
+               ", +", layers, ") into [", dst_layer0, ", +", layers, ") of pools with ", src.layers(), " and ", dst.layers(),
+               " layers");
   KVGRID_CHECK(dst_pages.size() == src_pages.size(), "copy of ", src_pages.size(), " pages into ", dst_pages.size());
-  std::vector<std::vector<transfer::Copy>> out(src.layers());
+  std::vector<std::vector<transfer::Copy>> out(layers);
   const std::size_t bytes = src.layer_block_bytes();
   for (std::size_t i = 0; i < src_pages.size(); ++i) {
     if (!dst.owns(dst_pages[i])) continue;  // the owner of the destination copies it
@@ -130,9 +158,15 @@ std::vector<std::vector<transfer::Copy>> layer_copies(KvPool& dst, std::span<con
       KVGRID_CHECK(src.owns(src_pages[i]), "copy of page ", src_pages[i], " (owned by rank ",
                    src.placement().page_owner(src_pages[i].value()), ") into page ", dst_pages[i], " (owned by rank ",
                    dst.placement().page_owner(dst_pages[i].value()), "): the copy would move a page off its owner");
-    for (std::size_t l = 0; l < src.layers(); ++l)
-      out[l].push_back({dst.layer_block(dst_pages[i], l), src.layer_block(src_pages[i], l), bytes});
+    for (std::size_t l = 0; l < layers; ++l)
+      out[l].push_back({dst.layer_block(dst_pages[i], dst_layer0 + l), src.layer_block(src_pages[i], src_layer0 + l), bytes});
   }
+  return out;
+}
+
+std::vector<transfer::Copy> flat(std::vector<std::vector<transfer::Copy>> per_layer) {
+  std::vector<transfer::Copy> out;
+  for (auto& layer : per_layer) out.insert(out.end(), layer.begin(), layer.end());
   return out;
 }
 

@@ -57,6 +57,8 @@ class KvPool {
                    std::span<const std::uint64_t> F, std::span<std::uint64_t> out) const;
   // Prepares freshly allocated pages for new content (digest mode accumulates).
   void reset(std::span<const PageId> pages);
+  // Zeroes the listed pages' rows in either payload mode (KV nobody wrote).
+  void clear(std::span<const PageId> pages);
   // Flips one random bit of the page's storage (failpoint device.page.corrupt).
   void corrupt(PageId page, Rng& rng);
 
@@ -67,6 +69,9 @@ class KvPool {
   std::size_t layer_block_bytes() const;
   // Same geometry and payload (so that pages can be copied between the two pools).
   bool compatible(const KvPool& other) const;
+  // Same (page, layer) block shape, payload and placement: layers of one may be copied into
+  // layers of the other (a packed host pool holds the draft's layers after the target's).
+  bool block_compatible(const KvPool& other) const;
 
   const KvPoolConfig& config() const { return cfg_; }
   bool owns(PageId page) const { return cfg_.placement.page_owner(page.value()) == cfg_.shard_rank; }
@@ -98,5 +103,14 @@ class KvPool {
 // its source page (with debug checks on, a source owned elsewhere is a broken-ownership bug).
 std::vector<std::vector<transfer::Copy>> layer_copies(KvPool& dst, std::span<const PageId> dst_pages, const KvPool& src,
                                                       std::span<const PageId> src_pages);
+// The same between block-compatible pools: src's layers [0, src.layers()) into dst's layers
+// [dst_layer0, dst_layer0 + src.layers()) — or the reverse direction with `src_layer0` (a restore
+// from a packed host pool): `layers` layers from each offset.
+std::vector<std::vector<transfer::Copy>> layer_copies_at(KvPool& dst, std::span<const PageId> dst_pages,
+                                                         std::size_t dst_layer0, const KvPool& src,
+                                                         std::span<const PageId> src_pages, std::size_t src_layer0,
+                                                         std::size_t layers);
+// Flattened (one batch for every layer).
+std::vector<transfer::Copy> flat(std::vector<std::vector<transfer::Copy>> per_layer);
 
 }  // namespace kvgrid::cache

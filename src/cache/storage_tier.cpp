@@ -69,6 +69,10 @@ std::vector<std::uint8_t> StorageTier::page_bytes(PageId page) const {
   return out;
 }
 
+std::size_t StorageTier::page_object_bytes() const {
+  return host_kv_.layer_block_bytes() * host_kv_.layers() + (draft_ ? draft_->object_bytes() : 0);
+}
+
 std::vector<std::string> StorageTier::keys_for(std::span<const TokenId> tokens, std::size_t from_page) const {
   const auto digests = page_hash_chain(tokens, static_cast<std::size_t>(tree_.page_size().value()));
   std::vector<std::string> keys;
@@ -92,6 +96,15 @@ void StorageTier::backup(TreeNode* node) {
       ++stats_.write_failed;  // a failed write leaves nothing behind: later prefetches just miss
       continue;
     }
+    // A sidecar draft's object first: a page whose target object exists always has its draft.
+    if (draft_ && !store_->exists(keys[i] + DraftState::kObjectSuffix)) {
+      const auto d = draft_->object(node->host[i]);
+      if (!store_->set(keys[i] + DraftState::kObjectSuffix, d)) {
+        ++stats_.write_failed;
+        continue;
+      }
+      stats_.written_bytes += d.size();
+    }
     const auto bytes = page_bytes(node->host[i]);
     if (store_->set(keys[i], bytes)) {
       ++stats_.written_pages;
@@ -105,10 +118,14 @@ void StorageTier::backup(TreeNode* node) {
 std::size_t StorageTier::read_pages(const std::vector<std::string>& keys, const std::vector<PageId>& pages,
                                     std::size_t first, std::size_t count, std::optional<std::size_t> fail_at) {
   const std::size_t block = host_kv_.layer_block_bytes();
-  std::vector<std::uint8_t> buf(block * host_kv_.layers());
+  std::vector<std::uint8_t> buf(block * host_kv_.layers()), dbuf(draft_ ? draft_->object_bytes() : 0);
   for (std::size_t i = 0; i < count; ++i) {
     if (fail_at && i >= *fail_at) return i;  // storage.read.fail: an I/O error from here on
     if (!host_kv_.owns(pages[first + i])) continue;  // CP sharding: its owner reads it
+    if (draft_) {  // the draft first: the page counts as read only once both landed
+      if (store_->get(keys[first + i] + DraftState::kObjectSuffix, dbuf) != StorageMiss::None) return i;
+      draft_->load_object(pages[first + i], dbuf);
+    }
     if (store_->get(keys[first + i], buf) != StorageMiss::None) return i;
     for (std::size_t l = 0; l < host_kv_.layers(); ++l)
       std::memcpy(host_kv_.layer_block(pages[first + i], l), buf.data() + l * block, block);
@@ -136,6 +153,11 @@ std::optional<StorageTier::Plan> StorageTier::plan(std::span<const TokenId> prom
     pl.local_hit = pl.keys.size();  // MLA readers: the writer decides
   } else if (!host_kv_.sharded()) {
     pl.local_hit = store_->batch_exists(pl.keys);
+    if (draft_) {  // the MIN of the target's and the draft's leading hits
+      std::vector<std::string> dkeys;
+      for (const auto& k : pl.keys) dkeys.push_back(k + DraftState::kObjectSuffix);
+      pl.local_hit = std::min(pl.local_hit, store_->batch_exists(dkeys));
+    }
   } else {
     // CP sharding: this rank looks up only the pages it owns (the others count as present here;
     // their owners look them up), so the MIN over the shard group is the leading hit of them all.
@@ -225,7 +247,7 @@ void StorageTier::launch(RequestId id, Plan& pl, std::size_t hit) {
                  }).share();
     } else {
       b.ok = read_pages(pf.keys, pf.pages, first, b.count, fail_at);
-      const double bytes = static_cast<double>(b.count * host_kv_.layer_block_bytes() * host_kv_.layers());
+      const double bytes = static_cast<double>(b.count * page_object_bytes());
       const auto dur = static_cast<std::uint64_t>(static_cast<double>(cfg_.latency_ns) +
                                                   bytes / cfg_.bytes_per_ns * (1.0 + cfg_.jitter * jitter_.uniform()));
       transfers_.push_back({"storage_read", id.value(), tail, tail + dur + delay,
@@ -369,7 +391,7 @@ void StorageTier::release(Prefetch& pf, std::size_t keep) {
       stats_.read_pages += b.ok;
     }
   }
-  const std::size_t page_bytes = host_kv_.layer_block_bytes() * host_kv_.layers();
+  const std::size_t page_bytes = page_object_bytes();
   for (const auto& b : pf.batches) {
     const std::size_t ok = b.intact();
     stats_.read_bytes += ok * page_bytes;

@@ -129,6 +129,11 @@ class StorageTier {
     return out;
   }
   FileStorage& storage() { return *store_; }
+  // Speculative decoding, sidecar drafts: every page also has a draft object (key +
+  // DraftState::kObjectSuffix), written with it; a page is a hit only when both exist (the hit is
+  // the MIN of the target's and the draft's), and its draft object is read first, so a batch's
+  // ACK never reports a page whose draft has not landed.
+  void set_draft(DraftState* d) { draft_ = d->separate_objects() ? d : nullptr; }
 
   // Serialized page (all local layers of one host page), the object payload.
   std::vector<std::uint8_t> page_bytes(PageId page) const;
@@ -188,6 +193,8 @@ class StorageTier {
   std::vector<Query> queries_;                                   // arrivals of this step (across stages)
   std::map<std::uint64_t, std::uint64_t> stopping_;               // request -> ACKs consumed, stopping now
   std::vector<std::pair<std::uint64_t, std::uint64_t>> decisions_in_, decisions_out_;
+  DraftState* draft_ = nullptr;  // sidecar drafts only
+  std::size_t page_object_bytes() const;  // bytes read or written per page (with its draft object)
   std::uint64_t next_free_ns_ = 0;  // simulated: the storage queue's tail (batches are read in order)
   StorageTierStats stats_;
 };

@@ -56,6 +56,17 @@ Schema build_schema() {
   s.add(ikey({"model", "head_dim"}, 128, 1, 65536, "elements per head"));
   s.add(skey({"model", "attention"}, {"mha", "mla"}, "mha: heads split over TP; mla: one latent per token, replicated"));
   s.add(skey({"model", "cp_split"}, {"interleave", "zigzag"}, "how CP ranks split a prefill chunk's query tokens"));
+  s.add(skey({"model", "draft", "mode"}, {"none", "packed", "sidecar", "target_only"},
+             "speculative decoding's draft state in the cache: no draft; draft layers packed into the target's host "
+             "slots; a sidecar draft host pool; or the target's KV alone (the draft reads a blind prefix)"));
+  s.add(ikey({"model", "draft", "layers"}, 1, 1, 64, "draft layers (MTP/EAGLE-style, on the last PP stage)"));
+  s.add(ikey({"model", "draft", "kv_heads"}, 0, 0, 4096, "draft KV heads (0: model.kv_heads; MHA: split over TP)"));
+  s.add(ikey({"model", "draft", "head_dim"}, 0, 0, 65536, "draft elements per head (0: model.head_dim)"));
+  s.add(ikey({"model", "draft", "steps"}, 3, 1, 64, "tokens the draft proposes per round"));
+  s.add(fkey({"model", "draft", "accept_prob"}, 0.7, 0.0, 1.0,
+             "chance that the target accepts each proposed token, when the draft read the right KV"));
+  s.add(skey({"model", "draft", "dtype"}, {"bf16", "fp16", "fp8"},
+             "draft KV element type (the target's is bf16; packed needs the same)"));
   s.add(ikey({"cache", "page_size"}, 16, 1, 65536, "tokens per KV page"));
   s.add(ikey({"cache", "device_pages"}, 4096, 1, 2147483647.0, "device (L1) pool capacity, pages, same on every stage"));
   s.add(ikey({"cache", "host_pages"}, 0, 0, 2147483647.0, "host (L2) pool capacity, pages (0: no host tier)"));
@@ -228,6 +239,16 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.model.kv_heads = c.get_int("model.kv_heads");
   e.model.head_dim = c.get_int("model.head_dim");
   e.model.attention = c.get_string("model.attention");
+  auto& d = e.model.draft;
+  d.mode = c.get_string("model.draft.mode");
+  d.layers = c.get_int("model.draft.layers");
+  d.kv_heads = c.get_int("model.draft.kv_heads");
+  if (d.kv_heads == 0) d.kv_heads = e.model.kv_heads;
+  d.head_dim = c.get_int("model.draft.head_dim");
+  if (d.head_dim == 0) d.head_dim = e.model.head_dim;
+  d.steps = c.get_int("model.draft.steps");
+  d.accept_prob = c.get_float("model.draft.accept_prob");
+  d.dtype = c.get_string("model.draft.dtype");
   e.cache.page_size = Tokens(c.get_int("cache.page_size"));
   e.cache.device_pages = Pages(c.get_int("cache.device_pages"));
   e.cache.host_pages = Pages(c.get_int("cache.host_pages"));
@@ -352,6 +373,13 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
       throw InputError(src + ": model.kv_heads = " + std::to_string(e.model.kv_heads) +
                        " is not divisible by the " + g.name + " group's tp = " + std::to_string(g.shape.tp) +
                        " (MHA splits heads over TP)");
+    if (d.enabled() && e.model.attention == "mha" && d.kv_heads % g.shape.tp != 0)
+      throw InputError(src + ": model.draft.kv_heads = " + std::to_string(d.kv_heads) + " is not divisible by the " +
+                       g.name + " group's tp = " + std::to_string(g.shape.tp) + " (the draft splits heads like the target)");
+    if (d.enabled() && e.cache.cp_sharding != "replicated" &&
+        protocols::shard_group_size(g.shape, e.model.attention == "mla") > 1)
+      throw InputError(src + ": model.draft.mode = \"" + d.mode + "\" with cache.cp_sharding = \"" + e.cache.cp_sharding +
+                       "\": draft KV over a sharded pool is not supported (use cache.cp_sharding = \"replicated\")");
   }
   if (w.tree.prompt_tokens_min > w.tree.prompt_tokens_max)
     throw InputError(src + ": workload.tree.prompt_tokens_min = " + std::to_string(w.tree.prompt_tokens_min) +
@@ -363,6 +391,17 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   if (e.cache.storage != "none" && e.cache.host_pages.value() == 0)
     throw InputError(src + ": cache.storage = \"" + e.cache.storage +
                      "\" needs the host tier: prefetched pages land in host memory (set cache.host_pages > 0)");
+  if (d.enabled()) {
+    if (w.kind == "tree")
+      throw InputError(src + ": model.draft.mode = \"" + d.mode + "\" needs a serving workload (gsp, multiturn, mooncake), not \"tree\"");
+    // packed: the draft's blocks share the target's host slots, so they must have its shape.
+    if (d.mode == "packed" && (d.kv_heads != e.model.kv_heads || d.head_dim != e.model.head_dim || d.dtype != "bf16"))
+      throw InputError(src + ": model.draft.mode = \"packed\" needs the draft's KV rows shaped like the target's: "
+                       "model.draft.kv_heads = " + std::to_string(d.kv_heads) + " vs model.kv_heads = " +
+                       std::to_string(e.model.kv_heads) + ", model.draft.head_dim = " + std::to_string(d.head_dim) +
+                       " vs model.head_dim = " + std::to_string(e.model.head_dim) + ", model.draft.dtype = \"" + d.dtype +
+                       "\" vs bf16 (use mode = \"sidecar\" for a draft with its own layout)");
+  }
   if (w.kind == "mooncake" && w.mooncake.trace.empty())
     throw InputError(src + ": workload.kind = \"mooncake\" needs workload.mooncake.trace");
   e.effective_toml = c.effective_toml();

@@ -15,10 +15,22 @@
 
 namespace kvgrid {
 
+// The draft model of speculative decoding (`[model.draft]`): layers on the last PP stage, with
+// their own KV (cache/draft_state.hpp).
+struct DraftConfig {
+  std::string mode = "none";  // none | packed | sidecar | target_only
+  std::int64_t layers = 1, kv_heads = 0, head_dim = 0;  // 0: the target's
+  std::int64_t steps = 3;      // tokens proposed per round
+  double accept_prob = 0.7;    // chance that the target accepts each proposed token (draft KV intact)
+  std::string dtype = "bf16";
+  bool enabled() const { return mode != "none"; }
+};
+
 struct ModelConfig {
   std::int64_t layers = 8, kv_heads = 8, head_dim = 128;
   std::string attention = "mha";
   std::string cp_split = "interleave";  // how CP ranks split a chunk's query tokens
+  DraftConfig draft;
 };
 
 struct CacheConfig {

@@ -34,6 +34,22 @@ ModelGeometry ModelGeometry::for_rank(const ExperimentConfig& exp, const GridCoo
   return g;
 }
 
+ModelGeometry ModelGeometry::draft_for_rank(const ExperimentConfig& exp, const GridCoord& c, const GridShape& s) {
+  ExperimentConfig d = exp;
+  d.model.layers = exp.model.draft.layers;
+  d.model.kv_heads = exp.model.draft.kv_heads;
+  d.model.head_dim = exp.model.draft.head_dim;
+  GridCoord one = c;
+  one.pp = 0;
+  GridShape flat = s;
+  flat.pp = 1;  // every draft layer on this (the last) stage
+  ModelGeometry g = for_rank(d, one, flat);
+  g.first_layer = kDraftLayer0;
+  g.layer_begin += kDraftLayer0;
+  g.layer_end += kDraftLayer0;
+  return g;
+}
+
 bool ModelGeometry::owns_query(std::size_t pos, std::size_t start, std::size_t end) const {
   if (cp_size == 1) return true;
   const std::size_t i = pos - start, n = end - start, cp = static_cast<std::size_t>(cp_size);
@@ -147,8 +163,8 @@ void SyntheticModel::prime_for_gather(ModelRequestState& st) const {
   st.primed = true;
 }
 
-std::uint64_t chain_seed(RequestId id, std::size_t start, std::size_t end) {
-  return hash_combine(hash_combine(mix64(id.value() ^ 0x636861696eULL), start), end);
+std::uint64_t chain_seed(RequestId id, std::size_t start, std::size_t end, bool draft) {
+  return hash_combine(hash_combine(mix64(id.value() ^ (draft ? 0x6472616674ULL : 0x636861696eULL)), start), end);
 }
 
 std::uint64_t chain(std::uint64_t in, std::span<const std::uint64_t> layer_checksums) {
@@ -156,8 +172,8 @@ std::uint64_t chain(std::uint64_t in, std::span<const std::uint64_t> layer_check
   return in;
 }
 
-Oracle::Oracle(const ModelGeometry& g) {
-  for (std::uint64_t l = 0; l < g.layers; ++l) {
+Oracle::Oracle(const ModelGeometry& g) : draft_(g.first_layer != 0) {
+  for (std::uint64_t l = g.first_layer; l < g.first_layer + g.layers; ++l) {
     std::uint64_t k = 0;
     for (std::uint64_t h = 0; h < g.heads; ++h) k += query_coeff(l, h) * kv_coeff(l, g.mla ? 0 : h);
     K_.push_back(k);
@@ -179,7 +195,7 @@ std::uint64_t Oracle::expected(OracleRequestState& st, RequestId id, std::span<c
     T += query_weight(st.ph) * st.S;
   }
   st.hashed = end;
-  std::uint64_t a = chain_seed(id, start, end);
+  std::uint64_t a = chain_seed(id, start, end, draft_);
   for (auto k : K_) a = hash_combine(a, k * T);
   return a;
 }

@@ -35,8 +35,13 @@ struct ModelGeometry {
   std::vector<std::uint32_t> query_heads;             // query heads computed here (global ids)
   int cp_rank = 0, cp_size = 1;
   bool zigzag = false;
+  std::uint64_t first_layer = 0;  // global id of the model's layer 0 (a draft's: kDraftLayer0)
 
   static ModelGeometry for_rank(const ExperimentConfig& exp, const GridCoord& c, const GridShape& s);
+  // The draft model ([model.draft]) on a last-stage rank: all its layers, its heads split like the
+  // target's, layer ids from kDraftLayer0 (its own KV coefficients).
+  static ModelGeometry draft_for_rank(const ExperimentConfig& exp, const GridCoord& c, const GridShape& s);
+  static constexpr std::uint64_t kDraftLayer0 = 1u << 20;
   std::uint64_t local_layers() const { return layer_end - layer_begin; }
   // Whether this CP rank computes query position `pos` of a chunk [start, end).
   bool owns_query(std::size_t pos, std::size_t start, std::size_t end) const;
@@ -82,8 +87,8 @@ class SyntheticModel {
   std::vector<std::uint64_t> F_, G_, folds_;
 };
 
-// The value a chunk enters the pipeline with.
-std::uint64_t chain_seed(RequestId id, std::size_t start, std::size_t end);
+// The value a chunk enters the pipeline with (the draft's chain: `draft` = true).
+std::uint64_t chain_seed(RequestId id, std::size_t start, std::size_t end, bool draft = false);
 // A stage's output: the input chained with each of its layers' checksums, in layer order.
 std::uint64_t chain(std::uint64_t in, std::span<const std::uint64_t> layer_checksums);
 
@@ -101,6 +106,7 @@ class Oracle {
 
  private:
   std::vector<std::uint64_t> K_;  // per layer: sum over heads of N * M
+  bool draft_ = false;            // a draft model's oracle (its own chain seed)
 };
 
 }  // namespace kvgrid

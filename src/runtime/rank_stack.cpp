@@ -33,6 +33,13 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
                                geo.head_dim, cache::parse_payload(exp.engine.payload), placement, shard->rank};
   };
   pool = std::make_unique<cache::KvPool>(kv_config(capacity));
+  has_draft = exp.model.draft.enabled() && grid.is_last_stage();
+  if (has_draft) {
+    draft_geo = ModelGeometry::draft_for_rank(exp, c, shape);
+    draft_pool = std::make_unique<cache::KvPool>(cache::KvPoolConfig{capacity, exp.cache.page_size, draft_geo.layer_begin,
+                                                                     draft_geo.local_layers(), draft_geo.kv_heads,
+                                                                     draft_geo.head_dim, pool->payload(), placement, shard->rank});
+  }
   // The host tier (L2): its pool, the transfer engine on this rank's modelled clock, and the
   // stage's agreement on ACK consumption (protocol.tp_sync). Declared before the cache that uses them.
   // cost.kv_bytes = "full": a digest page stands for page_size × head_dim times more bytes.
@@ -40,7 +47,9 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
                                     ? static_cast<double>(exp.cache.page_size.value() * exp.model.head_dim)
                                     : 1.0;
   if (exp.cache.host_pages.value() > 0) {
-    host_kv = std::make_unique<cache::KvPool>(kv_config(exp.cache.host_pages));  // per rank (sharded: its pages)
+    auto hc = kv_config(exp.cache.host_pages);  // per rank (sharded: its pages)
+    if (has_draft) hc.layers = cache::draft_host_layers(exp.model.draft.mode, geo.local_layers(), draft_geo.local_layers());
+    host_kv = std::make_unique<cache::KvPool>(hc);
     transfer::EngineConfig ec;
     ec.backend = exp.engine.transfer;
     // GB/s == bytes/ns; later stages' copies may be slower (cost.stage_skew: cross-stage skew)
@@ -76,6 +85,9 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
     cache::ShardKey sk;
     sk.model = "synth-l" + std::to_string(exp.model.layers) + "-h" + std::to_string(exp.model.kv_heads) + "-d" +
                std::to_string(exp.model.head_dim) + "-" + exp.model.attention + "-" + exp.engine.payload;
+    if (has_draft)  // objects of another draft layout must not be read as this one's
+      sk.model += "-draft" + std::to_string(exp.model.draft.layers) + "x" + std::to_string(exp.model.draft.kv_heads) + "x" +
+                  std::to_string(exp.model.draft.head_dim) + "-" + exp.model.draft.mode;
     sk.tp_rank = c.tp;
     sk.tp_size = shape.tp;
     sk.pp_rank = c.pp;
@@ -114,6 +126,10 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
       cross_stage = protocols::make_prefetch_consensus(exp.protocol.prefetch_consensus, grid);
       dc->storage_tier()->set_cross_stage(cross_stage.get());
     }
+  }
+  if (has_draft) {
+    draft = std::make_unique<cache::DraftState>(exp.model.draft.mode, *draft_pool, host_kv.get(), geo.local_layers());
+    dc->set_draft(draft.get());
   }
   // device.alloc.fail across stages under pp_sync: PP0's stage decides, later stages follow.
   relay_admissions = faults.configured("device.alloc.fail") && shape.pp > 1 && exp.protocol.pp_sync == "pp_sync";

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "cache/device_cache.hpp"
+#include "cache/draft_state.hpp"
 #include "cache/kv_pool.hpp"
 #include "core/decision_log.hpp"
 #include "core/failpoint.hpp"
@@ -36,6 +37,12 @@ struct RankStack {
   double kv_bytes_scale = 1.0;   // cost.kv_bytes: modelled bytes per stored byte
   std::uint64_t clock = 0;       // this rank's modelled clock, ns
   std::unique_ptr<cache::KvPool> pool, host_kv;
+  // Speculative decoding ([model.draft], last stage only): the draft's geometry, its device pool
+  // (the target's page ids) and its state in the tiers.
+  bool has_draft = false;
+  ModelGeometry draft_geo;
+  std::unique_ptr<cache::KvPool> draft_pool;
+  std::unique_ptr<cache::DraftState> draft;
   std::unique_ptr<transfer::TransferEngine> engine;
   std::unique_ptr<cache::AckAgreement> agreement;  // protocol.tp_sync over the stage
   std::unique_ptr<cache::DeviceCache> dc;

@@ -48,9 +48,11 @@ nlohmann::json report_json(const RunTrace& run) {
     std::uint64_t prompt = 0, cached = 0, host = 0, storage = 0, mism = 0, first_arrival = ~0ULL, last_finish = 0;
     std::vector<double> ttft;
     struct Round {
-      std::uint64_t prompt = 0, cached = 0, host = 0, storage = 0, n = 0;
+      std::uint64_t prompt = 0, cached = 0, host = 0, storage = 0, n = 0, spec_rounds = 0, spec_accepted = 0;
       double ttft = 0;
     };
+    std::uint64_t spec_rounds = 0, spec_proposed = 0, spec_accepted = 0, draft_mismatches = 0, output = 0;
+    double decode_ms = 0;
     std::map<std::uint32_t, Round> rounds;
     std::uint64_t failed = 0;
     for (const auto& q : reqs) {
@@ -73,6 +75,14 @@ nlohmann::json report_json(const RunTrace& run) {
       r.storage += q.storage_tokens;
       r.ttft += static_cast<double>(q.ttft_model_ns) / 1e6;
       ++r.n;
+      r.spec_rounds += q.spec_rounds;
+      r.spec_accepted += q.spec_accepted;
+      spec_rounds += q.spec_rounds;
+      spec_proposed += q.spec_proposed;
+      spec_accepted += q.spec_accepted;
+      draft_mismatches += q.draft_mismatches;
+      output += q.output_tokens;
+      decode_ms += static_cast<double>(q.decode_ns) / 1e6;
     }
     auto rate = [&](std::uint64_t x) { return prompt ? static_cast<double>(x) / static_cast<double>(prompt) : 0.0; };
     const double hit = rate(cached);
@@ -132,6 +142,21 @@ nlohmann::json report_json(const RunTrace& run) {
     const double duration_s = reqs.empty() || last_finish <= first_arrival ? 0.0 : static_cast<double>(last_finish - first_arrival) / 1e9;
     j["modelled_duration_s"] = duration_s;
     j["input_token_throughput"] = duration_s > 0 ? static_cast<double>(prompt) / duration_s : 0.0;
+    j["output_token_throughput"] = duration_s > 0 ? static_cast<double>(output) / duration_s : 0.0;
+    const std::size_t done = reqs.size() - failed;
+    j["decode_time_model_ms_mean"] = done ? decode_ms / static_cast<double>(done) : 0.0;
+    // Speculative decoding: a round verifies its accepted draft tokens and adds one, so the
+    // acceptance length (tokens per verify step) is (accepted + rounds) / rounds.
+    auto accept_len = [](std::uint64_t rounds, std::uint64_t acc) {
+      return rounds ? static_cast<double>(acc + rounds) / static_cast<double>(rounds) : 0.0;
+    };
+    if (spec_rounds > 0 || draft_mismatches > 0)
+      j["spec"] = {{"rounds", spec_rounds},
+                   {"proposed", spec_proposed},
+                   {"accepted", spec_accepted},
+                   {"acceptance_length_mean", accept_len(spec_rounds, spec_accepted)},
+                   {"acceptance_rate", spec_proposed ? static_cast<double>(spec_accepted) / static_cast<double>(spec_proposed) : 0.0},
+                   {"draft_mismatch_steps", draft_mismatches}};
     j["requests_with_oracle_mismatch"] = mism;
     if (rounds.size() > 1) {
       nlohmann::json rs = nlohmann::json::array();
@@ -142,6 +167,7 @@ nlohmann::json report_json(const RunTrace& run) {
                       {"hit_rate", frac(r.cached)},
                       {"hit_rate_by_tier", {{"device", frac(r.cached - r.host)}, {"host", frac(r.host - r.storage)}, {"storage", frac(r.storage)}}},
                       {"ttft_model_ms_mean", r.n ? r.ttft / static_cast<double>(r.n) : 0.0}});
+        if (spec_rounds > 0 || draft_mismatches > 0) rs.back()["acceptance_length_mean"] = accept_len(r.spec_rounds, r.spec_accepted);
       }
       j["rounds"] = rs;
     }
@@ -219,6 +245,16 @@ std::string report_text(const RunTrace& run) {
                   j["ttft_model_ms"]["p99"].get<double>(), j["input_token_throughput"].get<double>(),
                   j["modelled_duration_s"].get<double>());
     os << line;
+    if (j.contains("spec")) {
+      const auto& sp = j["spec"];
+      std::snprintf(line, sizeof(line),
+                    "# speculative decoding: %llu rounds, %llu tokens proposed, %llu accepted (%.1f%%), acceptance length %.3f, "
+                    "%llu steps with a draft checksum mismatch\n",
+                    sp["rounds"].get<unsigned long long>(), sp["proposed"].get<unsigned long long>(),
+                    sp["accepted"].get<unsigned long long>(), 100.0 * sp["acceptance_rate"].get<double>(),
+                    sp["acceptance_length_mean"].get<double>(), sp["draft_mismatch_steps"].get<unsigned long long>());
+      os << line;
+    }
     if (j.contains("rounds")) {
       os << "#  round  requests   hit%   ttft_ms\n";
       for (const auto& r : j["rounds"]) {

@@ -25,7 +25,7 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
   std::vector<BatchEntry> batch;
   fresh_pages_.clear();
   for (auto& r : running_)
-    if (r->prefill_done() && !r->finished()) batch.push_back({r.get(), r->computed, r->computed + 1, false});
+    if (r->prefill_done() && !r->finished()) batch.push_back({r.get(), r->computed, r->tokens.size(), false});
   std::int64_t budget = cfg_.chunk_size;
   for (auto& r : running_) {
     if (r->prefill_done() || budget <= 0) continue;
@@ -72,6 +72,20 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
     budget -= take;
   }
   return batch;
+}
+
+void Scheduler::accept_draft(RequestId id, std::uint32_t n) {
+  for (auto& r : running_) {
+    if (r->spec.id != id) continue;
+    KVGRID_CHECK(r->prefill_done() && r->generated + n < r->spec.output_len && r->tokens.size() == r->computed + 1,
+                 "request ", id, " cannot accept ", n, " draft tokens (", r->generated, " of ", r->spec.output_len, " generated)");
+    for (std::uint32_t i = 0; i < n; ++i) {  // the draft proposed exactly what the target generates
+      for (; r->ph_len < r->tokens.size(); ++r->ph_len) r->ph = kernels::prefix_hash_step(r->ph, r->tokens[r->ph_len]);
+      r->tokens.push_back(kernels::next_token(r->ph, cfg_.vocab));
+      r->generated += 1;
+    }
+    return;
+  }
 }
 
 std::unique_ptr<ServeRequest> Scheduler::abort(RequestId id) {

@@ -2,7 +2,8 @@
 //
 // Every rank runs one over the same request stream and must take the same decisions; nothing
 // about batches, prefix lengths or cache operations is read from messages. Per step:
-//   1. every request in decode produces one token;
+//   1. every request in decode produces one token (speculative decoding: its accepted draft
+//      tokens, verified in the same step, and one more);
 //   2. requests in prefill continue, up to `chunk_size` prefill tokens in all (chunked prefill);
 //   3. while budget and `max_running` allow, waiting requests are admitted in arrival order:
 //      match_prefix, lock, reserve pages for prompt + output - 1 positions (evicting if needed);
@@ -34,6 +35,10 @@ struct ServeRequest {
   cache::Reservation res;
   ModelRequestState model;
   OracleRequestState oracle;
+  // speculative decoding (last stage): the draft's model state and oracle, and its rounds
+  ModelRequestState draft;
+  OracleRequestState draft_oracle;
+  std::uint32_t spec_rounds = 0, spec_proposed = 0, spec_accepted = 0, draft_mismatches = 0;
   // metrics, on this rank's modelled clock (ns) and wall clock (ns since the run started)
   std::uint64_t admit_ns = 0, first_token_ns = 0, finish_ns = 0, forward_ns = 0;
   std::uint64_t seen_wall_ns = 0, first_token_wall_ns = 0;
@@ -74,6 +79,10 @@ class Scheduler {
   std::vector<std::unique_ptr<ServeRequest>> complete_step(const std::vector<BatchEntry>& batch, std::uint64_t now_ns,
                                                            std::uint64_t wall_ns);
 
+  // Speculative decoding: the target accepted `n` draft tokens of running request `id` after its
+  // last token; they are appended (the next step verifies them with one more). A request that is
+  // not running any more (aborted) is skipped.
+  void accept_draft(RequestId id, std::uint32_t n);
   // Removes request `id` wherever it is and releases everything it held (cache abort); null when
   // it is not here (finished already).
   std::unique_ptr<ServeRequest> abort(RequestId id);

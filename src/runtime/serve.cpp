@@ -33,6 +33,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Speculative decoding: whether the target accepts proposed token `i` of the round after the
+// request's `generated`-th token — a seeded Bernoulli draw, a pure function of (seed, request,
+// position), so every rank and every replay draws the same.
+bool draft_token_accepted(std::uint64_t seed, RequestId id, std::uint32_t generated, std::uint32_t i, double p) {
+  const std::uint64_t x = mix64(hash_combine(hash_combine(hash_combine(seed, 0x7370656364726166ULL), id.value()),
+                                             static_cast<std::uint64_t>(generated) * 1024 + i));
+  return static_cast<double>(x >> 11) * 0x1.0p-53 < p;
+}
+
 }  // namespace
 
 ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults, DecisionLog& log,
@@ -62,6 +71,20 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   const protocols::ShardGroup& shard = *stack.shard;
   SyntheticModel model(geo, pool, exp.cache.page_size);
   Oracle oracle(geo);
+  // Speculative decoding ([model.draft]): every stage schedules the accepted draft tokens; the
+  // last stage runs the draft, checks its checksum against its oracle and draws the acceptance.
+  const auto& dcfg = exp.model.draft;
+  const bool spec = dcfg.enabled();
+  std::unique_ptr<SyntheticModel> draft_model;
+  std::unique_ptr<Oracle> draft_oracle;
+  if (stack.has_draft) {
+    draft_model = std::make_unique<SyntheticModel>(stack.draft_geo, *stack.draft_pool, exp.cache.page_size);
+    draft_oracle = std::make_unique<Oracle>(stack.draft_geo);
+  }
+  const std::size_t Ld = stack.has_draft ? stack.draft_geo.local_layers() : 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> accepts_next;  // verified at this step, applied at the next
+  bool expect_back = false;  // PP0 (PP > 1): the previous step had draft rounds, their results come back
+  Sender back_sender;        // the last stage's leader → PP0's leader
   auto pp_sync = protocols::make_pp_sync(exp.protocol.pp_sync);
   std::unique_ptr<protocols::ConsensusChecker> online;
   if (exp.protocol.consensus_check == "on") online = std::make_unique<protocols::ConsensusChecker>(grid, log);
@@ -133,6 +156,13 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     const std::string what = "step " + std::to_string(step) + " inputs";
     if (first_stage) {
       if (leader) {
+        if (expect_back && shape.pp > 1) {
+          // The last stage verified the previous step's drafts: their accepted counts decide this
+          // step's decode lengths (a real pipeline waits for its sampled tokens the same way).
+          StepMessage back = recv_step(shape.pp - 1, grid.pp(), what + ": drafts verified by the last stage", kTagBackward);
+          in.accepts = std::move(back.accepts);
+          clock = std::max(clock, back.clock_ns + static_cast<std::uint64_t>(exp.cost.pp_link_ns));
+        }
         if (sched.idle()) {
           if (auto next = workload->next_arrival_ns(); next && *next > clock) clock = *next;  // idle: jump ahead
         }
@@ -146,6 +176,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         in.total = workload->total_requests();
         if (!specs.empty()) in.specs = encode_specs(specs);
       }
+      if (shape.pp == 1) in.accepts = accepts_next;  // every rank of the one stage verified them
       if (stage_size > 1) in = bcast_step(in, leader, grid.stage(), what + " over stage 0");
       clock = std::max(clock, in.clock_ns);
     } else {
@@ -185,6 +216,11 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       }
     }
 
+    // Accepted draft tokens of the previous step's rounds (every stage, same order).
+    if (stack.has_draft && shape.pp > 1)
+      KVGRID_CHECK(in.accepts == accepts_next, "step ", step, ": the accepted drafts relayed from PP0 differ from this stage's");
+    for (const auto& [id, n] : in.accepts) sched.accept_draft(RequestId(id), static_cast<std::uint32_t>(n));
+
     // 2. this rank's own decisions; first the agreed write ACKs (every rank, every round): PP0's
     //    stage agrees, later stages follow the count relayed with the inputs (protocol.pp_sync).
     if (auto* st = dc.storage_tier(); st && !first_stage) st->set_decisions(in.stops);
@@ -197,6 +233,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     }
     auto batch = sched.schedule(clock);
     pool.reset(sched.fresh_pages());
+    if (stack.draft_pool) stack.draft_pool->reset(sched.fresh_pages());
 
     // 3. the previous stage's activation must describe the same batch.
     if (!first_stage) {
@@ -253,7 +290,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
                          " requests): their cache decisions diverged");
       }
     }
-    partials.assign(batch.size() * L, 0);
+    partials.assign(batch.size() * (L + Ld), 0);  // target layers, then (last stage) the draft's
     // CP sharding: the cached prefixes of requests computed here for the first time are read
     // through the layer gather (restore(l) → gather(l) → attention(l)). Modelled: layer l's gather
     // starts when its restores and the previous layer's gather are done, and attention on layer l
@@ -300,6 +337,9 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
                     events.empty() ? std::function<void(std::size_t)>{} : std::function<void(std::size_t)>(wait_layer));
       for (auto& ev : events) ev.synchronize();  // (all were, unless the request had no cached prefix to read)
       events.clear();
+      if (draft_model)  // the draft reads its own pages (restored with the target's, or not)
+        draft_model->forward(e.req->draft, e.req->tokens, e.start, e.end, e.req->res.pages,
+                             std::span<std::uint64_t>(partials).subspan(batch.size() * L + i * Ld, Ld));
       work.add(e.start, e.end, e.prefill);
     }
     if (stage_size > 1 && !batch.empty()) {
@@ -309,8 +349,17 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       wait_mpi(&req, "Iallreduce of attention checksums at step " + std::to_string(step));
     }
     const std::uint64_t compute = compute_ns(exp.cost, work, L, shape.tp, shape.cp);
+    // The draft runs after the target's last layer: its layers over the new tokens (the first
+    // proposal), then steps - 1 more proposals, one draft decode pass each.
+    std::uint64_t draft_ns = 0;
+    if (draft_model && !batch.empty()) {
+      draft_ns = compute_ns(exp.cost, work, Ld, shape.tp, shape.cp);
+      if (work.decode_tokens > 0 || std::any_of(batch.begin(), batch.end(), [](const BatchEntry& e) { return e.end == e.req->prompt_len(); }))
+        draft_ns += static_cast<std::uint64_t>(static_cast<double>(dcfg.steps - 1) * exp.cost.decode_ns_per_layer *
+                                               static_cast<double>(Ld) / static_cast<double>(shape.tp));
+    }
     const std::uint64_t step_ns =
-        compute + (stage_size > 1 && !batch.empty() ? static_cast<std::uint64_t>(exp.cost.allreduce_ns) : 0);
+        compute + draft_ns + (stage_size > 1 && !batch.empty() ? static_cast<std::uint64_t>(exp.cost.allreduce_ns) : 0);
     clock = step_start;  // the copies' completion times enter through the layer pipeline instead
     for (std::size_t l = 0; l < L; ++l)
       clock = std::max(clock, layer_ready[l]) + (compute * (l + 1) / L - compute * l / L);
@@ -326,12 +375,44 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     out.write_acks = write_acks;
     if (auto* st = dc.storage_tier()) out.stops = st->take_decisions();
     if (relay_admissions) out.admits = first_stage ? dc.take_admissions() : in.admits;
+    out.accepts = in.accepts;
+    // Speculative decoding: each request that yields a token at this step starts a draft round of
+    // up to `steps` tokens (fewer near its end). Every stage knows which do; the last stage verifies
+    // them — accepted only if the draft's checksum over the pages it read matches its oracle and
+    // the seeded Bernoulli draws succeed — and the counts apply at the next step.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> accepts_out;
+    std::size_t rounds_started = 0;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       auto& e = batch[i];
       const std::uint64_t a_in = first_stage ? chain_seed(e.req->spec.id, e.start, e.end) : in.entries[i].value;
       const std::uint64_t a_out = chain(a_in, std::span<const std::uint64_t>(partials).subspan(i * L, L));
       out.entries.push_back({e.req->spec.id.value(), e.start, e.end, a_out});
       if (e.prefill) e.req->forward_ns += clock - step_start;  // the step, its restore and gather waits included
+      const bool yields = !e.prefill || e.end == e.req->prompt_len();
+      const std::uint32_t g1 = e.req->generated + 1;  // tokens generated once this step's is
+      const std::int64_t k = spec && yields ? std::min<std::int64_t>(dcfg.steps, static_cast<std::int64_t>(e.req->spec.output_len) -
+                                                                                     static_cast<std::int64_t>(g1) - 1)
+                                            : 0;
+      if (k > 0) ++rounds_started;
+      if (draft_model) {
+        const std::uint64_t got = chain(chain_seed(e.req->spec.id, e.start, e.end, /*draft=*/true),
+                                        std::span<const std::uint64_t>(partials).subspan(batch.size() * L + i * Ld, Ld));
+        const bool intact = got == draft_oracle->expected(e.req->draft_oracle, e.req->spec.id, e.req->tokens, e.start, e.end);
+        if (!intact) {
+          ++e.req->draft_mismatches;
+          emit(step, e.req->spec.id.value(), "draft_mismatch", static_cast<std::int64_t>(e.start), static_cast<std::int64_t>(e.end),
+               0, 0);
+        }
+        if (k > 0) {
+          std::uint32_t a = 0;
+          while (intact && a < k && draft_token_accepted(exp.engine.seed, e.req->spec.id, g1, a, dcfg.accept_prob)) ++a;
+          ++e.req->spec_rounds;
+          e.req->spec_proposed += static_cast<std::uint32_t>(k);
+          e.req->spec_accepted += a;
+          accepts_out.push_back({e.req->spec.id.value(), a});
+          emit(step, e.req->spec.id.value(), "draft_round", k, a, intact ? 1 : 0, 0);
+        }
+      }
       if (checker) {
         const std::uint64_t want = oracle.expected(e.req->oracle, e.req->spec.id, e.req->tokens, e.start, e.end);
         if (want != a_out) {
@@ -360,6 +441,10 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     // decisions (the same order on every rank).
     if (auto* host = dc.host_tier()) host->end_of_step();
     if (auto* st = dc.storage_tier()) st->end_of_step();
+    accepts_next = std::move(accepts_out);
+    expect_back = rounds_started > 0;
+    KVGRID_CHECK(!stack.has_draft || accepts_next.size() == rounds_started, "draft rounds: ", accepts_next.size(), " verified of ",
+                 rounds_started);
 
     // 6. advance requests; finished ones commit their KV.
     for (auto& r : sched.complete_step(batch, clock, wall_ns())) {
@@ -367,6 +452,11 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       res.prompt_tokens += static_cast<std::int64_t>(r->prompt_len());
       res.cached_tokens += r->res.matched.value();
       if (workload) workload->finished(r->spec.id, clock);
+      res.spec_rounds += r->spec_rounds;
+      res.spec_proposed += r->spec_proposed;
+      res.spec_accepted += r->spec_accepted;
+      res.draft_mismatches += r->draft_mismatches;
+      if (stack.has_draft) res.spec_digest += mix64(hash_combine(hash_combine(r->spec.id.value(), r->spec_rounds), r->spec_accepted));
       emit(step, r->spec.id.value(), "finish", static_cast<std::int64_t>(r->prompt_len()), r->res.matched.value(),
            r->spec.output_len, r->oracle_ok ? 0 : 1);
       if (checker && trace) {
@@ -388,6 +478,11 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         row.queue_ns = r->admit_ns - std::min(r->admit_ns, r->spec.arrival_ns);
         row.forward_ns = r->forward_ns;
         row.ttft_wall_ns = r->first_token_wall_ns - std::min(r->first_token_wall_ns, r->seen_wall_ns);
+        row.decode_ns = r->finish_ns - std::min(r->finish_ns, r->first_token_ns);
+        row.spec_rounds = r->spec_rounds;
+        row.spec_proposed = r->spec_proposed;
+        row.spec_accepted = r->spec_accepted;
+        row.draft_mismatches = r->draft_mismatches;
         trace->request(row);
       }
     }
@@ -405,6 +500,12 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
              static_cast<std::int64_t>(t.bytes), 0);
     }
     done = exhausted && sched.idle();
+    if (stack.has_draft && shape.pp > 1 && leader && expect_back && !done) {
+      StepMessage back;
+      back.clock_ns = clock;
+      back.accepts = accepts_next;
+      back_sender.send(back, 0, grid.pp(), kTagBackward);
+    }
     if (trace) trace->set_completed_step(static_cast<std::uint64_t>(step));
     if ((step + 1) % exp.engine.check_every == 0 || done) check(step);
     if (online && ((step + 1) % exp.protocol.consensus_interval == 0 || done)) {
@@ -434,6 +535,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     if ((step + 1) % exp.output.flush_every == 0 || done) flush();
   }
   sender.drain(true);
+  back_sender.drain(true);
   if (auto* host = dc.host_tier()) host->finish_cross_stage();
   res.steps = step;
   res.model_ns = clock;
@@ -443,6 +545,18 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   KVGRID_MPI_CHECK(MPI_Iallreduce(&local_mismatches, &mism, 1, MPI_INT64_T, MPI_SUM, grid.world(), &req));
   wait_mpi(&req, "Iallreduce of oracle mismatches");
   res.oracle_mismatches = mism;
+  if (spec) {  // the last stage's counts, on every rank
+    std::uint64_t v[5] = {static_cast<std::uint64_t>(res.spec_rounds), static_cast<std::uint64_t>(res.spec_proposed),
+                          static_cast<std::uint64_t>(res.spec_accepted), static_cast<std::uint64_t>(res.draft_mismatches),
+                          res.spec_digest};
+    KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, 5, MPI_UINT64_T, MPI_MAX, grid.world(), &req));
+    wait_mpi(&req, "Iallreduce of speculative decoding counts");
+    res.spec_rounds = static_cast<std::int64_t>(v[0]);
+    res.spec_proposed = static_cast<std::int64_t>(v[1]);
+    res.spec_accepted = static_cast<std::int64_t>(v[2]);
+    res.draft_mismatches = static_cast<std::int64_t>(v[3]);
+    res.spec_digest = v[4];
+  }
 
   auto& m = res.mine;
   m = rank_summary(grid, dc, log, faults, local_failures);

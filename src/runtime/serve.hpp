@@ -38,6 +38,11 @@ struct ServeResult : LoopResult {
   std::int64_t aborted_prefetching = 0, aborted_other = 0;  // this rank: aborts mid-prefetch / otherwise
   std::int64_t prompt_tokens = 0, cached_tokens = 0;
   std::uint64_t model_ns = 0;          // this rank's modelled clock at the end
+  // Speculative decoding over the finished requests (as the last stage verified them; every rank):
+  // draft rounds, tokens proposed and accepted, steps whose draft checksum mismatched, and an
+  // order-independent digest of (request, rounds, accepted).
+  std::int64_t spec_rounds = 0, spec_proposed = 0, spec_accepted = 0, draft_mismatches = 0;
+  std::uint64_t spec_digest = 0;
   bool ok() const { return divergences() == 0 && verify_failures == 0 && oracle_mismatches == 0; }
 };
 

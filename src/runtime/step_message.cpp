@@ -15,8 +15,7 @@ void put64(Words& w, std::uint64_t v) {
 }
 std::uint64_t get64(const Words& w, std::size_t at) { return w[at] | (static_cast<std::uint64_t>(w[at + 1]) << 32); }
 
-constexpr int kTagHeader = 301, kTagPayload = 302;
-constexpr std::size_t kHeaderWords = kStepHeaderWords, kHeadWords = 14, kInlineWords = kHeaderWords - kHeadWords;
+constexpr std::size_t kHeaderWords = kStepHeaderWords, kHeadWords = 15, kInlineWords = kHeaderWords - kHeadWords;
 
 }  // namespace
 
@@ -36,6 +35,10 @@ Packed pack(const StepMessage& m) {
     put64(body, acks);
   }
   for (auto a : m.admits) body.push_back(a);
+  for (auto [id, n] : m.accepts) {
+    put64(body, id);
+    put64(body, n);
+  }
   Words head;
   put64(head, m.clock_ns);
   put64(head, m.exhausted);
@@ -48,6 +51,7 @@ Packed pack(const StepMessage& m) {
   p.header[11] = m.write_acks;
   p.header[12] = static_cast<std::uint32_t>(m.stops.size());
   p.header[13] = static_cast<std::uint32_t>(m.admits.size());
+  p.header[14] = static_cast<std::uint32_t>(m.accepts.size());
   if (body.size() <= kInlineWords) {
     p.header[8] = 1;
     std::copy(body.begin(), body.end(), p.header.begin() + kHeadWords);
@@ -64,10 +68,10 @@ StepMessage unpack(const Packed& p) {
   m.total = get64(p.header, 4);
   m.write_acks = p.header[11];
   const std::size_t n = p.header[6], spec_words = p.header[7], size = p.header[9], aborts = p.header[10],
-                    stops = p.header[12], admits = p.header[13];
-  KVGRID_CHECK(size == 8 * n + spec_words + 2 * aborts + 4 * stops + admits, "step message of ", size, " words for ", n,
-               " entries, ", spec_words, " spec words, ", aborts, " aborts, ", stops, " prefetch stops and ", admits,
-               " admissions");
+                    stops = p.header[12], admits = p.header[13], accepts = p.header[14];
+  KVGRID_CHECK(size == 8 * n + spec_words + 2 * aborts + 4 * stops + admits + 4 * accepts, "step message of ", size,
+               " words for ", n, " entries, ", spec_words, " spec words, ", aborts, " aborts, ", stops, " prefetch stops, ",
+               admits, " admissions and ", accepts, " accepted drafts");
   const std::uint32_t* body = p.inline_payload() ? p.header.data() + kHeadWords : p.payload.data();
   KVGRID_CHECK(p.inline_payload() || p.payload.size() == size, "step message payload of ", p.payload.size(), " words, expected ", size);
   Words w(body, body + size);
@@ -79,17 +83,19 @@ StepMessage unpack(const Packed& p) {
     m.stops.push_back({get64(w, at), get64(w, at + 2)});
   for (std::size_t i = 0, at = 8 * n + spec_words + 2 * aborts + 4 * stops; i < admits; ++i)
     m.admits.push_back(static_cast<std::uint8_t>(w[at + i]));
+  for (std::size_t i = 0, at = 8 * n + spec_words + 2 * aborts + 4 * stops + admits; i < accepts; ++i, at += 4)
+    m.accepts.push_back({get64(w, at), get64(w, at + 2)});
   return m;
 }
 
-void Sender::send(const StepMessage& m, int dest, MPI_Comm comm) {
+void Sender::send(const StepMessage& m, int dest, MPI_Comm comm, int tag) {
   auto item = std::make_unique<Item>();
   item->p = pack(m);
-  KVGRID_MPI_CHECK(MPI_Isend(item->p.header.data(), kHeaderWords, MPI_UINT32_T, dest, kTagHeader, comm, &item->req[0]));
+  KVGRID_MPI_CHECK(MPI_Isend(item->p.header.data(), kHeaderWords, MPI_UINT32_T, dest, tag, comm, &item->req[0]));
   item->req[1] = MPI_REQUEST_NULL;
   if (!item->p.inline_payload())
     KVGRID_MPI_CHECK(MPI_Isend(item->p.payload.data(), static_cast<int>(item->p.payload.size()), MPI_UINT32_T, dest,
-                               kTagPayload, comm, &item->req[1]));
+                               tag + 1, comm, &item->req[1]));
   items_.push_back(std::move(item));
   while (items_.size() > kMaxInFlight) {
     wait_mpi_all(items_.front()->req, "completion of a send to the next stage");
@@ -111,14 +117,14 @@ void Sender::drain(bool all) {
   }
 }
 
-StepMessage recv_step(int src, MPI_Comm comm, const std::string& what) {
+StepMessage recv_step(int src, MPI_Comm comm, const std::string& what, int tag) {
   Packed p;
   MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Irecv(p.header.data(), kHeaderWords, MPI_UINT32_T, src, kTagHeader, comm, &req));
+  KVGRID_MPI_CHECK(MPI_Irecv(p.header.data(), kHeaderWords, MPI_UINT32_T, src, tag, comm, &req));
   wait_mpi(&req, what);
   if (!p.inline_payload()) {
     p.payload.resize(p.header[9]);
-    KVGRID_MPI_CHECK(MPI_Irecv(p.payload.data(), static_cast<int>(p.payload.size()), MPI_UINT32_T, src, kTagPayload, comm, &req));
+    KVGRID_MPI_CHECK(MPI_Irecv(p.payload.data(), static_cast<int>(p.payload.size()), MPI_UINT32_T, src, tag + 1, comm, &req));
     wait_mpi(&req, what + " (payload)");
   }
   return unpack(p);

@@ -31,7 +31,13 @@ struct StepMessage {
   std::vector<std::uint64_t> aborts;  // requests PP0's leader aborted at this step (request.abort)
   std::vector<std::pair<std::uint64_t, std::uint64_t>> stops;  // prefetch_consensus: (request, ACKs) PP0 stopped
   std::vector<std::uint8_t> admits;  // pp_sync with device.alloc.fail: PP0's admission outcomes, in order
+  // speculative decoding: (request, draft tokens accepted) the last stage verified at the step
+  // before; it sends them back to PP0, which relays them forward with the next step's inputs
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> accepts;
 };
+
+// Message tags: stage to stage (forward), and the last stage's results back to PP0 (backward).
+constexpr int kTagForward = 301, kTagBackward = 311;
 
 constexpr std::size_t kStepHeaderWords = 64;
 
@@ -48,7 +54,7 @@ StepMessage unpack(const Packed& p);
 // Non-blocking sends whose buffers live here until they complete; at most 32 pending.
 class Sender {
  public:
-  void send(const StepMessage& m, int dest, MPI_Comm comm);
+  void send(const StepMessage& m, int dest, MPI_Comm comm, int tag = kTagForward);
   void drain(bool all);
 
  private:
@@ -60,7 +66,7 @@ class Sender {
   std::deque<std::unique_ptr<Item>> items_;
 };
 
-StepMessage recv_step(int src, MPI_Comm comm, const std::string& what);
+StepMessage recv_step(int src, MPI_Comm comm, const std::string& what, int tag = kTagForward);
 StepMessage bcast_step(const StepMessage& m, bool root, MPI_Comm comm, const std::string& what);
 
 }  // namespace kvgrid

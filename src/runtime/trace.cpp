@@ -142,6 +142,11 @@ Handle request_type() {
   KVGRID_FIELD(queue_ns, H5T_NATIVE_UINT64);
   KVGRID_FIELD(forward_ns, H5T_NATIVE_UINT64);
   KVGRID_FIELD(ttft_wall_ns, H5T_NATIVE_UINT64);
+  KVGRID_FIELD(decode_ns, H5T_NATIVE_UINT64);
+  KVGRID_FIELD(spec_rounds, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(spec_proposed, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(spec_accepted, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(draft_mismatches, H5T_NATIVE_UINT32);
 #undef KVGRID_FIELD
   return t;
 }

@@ -58,6 +58,10 @@ struct RequestRow {
   std::int32_t failed = 0;  // 1: aborted before it finished (finish_ns: when); its tokens count nowhere
   std::uint64_t arrival_ns = 0, admit_ns = 0, first_token_ns = 0, finish_ns = 0;  // modelled clock
   std::uint64_t ttft_model_ns = 0, queue_ns = 0, forward_ns = 0, ttft_wall_ns = 0;
+  std::uint64_t decode_ns = 0;  // modelled: first token to finish
+  // speculative decoding: draft rounds, tokens proposed and accepted, steps whose draft checksum
+  // did not match its oracle (a draft that read wrong KV)
+  std::uint32_t spec_rounds = 0, spec_proposed = 0, spec_accepted = 0, draft_mismatches = 0;
 };
 
 struct RankSummaryRow {

@@ -95,4 +95,8 @@ class TransferEngine {
 // Throws InputError for an unknown backend name.
 std::unique_ptr<TransferEngine> make_engine(const EngineConfig& cfg);
 
+// One event for several batches (a target copy and its draft copy): complete when every part is,
+// failed when any part failed; bytes summed, modelled start the earliest, completion the latest.
+Event join(std::vector<Event> parts);
+
 }  // namespace kvgrid::transfer

@@ -1,0 +1,76 @@
+#include "cache/draft_state.hpp"
+
+#include <cstring>
+
+#include "core/check.hpp"
+
+namespace kvgrid::cache {
+
+const std::vector<std::string>& draft_modes() {
+  static const std::vector<std::string> m{"none", "packed", "sidecar", "target_only"};
+  return m;
+}
+
+std::size_t draft_host_layers(const std::string& mode, std::size_t target_layers, std::size_t draft_layers) {
+  return mode == "packed" ? target_layers + draft_layers : target_layers;
+}
+
+DraftState::DraftState(std::string mode, KvPool& device, KvPool* target_host, std::size_t target_layers)
+    : mode_(std::move(mode)), device_(device), target_host_(target_host), target_layers_(target_layers) {
+  KVGRID_CHECK(mode_ == "packed" || mode_ == "sidecar" || mode_ == "target_only", "draft mode '", mode_, "'");
+  KVGRID_CHECK(!device_.sharded(), "a draft model over a CP-sharded pool");
+  if (!target_host_) return;
+  if (mode_ == "packed") {
+    if (!target_host_->block_compatible(device_))
+      throw InputError("model.draft.mode = \"packed\": the draft's KV blocks (" + std::to_string(device_.heads()) +
+                       " heads of " + std::to_string(device_.config().dims) + " elements per rank) differ from the target's (" +
+                       std::to_string(target_host_->heads()) + " heads of " + std::to_string(target_host_->config().dims) +
+                       "): they cannot share host slots (use sidecar)");
+    KVGRID_CHECK(target_host_->layers() == target_layers_ + device_.layers(), "packed host pool of ", target_host_->layers(),
+                 " layers for ", target_layers_, " target and ", device_.layers(), " draft layers");
+  } else if (mode_ == "sidecar") {
+    KvPoolConfig c = device_.config();
+    c.capacity = target_host_->config().capacity;  // the source pool's slot count
+    sidecar_ = std::make_unique<KvPool>(c);
+  }
+}
+
+const KvPool* DraftState::host() const {
+  if (sidecar_) return sidecar_.get();
+  return mode_ == "packed" ? target_host_ : nullptr;
+}
+
+std::vector<transfer::Copy> DraftState::backup_copies(std::span<const PageId> host_pages, std::span<const PageId> device_pages) {
+  if (sidecar_) return flat(layer_copies(*sidecar_, host_pages, device_, device_pages));
+  if (mode_ == "packed" && target_host_)
+    return flat(layer_copies_at(*target_host_, host_pages, target_layers_, device_, device_pages, 0, device_.layers()));
+  return {};
+}
+
+std::vector<transfer::Copy> DraftState::restore_copies(std::span<const PageId> device_pages, std::span<const PageId> host_pages) {
+  if (sidecar_) return flat(layer_copies(device_, device_pages, *sidecar_, host_pages));
+  if (mode_ == "packed" && target_host_)
+    return flat(layer_copies_at(device_, device_pages, 0, *target_host_, host_pages, target_layers_, device_.layers()));
+  device_.clear(device_pages);  // target_only: the draft gets nothing back
+  return {};
+}
+
+std::size_t DraftState::object_bytes() const {
+  return sidecar_ ? sidecar_->layer_block_bytes() * sidecar_->layers() : 0;
+}
+
+std::vector<std::uint8_t> DraftState::object(PageId host_page) const {
+  KVGRID_CHECK(sidecar_ != nullptr, "draft objects without a sidecar pool");
+  const std::size_t block = sidecar_->layer_block_bytes();
+  std::vector<std::uint8_t> out(object_bytes());
+  for (std::size_t l = 0; l < sidecar_->layers(); ++l) std::memcpy(out.data() + l * block, sidecar_->layer_block(host_page, l), block);
+  return out;
+}
+
+void DraftState::load_object(PageId host_page, std::span<const std::uint8_t> bytes) {
+  KVGRID_CHECK(sidecar_ != nullptr && bytes.size() == object_bytes(), "draft object of ", bytes.size(), " bytes");
+  const std::size_t block = sidecar_->layer_block_bytes();
+  for (std::size_t l = 0; l < sidecar_->layers(); ++l) std::memcpy(sidecar_->layer_block(host_page, l), bytes.data() + l * block, block);
+}
+
+}  // namespace kvgrid::cache

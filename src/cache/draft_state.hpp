@@ -1,0 +1,73 @@
+// Draft-model state in the hierarchical cache (speculative decoding with HiCache).
+//
+// The draft model (MTP/EAGLE-style layers on the last pipeline stage) keeps its own KV next to the
+// target's: a device pool indexed by the target's page ids, so every device page holds both. When
+// the cache controller moves target pages between tiers, this module says what moves with them —
+// and it is the only place that knows the mode's name (`model.draft.mode`):
+//
+//   packed       the draft's layers are extra tail layers of the target's host pool: one host
+//                slot holds both (the draft's blocks must have the target's shape — heads per
+//                rank, head_dim, dtype — checked at start-up); in storage the draft's layers are
+//                inside the page object.
+//   sidecar      a separate draft host pool with its own layout and the target host pool's slot
+//                count; copies use the target's host page ids (transfer indices derive from the
+//                target KV). In storage every page has a second object, key + ".draft".
+//   target_only  only the target moves: a restored page's draft rows are cleared (nothing
+//                restored them), so the draft reads a blind prefix.
+//
+// Backups and loads submit the draft's copies as their own batch after the target's on the same
+// stream and hand out one joined event (transfer::join): a backup's ACK, and a load's last layer,
+// complete only after the draft's copies did.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/kv_pool.hpp"
+#include "transfer/transfer_engine.hpp"
+
+namespace kvgrid::cache {
+
+class DraftState {
+ public:
+  // `device`: the draft's device pool. `target_host`: the target's host pool (null: no host tier);
+  // with packed it must hold `target_layers` + draft layers (draft_host_layers). Throws InputError
+  // when the mode cannot hold this draft (packed with an incompatible block shape).
+  DraftState(std::string mode, KvPool& device, KvPool* target_host, std::size_t target_layers);
+
+  const std::string& mode() const { return mode_; }
+  KvPool& device() { return device_; }
+  const KvPool& device() const { return device_; }
+  // The pool a draft host copy lives in (null: target_only, or no host tier).
+  const KvPool* host() const;
+
+  // Device → host: the draft of device pages `device_pages` into host slots `host_pages` (the
+  // target's host page ids). Empty for target_only.
+  std::vector<transfer::Copy> backup_copies(std::span<const PageId> host_pages, std::span<const PageId> device_pages);
+  // Host → device. target_only: no copies, and the draft rows of `device_pages` are cleared.
+  std::vector<transfer::Copy> restore_copies(std::span<const PageId> device_pages, std::span<const PageId> host_pages);
+
+  // Storage: sidecar keeps one object per page of its own (key + kObjectSuffix).
+  static constexpr const char* kObjectSuffix = ".draft";
+  bool separate_objects() const { return sidecar_ != nullptr; }
+  std::size_t object_bytes() const;
+  std::vector<std::uint8_t> object(PageId host_page) const;
+  void load_object(PageId host_page, std::span<const std::uint8_t> bytes);
+
+ private:
+  std::string mode_;
+  KvPool& device_;
+  KvPool* target_host_;
+  std::size_t target_layers_;
+  std::unique_ptr<KvPool> sidecar_;
+};
+
+// Layers of the target's host pool for this draft mode (packed: the target's and the draft's).
+std::size_t draft_host_layers(const std::string& mode, std::size_t target_layers, std::size_t draft_layers);
+// The draft modes (the first, "none", means no draft model).
+const std::vector<std::string>& draft_modes();
+
+}  // namespace kvgrid::cache
