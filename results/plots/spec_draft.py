@@ -36,13 +36,16 @@ def main():
     fig, ax = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     meta = None
     summary = {}
-    for label, run in runs:
+    styles = [dict(marker="o", linestyle="-", markersize=9), dict(marker="s", linestyle="--", markersize=7),
+              dict(marker="^", linestyle="-.", markersize=6), dict(marker="x", linestyle=":", markersize=6)]
+    for i, (label, run) in enumerate(runs):
+        style = styles[i % len(styles)]
         meta, t = requests(run)
         if "spec_rounds" not in t.dtype.names:
             raise SystemExit(f"{run}: its requests table has no draft rounds (run without [model.draft]?)")
         rounds, accept, hit = per_round(t)
-        ax[0].plot(rounds, accept, marker="o", label=label)
-        ax[1].plot(rounds, hit, marker="o", label=label)
+        ax[0].plot(rounds, accept, label=label, **style)  # identical curves stay visible: styles differ
+        ax[1].plot(rounds, hit, label=label, **style)
         oracle = "oracle OK" if int(t["oracle_ok"].min(initial=1)) == 1 else "ORACLE MISMATCH"
         steps = max(int(t["spec_rounds"].sum()), 1)
         summary[label] = (int(t["spec_accepted"].sum()) + steps) / steps

@@ -81,6 +81,11 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
     os << "# model: " << exp.model.layers << " layers, " << exp.model.kv_heads << " KV heads x " << exp.model.head_dim
        << " dims, attention " << exp.model.attention << ", CP query split " << exp.model.cp_split << "; payload "
        << exp.engine.payload << (exp.engine.strict ? ", strict oracle" : "") << "\n";
+    if (exp.model.draft.enabled()) {
+      const auto& d = exp.model.draft;
+      os << "# draft: " << d.layers << " layers on the last stage, " << d.kv_heads << " KV heads x " << d.head_dim << " dims ("
+         << d.dtype << "), " << d.steps << " tokens per round, accept_prob " << d.accept_prob << "; draft state " << d.mode << "\n";
+    }
     os << "# scheduler: chunked prefill " << exp.engine.chunk_size << " tokens/step, max_running " << exp.engine.max_running
        << "\n# tiers: device " << exp.cache.device_pages << " pages";
     if (exp.cache.host_pages.value() > 0) os << ", host " << exp.cache.host_pages << " pages (" << exp.cache.write_policy << ")";
@@ -177,6 +182,17 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
       s.requests = r.requests;
       s.finished = r.finished;
       s.failed = r.failed;
+      if (exp.model.draft.enabled() && world_rank == 0 && r.spec_rounds > 0) {
+        char line[200];
+        std::snprintf(line, sizeof(line),
+                      "# speculative decoding: %lld rounds, %lld of %lld proposed tokens accepted, acceptance length %.3f, "
+                      "%lld draft checksum mismatches",
+                      static_cast<long long>(r.spec_rounds), static_cast<long long>(r.spec_accepted),
+                      static_cast<long long>(r.spec_proposed),
+                      static_cast<double>(r.spec_accepted + r.spec_rounds) / static_cast<double>(r.spec_rounds),
+                      static_cast<long long>(r.draft_mismatches));
+        log0(line);
+      }
     }
   } catch (const std::exception&) {
     // Keep what this rank decided before the error; the caller aborts the job.

@@ -11,6 +11,14 @@ const std::vector<std::string>& draft_modes() {
   return m;
 }
 
+std::string draft_layout_problem(const std::string& mode, const DraftRowShape& d, const DraftRowShape& t) {
+  if (mode != "packed" || (d.kv_heads == t.kv_heads && d.head_dim == t.head_dim && d.dtype == t.dtype)) return "";
+  return "model.draft.mode = \"packed\" needs the draft's KV rows shaped like the target's: model.draft.kv_heads = " +
+         std::to_string(d.kv_heads) + " vs model.kv_heads = " + std::to_string(t.kv_heads) + ", model.draft.head_dim = " +
+         std::to_string(d.head_dim) + " vs model.head_dim = " + std::to_string(t.head_dim) + ", model.draft.dtype = \"" +
+         d.dtype + "\" vs " + t.dtype + " (use mode = \"sidecar\" for a draft with its own layout)";
+}
+
 std::size_t draft_host_layers(const std::string& mode, std::size_t target_layers, std::size_t draft_layers) {
   return mode == "packed" ? target_layers + draft_layers : target_layers;
 }

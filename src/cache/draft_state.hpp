@@ -65,6 +65,13 @@ class DraftState {
   std::unique_ptr<KvPool> sidecar_;
 };
 
+// Why this draft cannot use `mode` (empty: it can): packed shares the target's host slots, so the
+// draft's rows must have the target's shape (KV heads, head_dim, dtype).
+struct DraftRowShape {
+  std::int64_t kv_heads = 0, head_dim = 0;
+  std::string dtype;
+};
+std::string draft_layout_problem(const std::string& mode, const DraftRowShape& draft, const DraftRowShape& target);
 // Layers of the target's host pool for this draft mode (packed: the target's and the draft's).
 std::size_t draft_host_layers(const std::string& mode, std::size_t target_layers, std::size_t draft_layers);
 // The draft modes (the first, "none", means no draft model).

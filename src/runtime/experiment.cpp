@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 
+#include "cache/draft_state.hpp"
 #include "core/check.hpp"
 #include "protocols/cp_sharding.hpp"
 
@@ -394,13 +395,9 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   if (d.enabled()) {
     if (w.kind == "tree")
       throw InputError(src + ": model.draft.mode = \"" + d.mode + "\" needs a serving workload (gsp, multiturn, mooncake), not \"tree\"");
-    // packed: the draft's blocks share the target's host slots, so they must have its shape.
-    if (d.mode == "packed" && (d.kv_heads != e.model.kv_heads || d.head_dim != e.model.head_dim || d.dtype != "bf16"))
-      throw InputError(src + ": model.draft.mode = \"packed\" needs the draft's KV rows shaped like the target's: "
-                       "model.draft.kv_heads = " + std::to_string(d.kv_heads) + " vs model.kv_heads = " +
-                       std::to_string(e.model.kv_heads) + ", model.draft.head_dim = " + std::to_string(d.head_dim) +
-                       " vs model.head_dim = " + std::to_string(e.model.head_dim) + ", model.draft.dtype = \"" + d.dtype +
-                       "\" vs bf16 (use mode = \"sidecar\" for a draft with its own layout)");
+    const std::string why = cache::draft_layout_problem(d.mode, {d.kv_heads, d.head_dim, d.dtype},
+                                                        {e.model.kv_heads, e.model.head_dim, "bf16"});
+    if (!why.empty()) throw InputError(src + ": " + why);
   }
   if (w.kind == "mooncake" && w.mooncake.trace.empty())
     throw InputError(src + ": workload.kind = \"mooncake\" needs workload.mooncake.trace");

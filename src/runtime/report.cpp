@@ -48,8 +48,8 @@ nlohmann::json report_json(const RunTrace& run) {
     std::uint64_t prompt = 0, cached = 0, host = 0, storage = 0, mism = 0, first_arrival = ~0ULL, last_finish = 0;
     std::vector<double> ttft;
     struct Round {
-      std::uint64_t prompt = 0, cached = 0, host = 0, storage = 0, n = 0, spec_rounds = 0, spec_accepted = 0;
-      double ttft = 0;
+      std::uint64_t prompt = 0, cached = 0, host = 0, storage = 0, n = 0, spec_rounds = 0, spec_accepted = 0, spec_proposed = 0;
+      double ttft = 0, decode = 0;
     };
     std::uint64_t spec_rounds = 0, spec_proposed = 0, spec_accepted = 0, draft_mismatches = 0, output = 0;
     double decode_ms = 0;
@@ -77,6 +77,8 @@ nlohmann::json report_json(const RunTrace& run) {
       ++r.n;
       r.spec_rounds += q.spec_rounds;
       r.spec_accepted += q.spec_accepted;
+      r.spec_proposed += q.spec_proposed;
+      r.decode += static_cast<double>(q.decode_ns) / 1e6;
       spec_rounds += q.spec_rounds;
       spec_proposed += q.spec_proposed;
       spec_accepted += q.spec_accepted;
@@ -167,7 +169,12 @@ nlohmann::json report_json(const RunTrace& run) {
                       {"hit_rate", frac(r.cached)},
                       {"hit_rate_by_tier", {{"device", frac(r.cached - r.host)}, {"host", frac(r.host - r.storage)}, {"storage", frac(r.storage)}}},
                       {"ttft_model_ms_mean", r.n ? r.ttft / static_cast<double>(r.n) : 0.0}});
-        if (spec_rounds > 0 || draft_mismatches > 0) rs.back()["acceptance_length_mean"] = accept_len(r.spec_rounds, r.spec_accepted);
+        rs.back()["decode_time_model_ms_mean"] = r.n ? r.decode / static_cast<double>(r.n) : 0.0;
+        if (spec_rounds > 0 || draft_mismatches > 0) {
+          rs.back()["acceptance_length_mean"] = accept_len(r.spec_rounds, r.spec_accepted);
+          rs.back()["spec_proposed"] = r.spec_proposed;
+          rs.back()["spec_accepted"] = r.spec_accepted;
+        }
       }
       j["rounds"] = rs;
     }

@@ -23,6 +23,7 @@ TREE = os.path.join(SRC, "experiments", "tree.toml")
 TIERS = os.path.join(SRC, "experiments", "multiturn_tiers.toml")
 MOONCAKE = os.path.join(SRC, "experiments", "mooncake_replay.toml")
 CPSHARD = os.path.join(SRC, "experiments", "cp_sharding.toml")
+SPEC = os.path.join(SRC, "experiments", "spec_draft.toml")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1",
            HDF5_USE_FILE_LOCKING="FALSE")
@@ -445,6 +446,53 @@ def cp_sharding_shape():
     rc, so, se = run(4, CPSHARD, "--out", out("cps-mooncake"), "--set", "topology.cp=2", "--set", "workload.mooncake.first_n=150",
                      "--set", "cache.cp_sharding=sharded", "--set", "cache.host_pages=131072")
     expect(rc == 0 and "# verdict: OK" in so and "CP pages sharded" in so, "cp_sharding.toml runs sharded", so, se)
+
+
+def spec_draft_shape():
+    """Figure 3 (experiments/spec_draft.toml, TP2xPP2, a multi-turn history restored from host and
+    storage): packed and sidecar keep the HiCache-off run's acceptance round by round while hitting
+    the cache; target_only hits the cache but its acceptance collapses on restored prefixes, with
+    draft_mismatch events in its trace; the target's oracle is OK in all four; the figure is drawn
+    from the four HDF5 traces; a packed draft shaped unlike the target is refused (exit 2)."""
+    variants = {"off": ["--set", "cache.host_pages=0", "--set", "cache.storage=none"],
+                "target_only": ["--set", "model.draft.mode=target_only"],
+                "packed": ["--set", "model.draft.mode=packed"],
+                "sidecar": ["--set", "model.draft.mode=sidecar"]}
+    j = {}
+    for name, sets in variants.items():
+        rc, so, se = run(4, SPEC, "--out", out("spec-" + name), *sets)
+        expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so, f"{name} run", so, se)
+        j[name] = json.loads(tool("report", out("spec-" + name), "--json")[1])
+    off = j["off"]
+    per_round = {n: [round(r["acceptance_length_mean"], 6) for r in v["rounds"]] for n, v in j.items()}
+    print("acceptance length per round:", per_round)
+    print("hit rate:", {n: v["hit_rate"] for n, v in j.items()})
+    expect(2.2 < off["spec"]["acceptance_length_mean"] < 2.8 and off["hit_rate"]["total"] == 0,
+           "HiCache off: no hits, acceptance near 1 + p + p^2 + p^3", off["spec"])
+    for n in ("packed", "sidecar"):
+        v = j[n]
+        expect(per_round[n] == per_round["off"] and v["spec"]["accepted"] == off["spec"]["accepted"],
+               f"{n} keeps the HiCache-off acceptance", per_round, v["spec"])
+        expect(v["spec"]["draft_mismatch_steps"] == 0, f"{n}: the draft read the right KV", v["spec"])
+        expect(v["hit_rate"]["total"] > 0.5 and v["hit_rate"]["host"] > 0.2 and v["hit_rate"]["storage"] > 0.03,
+               f"{n} hits the host and storage tiers", v["hit_rate"])
+    t = j["target_only"]
+    expect(t["hit_rate"]["total"] > 0.5, "target_only hits the cache", t["hit_rate"])
+    expect(all(x < 1.3 for x in per_round["target_only"][1:4]) and per_round["target_only"][0] == per_round["off"][0],
+           "target_only's acceptance collapses once prefixes are restored (round 0 has none)", per_round)
+    expect(t["spec"]["draft_mismatch_steps"] > 0, "target_only counts draft checksum mismatches", t["spec"])
+    with h5py.File(out("spec-target_only/run.h5"), "r") as f:
+        ops = f["ranks/00002/events"]["op"]  # the last stage's leader
+        expect((ops == b"draft_mismatch").sum() == t["spec"]["draft_mismatch_steps"] and (ops == b"draft_round").sum() > 0,
+               "draft checksum mismatches in the trace", (ops == b"draft_mismatch").sum())
+    png = out("spec.png")
+    p = subprocess.run(["/usr/bin/python3", os.path.join(SRC, "results", "plots", "spec_draft.py"), png,
+                        *(f"{n}={out('spec-' + n)}" for n in variants)], capture_output=True, text=True)
+    expect(p.returncode == 0 and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n" and "oracle OK" in p.stdout,
+           "figure from HDF5", p.stdout, p.stderr)
+    rc, so, se = run(4, SPEC, "--out", out("spec-bad"), "--set", "model.draft.head_dim=8")
+    expect(rc == 2 and "model.draft.mode = \"packed\" needs the draft's KV rows shaped like the target's" in se
+           and not os.path.exists(out("spec-bad/run.h5")), "an incompatible packed draft is refused", so, se)
 
 
 def request_abort():
