@@ -67,6 +67,16 @@ void KvPool::fold_pages(std::span<const std::uint32_t> pages, std::span<std::uin
   else kernels::fold_pages_digest(layout_, data_.data(), pages, out);
 }
 
+std::vector<std::uint64_t> KvPool::page_folds(std::span<const PageId> pages) const {
+  const std::size_t lh = layout_.layers * layout_.heads;
+  std::vector<std::uint64_t> out(pages.size() * lh, 0);
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    const std::uint32_t v = pages[i].value();
+    fold_pages(std::span<const std::uint32_t>(&v, 1), std::span<std::uint64_t>(out).subspan(i * lh, lh));
+  }
+  return out;
+}
+
 void KvPool::fold_pages_layer(std::span<const std::uint32_t> pages, std::size_t layer, std::span<std::uint64_t> out) const {
   pages = rows(pages);
   if (cfg_.payload == Payload::Full) kernels::fold_pages_full(layout_, data_.data(), pages, out, layer, layer + 1);
@@ -161,6 +171,13 @@ std::vector<std::vector<transfer::Copy>> layer_copies_at(KvPool& dst, std::span<
     for (std::size_t l = 0; l < layers; ++l)
       out[l].push_back({dst.layer_block(dst_pages[i], dst_layer0 + l), src.layer_block(src_pages[i], src_layer0 + l), bytes});
   }
+  return out;
+}
+
+std::vector<transfer::Block> layer_blocks(KvPool& pool, std::span<const PageId> pages, std::size_t layer) {
+  std::vector<transfer::Block> out;
+  for (PageId q : pages)
+    if (pool.owns(q)) out.push_back({pool.layer_block(q, layer), pool.layer_block_bytes()});
   return out;
 }
 

@@ -23,6 +23,7 @@
 #include "core/ids.hpp"
 #include "core/rng.hpp"
 #include "kernels/kv_kernels.hpp"
+#include "transfer/kv_transport.hpp"
 #include "transfer/transfer_engine.hpp"
 
 namespace kvgrid::cache {
@@ -49,6 +50,8 @@ class KvPool {
   void write(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot, std::span<const std::uint64_t> F);
   // Adds the fold of each listed (complete) page to out[l * heads + h].
   void fold_pages(std::span<const std::uint32_t> pages, std::span<std::uint64_t> out) const;
+  // Each listed page's folds in turn: [page][l * heads + h] (tests and tools compare pages).
+  std::vector<std::uint64_t> page_folds(std::span<const PageId> pages) const;
   // Only local layer `layer` (out still indexed [l * heads + h]).
   void fold_pages_layer(std::span<const std::uint32_t> pages, std::size_t layer, std::span<std::uint64_t> out) const;
   // The fold of tokens just written: full mode reads them back from the pool; digest mode has no
@@ -110,6 +113,9 @@ std::vector<std::vector<transfer::Copy>> layer_copies_at(KvPool& dst, std::span<
                                                          std::size_t dst_layer0, const KvPool& src,
                                                          std::span<const PageId> src_pages, std::size_t src_layer0,
                                                          std::size_t layers);
+// The (page, layer) blocks of local layer `layer` of `pages`, in order (what a KV transport sends
+// or receives into; sharded pools: owned pages only).
+std::vector<transfer::Block> layer_blocks(KvPool& pool, std::span<const PageId> pages, std::size_t layer);
 // Flattened (one batch for every layer).
 std::vector<transfer::Copy> flat(std::vector<std::vector<transfer::Copy>> per_layer);
 

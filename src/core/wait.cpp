@@ -33,14 +33,17 @@ using Clock = std::chrono::steady_clock;
 // Back-off schedule: ~100 spins, then yields for the first 20 ms of a wait, then sleeps growing
 // to 1 ms. Yielding (not sleeping) keeps short waits short: a sleep costs at least the kernel's
 // timer slack (~50 µs), which on an oversubscribed node would be paid at every pipeline step,
-// while a yield hands the core straight to the peer being waited for.
+// while a yield hands the core straight to the peer being waited for. A wait that moves data
+// (`progressing`: bulk MPI transfers, which Open MPI advances only inside MPI calls) keeps
+// yielding: a sleep there stalls the transfer itself, not just its notice.
 class Backoff {
  public:
+  explicit Backoff(bool progressing = false) : progressing_(progressing) {}
   void pause() {
     ++n_;
     if (n_ < 100) return;
     if (n_ == 100) yield_until_ = Clock::now() + std::chrono::milliseconds(20);
-    if (Clock::now() < yield_until_) {
+    if (progressing_ || Clock::now() < yield_until_) {
       std::this_thread::yield();
       return;
     }
@@ -49,6 +52,7 @@ class Backoff {
   }
 
  private:
+  bool progressing_;
   int n_ = 0;
   int sleep_us_ = 50;
   Clock::time_point yield_until_{};
@@ -83,10 +87,10 @@ void wait_mpi(MPI_Request* req, std::string_view what, MPI_Status* status) {
   }
 }
 
-void wait_mpi_all(std::span<MPI_Request> reqs, std::string_view what) {
+void wait_mpi_all(std::span<MPI_Request> reqs, std::string_view what, bool progressing) {
   const auto start = Clock::now();
   const auto limit = start + std::chrono::duration_cast<Clock::duration>(wait_deadline());
-  Backoff b;
+  Backoff b(progressing);
   for (;;) {
     int flag = 0;
     KVGRID_MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE));

@@ -47,7 +47,8 @@ void set_watchdog_handler(WatchdogHandler h);
 
 // Blocks until `req` completes (MPI_Test with back-off) or the deadline passes.
 void wait_mpi(MPI_Request* req, std::string_view what, MPI_Status* status = MPI_STATUS_IGNORE);
-void wait_mpi_all(std::span<MPI_Request> reqs, std::string_view what);
+// `progressing`: the requests move bulk data, so the wait keeps calling MPI (yields, never sleeps).
+void wait_mpi_all(std::span<MPI_Request> reqs, std::string_view what, bool progressing = false);
 // Blocks until `done()` is true, calling it with back-off.
 void wait_until(const std::function<bool()>& done, std::string_view what);
 // Thread hand-off: waits on `cv` (with `lock` held) until `done()`, or the deadline passes.

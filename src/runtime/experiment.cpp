@@ -382,6 +382,16 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
       throw InputError(src + ": model.draft.mode = \"" + d.mode + "\" with cache.cp_sharding = \"" + e.cache.cp_sharding +
                        "\": draft KV over a sharded pool is not supported (use cache.cp_sharding = \"replicated\")");
   }
+  // P/D: each prefill rank sends its KV to the decode rank at the same coordinates.
+  if (e.topology.groups.size() == 2 && w.kind != "tree") {
+    const auto& pf = e.topology.groups[0].shape;
+    const auto& dc = e.topology.groups[1].shape;
+    if (pf.tp != dc.tp || pf.pp != dc.pp)
+      throw InputError(src + ": [topology.prefill] is TP" + std::to_string(pf.tp) + " x PP" + std::to_string(pf.pp) +
+                       " but [topology.decode] is TP" + std::to_string(dc.tp) + " x PP" + std::to_string(dc.pp) +
+                       ": a serving P/D world needs equal tp and pp on both sides (each prefill rank sends its KV to "
+                       "its peer decode rank; heterogeneous layouts are not supported yet)");
+  }
   if (w.tree.prompt_tokens_min > w.tree.prompt_tokens_max)
     throw InputError(src + ": workload.tree.prompt_tokens_min = " + std::to_string(w.tree.prompt_tokens_min) +
                      " exceeds workload.tree.prompt_tokens_max = " + std::to_string(w.tree.prompt_tokens_max));

@@ -119,16 +119,7 @@ struct DraftRig {
   }
 };
 
-std::vector<std::uint64_t> folds(const KvPool& pool, std::span<const PageId> pages) {
-  std::vector<std::uint64_t> out;
-  for (PageId q : pages) {
-    std::vector<std::uint64_t> f(pool.layers() * pool.heads(), 0);
-    const std::uint32_t v = q.value();
-    pool.fold_pages(std::span<const std::uint32_t>(&v, 1), f);
-    out.insert(out.end(), f.begin(), f.end());
-  }
-  return out;
-}
+std::vector<std::uint64_t> folds(const KvPool& pool, std::span<const PageId> pages) { return pool.page_folds(pages); }
 
 // The cached prefix of `p` (whole pages) as its device pages, after a fresh match.
 std::vector<PageId> device_pages_of(DeviceCache& dc, const std::vector<TokenId>& p) {
