@@ -12,6 +12,7 @@ experiment[tiers]=experiments/multiturn_tiers.toml; plot[tiers]=results/plots/ti
 experiment[pp_sync]=experiments/pp_sync.toml; plot[pp_sync]=results/plots/pp_sync.py
 experiment[cp_sharding]=experiments/cp_sharding.toml; plot[cp_sharding]=results/plots/cp_sharding.py
 experiment[spec_draft]=experiments/spec_draft.toml; plot[spec_draft]=results/plots/spec_draft.py
+experiment[pd]=experiments/pd_multiturn.toml; plot[pd]=results/plots/pd.py
 # Figures drawn from a sweep (jobs/sweep.sh): its seeds and axes (KVGRID_FIGURE_SEEDS overrides the seeds).
 declare -A sweeps
 sweeps[pp_sync]="--set protocol.pp_sync=pp_sync,independent_polling --jobs 2"
@@ -30,6 +31,9 @@ variants[spec_draft]="hicache-off:--set cache.host_pages=0 --set cache.storage=n
 target_only:--set model.draft.mode=target_only
 packed:--set model.draft.mode=packed
 sidecar:--set model.draft.mode=sidecar"
+# P/D: decode-side reuse against the full transfer of every prompt.
+variants[pd]="decode_reuse:--set protocol.pd=decode_reuse
+full_transfer:--set protocol.pd=full_transfer"
 
 if [ "${1:-}" = "--list" ] || [ $# -lt 1 ]; then
   for n in "${!experiment[@]}"; do echo "$n  ${experiment[$n]}  ${plot[$n]}"; done

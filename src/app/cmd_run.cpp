@@ -95,7 +95,11 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
       os << " (gather slots of " << exp.cache.gather_pages << " pages, overlap " << (exp.cache.gather_overlap ? "on" : "off") << ")";
     os << "\n# protocols: tp_sync " << exp.protocol.tp_sync << ", pp_sync " << exp.protocol.pp_sync << ", prefetch_consensus "
        << exp.protocol.prefetch_consensus << ", online consensus check " << exp.protocol.consensus_check
-       << " (+ periodic digest check, offline kvgrid check)\n";
+       << " (+ periodic digest check, offline kvgrid check)";
+    if (exp.topology.groups.size() == 2)
+      os << "; P/D " << exp.protocol.pd << " (suffix link " << exp.cost.pd_link_gb_s << " GB/s, " << exp.cost.pd_latency_us
+         << " us)";
+    os << "\n";
   }
   os << "# faults:";
   if (exp.faults.empty()) os << " none";
@@ -213,8 +217,10 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
                   s.oracle_mismatches <= 0;
   if (world_rank == 0) {
     bool logs_agree = true;
-    for (const auto& r : rows)
-      logs_agree = logs_agree && r.decision_digest == rows[0].decision_digest && r.decisions == rows[0].decisions;
+    for (const auto& r : rows) {  // against the first rank of its group (P/D groups decide differently)
+      const auto& first = rows[static_cast<std::size_t>(layout_coord(exp.topology, r.rank).group_base)];
+      logs_agree = logs_agree && r.decision_digest == first.decision_digest && r.decisions == first.decisions;
+    }
     s.verdict = ok ? "OK" : "FAILED";
     s.ranks = rows;
     TraceWriter::write_summary(dir, s);
@@ -229,7 +235,9 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
          << static_cast<double>(rows.back().model_ns) / 1e6 << " ms\n";
     }
     os << "# decision log: " << rows[0].decisions << " decisions per rank, digest " << digest
-       << (logs_agree ? " on every rank" : " on rank 0 (ranks differ)") << "\n";
+       << (logs_agree ? (exp.topology.groups.size() > 1 ? " on every rank of group 0 (each group agrees)" : " on every rank")
+                      : " on rank 0 (ranks differ)")
+       << "\n";
     if (s.oracle_mismatches >= 0)
       os << "# oracle mismatches: " << s.oracle_mismatches << (s.oracle_mismatches ? " FAILED" : " OK") << "\n";
     os << "# verify failures: " << s.verify_failures << (s.verify_failures ? " FAILED" : " OK") << "\n";

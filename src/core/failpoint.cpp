@@ -22,13 +22,18 @@ const std::vector<FailpointSpec>& failpoint_catalogue() {
       {"storage.read.fail", "a storage read batch fails from a random page on (an I/O error): those pages are misses", {}},
       {"storage.read.short", "a random object of a storage read batch is truncated before it is read (detected: a miss)", {}},
       {"storage.object.corrupt", "a random object of a storage read batch has a payload byte flipped (checksum: a miss)", {}},
-      {"p2p.delay", "a stage's step message to the next stage (activation, arrivals, the pp_sync counts) arrives delay_us later on the modelled clock",
+      {"p2p.delay", "a stage's step message to the next stage (activation, arrivals, the pp_sync counts) arrives delay_us later on the modelled clock; "
+       "in a P/D world also a prefill suffix transfer (drawn by the prefill leader)",
        {{"delay_us", 1000.0, 0.0, 1e9, "extra modelled link time, microseconds"}}},
       {"request.abort",
        "at the start of a step PP0's leader aborts a random waiting or running request (a client going away); every rank "
        "releases what it held, mid-prefetch or mid-load included; the request counts as failed",
        {}},
       {"storage.write.fail", "a storage object write fails (nothing is left behind; later prefetches miss it)", {}},
+      {"pd.transfer.fail",
+       "P/D: a request's suffix transfer from the prefill ranks breaks after a random layer (the rest arrives as zeros); "
+       "the decode side fails that request and releases what it held",
+       {}},
       {"device.page.corrupt",
        "flips bits of a random cached (radix tree) device page at the start of a step; its next reader must see an oracle mismatch",
        {{"bits", 1.0, 1.0, 64.0, "bits flipped"}}},

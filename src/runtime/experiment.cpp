@@ -97,6 +97,8 @@ Schema build_schema() {
   s.add(skey({"protocol", "consensus_check"}, {"off", "on"},
              "online rank consensus checker: compare decision logs every consensus_interval steps, stop at a divergence"));
   s.add(ikey({"protocol", "consensus_interval"}, 16, 1, kBig, "steps between online consensus checks"));
+  s.add(skey({"protocol", "pd"}, {"decode_reuse", "full_transfer"},
+             "P/D world: decode matches its own radix tree and receives only the suffix, or (baseline) receives the whole prompt"));
   s.add(skey({"protocol", "tp_sync"}, {"min_allreduce", "per_rank", "skip_when_empty"},
              "agreement of ACK consumption in a stage (buggy: per_rank, skip_when_empty)"));
   s.add(skey({"workload", "kind"}, {"tree", "gsp", "multiturn", "mooncake"},
@@ -153,6 +155,8 @@ Schema build_schema() {
              "what the full payload would move (page_size x head_dim words per page, layer and head)"));
   s.add(fkey({"cost", "gather_gb_s"}, 200.0, 1e-6, 1e6, "CP-sharded KV all-gather: bytes a rank receives per ns, GB/s"));
   s.add(fkey({"cost", "gather_latency_us"}, 10.0, 0.0, 1e9, "latency of one layer's all-gather, us"));
+  s.add(fkey({"cost", "pd_link_gb_s"}, 25.0, 1e-6, 1e6, "P/D: prefill -> decode KV link bandwidth per rank pair, GB/s"));
+  s.add(fkey({"cost", "pd_latency_us"}, 20.0, 0.0, 1e9, "P/D: latency of one suffix transfer, us"));
   s.add(fkey({"cost", "storage_latency_us"}, 100.0, 0.0, 1e9, "latency of one storage read batch, us (simulated)"));
   for (const auto& fp : failpoint_catalogue()) {
     s.add(optional(fkey({"faults", fp.name, "probability"}, 0.0, 0.0, 1.0, "chance per evaluation: " + fp.doc)));
@@ -272,6 +276,7 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.protocol.prefetch_consensus = c.get_string("protocol.prefetch_consensus");
   e.protocol.consensus_check = c.get_string("protocol.consensus_check");
   e.protocol.consensus_interval = c.get_int("protocol.consensus_interval");
+  e.protocol.pd = c.get_string("protocol.pd");
   e.model.cp_split = c.get_string("model.cp_split");
   auto& w = e.workload;
   w.kind = c.get_string("workload.kind");
@@ -331,6 +336,8 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.cost.gather_gb_s = c.get_float("cost.gather_gb_s");
   e.cost.kv_bytes = c.get_string("cost.kv_bytes");
   e.cost.gather_latency_us = c.get_float("cost.gather_latency_us");
+  e.cost.pd_link_gb_s = c.get_float("cost.pd_link_gb_s");
+  e.cost.pd_latency_us = c.get_float("cost.pd_latency_us");
   e.output.dir = c.get_string("output.dir");
   e.output.flush_every = c.get_int("output.flush_every");
   e.output.report_every = c.get_int("output.report_every");
@@ -386,11 +393,20 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   if (e.topology.groups.size() == 2 && w.kind != "tree") {
     const auto& pf = e.topology.groups[0].shape;
     const auto& dc = e.topology.groups[1].shape;
-    if (pf.tp != dc.tp || pf.pp != dc.pp)
-      throw InputError(src + ": [topology.prefill] is TP" + std::to_string(pf.tp) + " x PP" + std::to_string(pf.pp) +
-                       " but [topology.decode] is TP" + std::to_string(dc.tp) + " x PP" + std::to_string(dc.pp) +
-                       ": a serving P/D world needs equal tp and pp on both sides (each prefill rank sends its KV to "
-                       "its peer decode rank; heterogeneous layouts are not supported yet)");
+    if (pf.tp != dc.tp || pf.pp != dc.pp || pf.cp != dc.cp)
+      throw InputError(src + ": [topology.prefill] is " + pf.str() + " but [topology.decode] is " + dc.str() +
+                       ": a serving P/D world needs equal tp, cp and pp on both sides (each prefill rank sends its KV to "
+                       "the decode rank at the same coordinates; heterogeneous layouts are not supported yet)");
+    auto refuse = [&](bool bad, const std::string& what) {
+      if (bad) throw InputError(src + ": " + what + " is not supported in a P/D world yet");
+    };
+    refuse(d.enabled(), "model.draft.mode = \"" + d.mode + "\" (speculative decoding)");
+    refuse(e.cache.cp_sharding != "replicated", "cache.cp_sharding = \"" + e.cache.cp_sharding + "\"");
+    for (const auto& f : e.faults) refuse(f.name == "request.abort" || f.name == "device.alloc.fail", "faults.\"" + f.name + "\"");
+    // transfer tags: one slot per request in flight, one tag per layer
+    if (e.engine.max_running * e.model.layers > 30000)
+      throw InputError(src + ": engine.max_running × model.layers = " + std::to_string(e.engine.max_running * e.model.layers) +
+                       " exceeds the 30000 P/D transfer tags (one per request in flight and layer)");
   }
   if (w.tree.prompt_tokens_min > w.tree.prompt_tokens_max)
     throw InputError(src + ": workload.tree.prompt_tokens_min = " + std::to_string(w.tree.prompt_tokens_min) +

@@ -114,6 +114,8 @@ struct CostConfig {
   double gather_gb_s = 200.0;         // CP-sharded KV all-gather, received bytes
   std::string kv_bytes = "stored";    // "full": digest-mode copies are charged the full payload's bytes
   double gather_latency_us = 10.0;    // per layer
+  double pd_link_gb_s = 25.0;         // P/D: prefill -> decode KV link, GB/s per rank pair
+  double pd_latency_us = 20.0;        // P/D: one suffix transfer's latency
 };
 
 struct ProtocolConfig {
@@ -122,6 +124,7 @@ struct ProtocolConfig {
   std::string prefetch_consensus = "pp_consensus";
   std::string consensus_check = "off";  // "on": the online rank consensus checker
   std::int64_t consensus_interval = 16;  // steps between its checks
+  std::string pd = "decode_reuse";       // P/D: decode reuses its own prefix cache, or receives the whole prompt
 };
 
 struct OutputConfig {

@@ -86,12 +86,16 @@ void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tok
   KVGRID_CHECK((end + page_size_ - 1) / page_size_ <= page_table.size(), "page table too short");
   if (!st.primed) {
     // First computation of this request here: read the cached prefix from its pages.
-    KVGRID_CHECK(start % page_size_ == 0, "cached prefix of ", start, " tokens is not page-aligned");
+    // A prefix received whole (P/D: the prompt's KV, its last page partial) is not page-aligned:
+    // its partial page is folded too — in digest mode the page's word holds exactly the tokens
+    // written to it, in full mode only the slots below `start` are read.
     KVGRID_CHECK(start == 0 || !pool_.sharded(), "the cached prefix of a sharded pool (", start,
                  " tokens) must be read through the layer gather");
     st.run.assign(L * H, 0);
     pages_.clear();
-    for (std::size_t p = 0; p < start / page_size_; ++p) pages_.push_back(page_table[p].value());
+    const std::size_t rem = start % page_size_;
+    const bool partial_digest = rem != 0 && pool_.payload() == cache::Payload::Digest;
+    for (std::size_t p = 0; p < start / page_size_ + (partial_digest ? 1 : 0); ++p) pages_.push_back(page_table[p].value());
     if (before_layer) {
       for (std::size_t l = 0; l < L; ++l) {
         before_layer(l);
@@ -99,6 +103,15 @@ void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tok
       }
     } else {
       pool_.fold_pages(pages_, st.run);
+    }
+    if (rem != 0 && !partial_digest) {  // full payload: the partial page's written slots
+      pages_.assign(rem, page_table[start / page_size_].value());
+      slots_.resize(rem);
+      for (std::size_t i = 0; i < rem; ++i) slots_[i] = static_cast<std::uint32_t>(i);
+      folds_.assign(rem * L * H, 0);
+      pool_.fold_tokens(pages_, slots_, {}, folds_);
+      for (std::size_t i = 0; i < rem; ++i)
+        for (std::size_t k = 0; k < L * H; ++k) st.run[k] += folds_[i * L * H + k];
     }
     st.ph = kPrefixSeed;
     st.hashed = 0;

@@ -54,10 +54,11 @@ nlohmann::json report_json(const RunTrace& run) {
     std::uint64_t spec_rounds = 0, spec_proposed = 0, spec_accepted = 0, draft_mismatches = 0, output = 0;
     double decode_ms = 0;
     std::map<std::uint32_t, Round> rounds;
-    std::uint64_t failed = 0;
+    std::uint64_t failed = 0, failed_abort = 0, failed_pd = 0;
     for (const auto& q : reqs) {
-      if (q.failed) {  // aborted: counted, its tokens nowhere
+      if (q.failed) {  // aborted or a broken P/D transfer: counted, its tokens nowhere
         ++failed;
+        ++(q.failed == 2 ? failed_pd : failed_abort);
         continue;
       }
       prompt += q.prompt_tokens;
@@ -89,7 +90,8 @@ nlohmann::json report_json(const RunTrace& run) {
     auto rate = [&](std::uint64_t x) { return prompt ? static_cast<double>(x) / static_cast<double>(prompt) : 0.0; };
     const double hit = rate(cached);
     j["finished"] = reqs.size() - failed;
-    j["failed"] = failed;  // aborted requests (request.abort)
+    j["failed"] = failed;  // aborted requests (request.abort) and broken P/D transfers
+    j["failed_by_reason"] = {{"abort", failed_abort}, {"pd_transfer", failed_pd}};
     j["prompt_tokens"] = prompt;
     // Tiers by where the hit was found: host_tokens includes what a storage prefetch brought in.
     j["cached_tokens"] = {{"device", cached - host}, {"host", host - storage}, {"storage", storage}};
@@ -105,7 +107,14 @@ nlohmann::json report_json(const RunTrace& run) {
       sw = r0.storage_write_pages * ps;
       for (const auto& r : run.summary_ranks) sf += r.storage_failed_pages;
     }
-    j["transferred_tokens"] = {{"d2h", d2h}, {"h2d", h2d}, {"storage_read", sr}, {"storage_write", sw}};
+    // P/D: prompt tokens the first prefill rank sent its decode peer (counted at the send)
+    std::int64_t pd_tokens = 0, pd_bytes = 0, pd_broken = 0;
+    for (const auto& r : run.summary_ranks) {
+      if (r.rank == 0) pd_tokens = r.pd_sent_tokens;
+      pd_bytes += r.pd_sent_bytes;
+      pd_broken = std::max(pd_broken, r.pd_broken);
+    }
+    j["transferred_tokens"] = {{"d2h", d2h}, {"h2d", h2d}, {"storage_read", sr}, {"storage_write", sw}, {"pd", pd_tokens}};
     j["storage_failed_pages"] = sf;
     // Bytes of every rank (each moves its own shard), and the modelled busy time of one rank's
     // streams (simulated engine; 0 with real copies).
@@ -116,7 +125,7 @@ nlohmann::json report_json(const RunTrace& run) {
       b[2] += r.storage_read_bytes;
       b[3] += r.storage_write_bytes;
     }
-    j["transferred_bytes"] = {{"d2h", b[0]}, {"h2d", b[1]}, {"storage_read", b[2]}, {"storage_write", b[3]}};
+    j["transferred_bytes"] = {{"d2h", b[0]}, {"h2d", b[1]}, {"storage_read", b[2]}, {"storage_write", b[3]}, {"pd", pd_bytes}};
     if (!run.summary_ranks.empty()) {
       const auto& r0 = run.summary_ranks.front();
       j["transfer_time_model_ms"] = {{"d2h", static_cast<double>(r0.d2h_ns) / 1e6},
@@ -252,6 +261,17 @@ std::string report_text(const RunTrace& run) {
                   j["ttft_model_ms"]["p99"].get<double>(), j["input_token_throughput"].get<double>(),
                   j["modelled_duration_s"].get<double>());
     os << line;
+    if (run.meta_string("topology").find(" + ") != std::string::npos) {  // a P/D world
+      std::snprintf(line, sizeof(line),
+                    "# P/D: %lld prompt tokens transferred prefill -> decode (%.1f%% of the prompts), %llu requests failed "
+                    "by a broken transfer; output throughput %.0f tokens/s\n",
+                    static_cast<long long>(j["transferred_tokens"]["pd"].get<std::int64_t>()),
+                    j["prompt_tokens"].get<double>() > 0
+                        ? 100.0 * j["transferred_tokens"]["pd"].get<double>() / j["prompt_tokens"].get<double>()
+                        : 0.0,
+                    j["failed_by_reason"]["pd_transfer"].get<unsigned long long>(), j["output_token_throughput"].get<double>());
+      os << line;
+    }
     if (j.contains("spec")) {
       const auto& sp = j["spec"];
       std::snprintf(line, sizeof(line),

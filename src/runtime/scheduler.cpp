@@ -24,11 +24,12 @@ void Scheduler::enqueue(RequestSpec spec, std::uint64_t wall_ns) {
 std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
   std::vector<BatchEntry> batch;
   fresh_pages_.clear();
+  admitted_.clear();
   for (auto& r : running_)
-    if (r->prefill_done() && !r->finished()) batch.push_back({r.get(), r->computed, r->tokens.size(), false});
+    if (r->prefill_done() && !r->finished() && !r->awaiting_kv) batch.push_back({r.get(), r->computed, r->tokens.size(), false});
   std::int64_t budget = cfg_.chunk_size;
   for (auto& r : running_) {
-    if (r->prefill_done() || budget <= 0) continue;
+    if (r->prefill_done() || r->awaiting_kv || budget <= 0) continue;
     const auto take = std::min<std::int64_t>(static_cast<std::int64_t>(r->prompt_len() - r->computed), budget);
     batch.push_back({r.get(), r->computed, r->computed + static_cast<std::size_t>(take), true});
     budget -= take;
@@ -38,7 +39,8 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
   while (budget > 0 && !waiting_.empty() && static_cast<std::int64_t>(running_.size()) < cfg_.max_running) {
     ServeRequest& w = *waiting_.front();
     if (!cache_.prefetch_ready(w.spec.id)) break;  // its storage prefetch goes on (stop policy)
-    Tokens max_match(INT64_MAX);
+    if (cfg_.admit_gate && !cfg_.admit_gate(w.spec.id)) break;  // P/D prefill: not bootstrapped yet
+    Tokens max_match(cfg_.receive_prompt && !cfg_.reuse ? 0 : INT64_MAX);
     if (cfg_.gather_pages > 0) {
       const std::int64_t want = protocols::LayerGather::padded_pages(cache_.peek_hit(w.spec.prompt).value() / p, cfg_.shards);
       if (gather_used > 0 && gather_used + want > cfg_.gather_pages) break;  // the slot is full: next step
@@ -67,11 +69,34 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
     fresh_pages_.insert(fresh_pages_.end(), w.res.pages.end() - w.res.fresh.value(), w.res.pages.end());
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
+    admitted_.push_back(&w);
+    if (cfg_.receive_prompt) {  // P/D decode: the prompt's KV comes from prefill, nothing to compute
+      w.awaiting_kv = true;
+      continue;
+    }
     const auto take = std::min<std::int64_t>(static_cast<std::int64_t>(w.prompt_len() - w.computed), budget);
     batch.push_back({&w, w.computed, w.computed + static_cast<std::size_t>(take), true});
     budget -= take;
   }
   return batch;
+}
+
+ServeRequest* Scheduler::find_running(RequestId id) {
+  for (auto& r : running_)
+    if (r->spec.id == id) return r.get();
+  return nullptr;
+}
+
+void Scheduler::kv_arrived(RequestId id, std::uint64_t now_ns, std::uint64_t wall_ns) {
+  ServeRequest* r = find_running(id);
+  KVGRID_CHECK(r != nullptr && r->awaiting_kv, "request ", id, " is not waiting for its KV");
+  r->awaiting_kv = false;
+  r->computed = r->prompt_len();
+  for (; r->ph_len < r->computed; ++r->ph_len) r->ph = kernels::prefix_hash_step(r->ph, r->tokens[r->ph_len]);
+  r->generated = 1;  // the prefill's first token
+  r->first_token_ns = now_ns;
+  r->first_token_wall_ns = wall_ns;
+  if (!r->finished()) r->tokens.push_back(kernels::next_token(r->ph, cfg_.vocab));
 }
 
 void Scheduler::accept_draft(RequestId id, std::uint32_t n) {
@@ -133,7 +158,7 @@ std::vector<std::unique_ptr<ServeRequest>> Scheduler::complete_step(const std::v
   }
   std::vector<std::unique_ptr<ServeRequest>> done;
   for (auto& r : running_) {
-    if (!r->finished()) continue;
+    if (!r->finished() || r->awaiting_kv) continue;
     KVGRID_CHECK(r->computed == r->kv_len() && r->tokens.size() == r->kv_len(), "request ", r->spec.id, " finished with ",
                  r->computed, " positions computed of ", r->kv_len());
     cache_.commit(r->spec.id, r->res, r->tokens);

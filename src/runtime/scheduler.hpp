@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -39,6 +40,10 @@ struct ServeRequest {
   ModelRequestState draft;
   OracleRequestState draft_oracle;
   std::uint32_t spec_rounds = 0, spec_proposed = 0, spec_accepted = 0, draft_mismatches = 0;
+  // P/D decode side: admitted, its prompt's KV suffix still arriving from its prefill peer
+  bool awaiting_kv = false;
+  std::uint32_t pd_slot = 0;
+  std::vector<transfer::Event> pd_events;  // the suffix's receives, one per local layer
   // metrics, on this rank's modelled clock (ns) and wall clock (ns since the run started)
   std::uint64_t admit_ns = 0, first_token_ns = 0, finish_ns = 0, forward_ns = 0;
   std::uint64_t seen_wall_ns = 0, first_token_wall_ns = 0;
@@ -65,6 +70,12 @@ struct SchedulerConfig {
   // overtaking); one that alone exceeds it reuses only what fits.
   std::int64_t gather_pages = 0;
   std::uint32_t shards = 1;
+  // P/D. Decode side (`receive_prompt`): an admission reserves pages for the whole request and
+  // matches its own cache (`reuse`; off: nothing is reused) but computes nothing — the request
+  // waits (awaiting_kv) until `kv_arrived`. Prefill side: `admit_gate(id)` false keeps the head of
+  // the queue waiting (decode has not answered its bootstrap yet).
+  bool receive_prompt = false, reuse = true;
+  std::function<bool(RequestId)> admit_gate = {};
 };
 
 class Scheduler {
@@ -79,6 +90,12 @@ class Scheduler {
   std::vector<std::unique_ptr<ServeRequest>> complete_step(const std::vector<BatchEntry>& batch, std::uint64_t now_ns,
                                                            std::uint64_t wall_ns);
 
+  // P/D decode side: request `id`'s prompt KV is complete at `now_ns`; its first token (the
+  // prefill's) is appended and it decodes from the next step on.
+  void kv_arrived(RequestId id, std::uint64_t now_ns, std::uint64_t wall_ns);
+  // Requests admitted by the last schedule() (admission order), with their reused prefix.
+  const std::vector<ServeRequest*>& admitted() const { return admitted_; }
+  ServeRequest* find_running(RequestId id);
   // Speculative decoding: the target accepted `n` draft tokens of running request `id` after its
   // last token; they are appended (the next step verifies them with one more). A request that is
   // not running any more (aborted) is skipped.
@@ -101,6 +118,7 @@ class Scheduler {
   std::deque<std::unique_ptr<ServeRequest>> waiting_;
   std::vector<std::unique_ptr<ServeRequest>> running_;  // admission order
   std::vector<PageId> fresh_pages_;
+  std::vector<ServeRequest*> admitted_;
 };
 
 }  // namespace kvgrid

@@ -16,6 +16,7 @@
 #include "core/wait.hpp"
 #include "runtime/cost.hpp"
 #include "runtime/model.hpp"
+#include "runtime/pd.hpp"
 #include "runtime/rank_check.hpp"
 #include "runtime/rank_stack.hpp"
 #include "runtime/scheduler.hpp"
@@ -88,12 +89,26 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   auto pp_sync = protocols::make_pp_sync(exp.protocol.pp_sync);
   std::unique_ptr<protocols::ConsensusChecker> online;
   if (exp.protocol.consensus_check == "on") online = std::make_unique<protocols::ConsensusChecker>(grid, log);
-  Scheduler sched({exp.engine.chunk_size, exp.engine.max_running, static_cast<std::uint64_t>(exp.workload.vocab),
-                   shard.size > 1 ? exp.cache.gather_pages.value() : 0, shard.size},
-                  dc);
-  // Only PP0's leader owns the workload; a bad trace must still stop every rank, not hang them.
+  // P/D (runtime/pd.hpp): this rank's group prefills or decodes; the leaders exchange control messages.
+  PdLink pd(exp, grid, pool, faults, kv_bytes_scale);
+  const PdRole role = pd.role();
+  SchedulerConfig scfg;
+  scfg.chunk_size = exp.engine.chunk_size;
+  scfg.max_running = exp.engine.max_running;
+  scfg.vocab = static_cast<std::uint64_t>(exp.workload.vocab);
+  scfg.gather_pages = shard.size > 1 ? exp.cache.gather_pages.value() : 0;
+  scfg.shards = shard.size;
+  scfg.receive_prompt = role == PdRole::Decode;
+  scfg.reuse = exp.protocol.pd == "decode_reuse";
+  if (role == PdRole::Prefill) scfg.admit_gate = [&pd](RequestId id) { return pd.bootstrapped(id); };
+  Scheduler sched(scfg, dc);
+  std::vector<std::array<std::uint64_t, 3>> pd_to_peer;  // leaders: records for the other group's next message
+  bool decode_idle = false;                              // prefill leader: decode's last answer
+  std::uint64_t decode_clock = 0;                        // prefill leader: decode's clock then
+  // Only PP0's leader owns the workload (P/D: the prefill group's); a bad trace must still stop
+  // every rank, not hang them.
   std::string workload_error;
-  if (first_stage && leader && !workload) {
+  if (first_stage && leader && !workload && role != PdRole::Decode) {
     try {
       workload = make_serve_workload(exp.workload, exp.engine.seed);
     } catch (const InputError& e) {
@@ -115,6 +130,20 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   auto emit = [&](std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1, std::int64_t a2,
                   std::int32_t status) {
     if (trace) trace->event(static_cast<std::uint64_t>(step), wall_ns(), clock, request, op, a0, a1, a2, status);
+  };
+  // A request that failed (1: aborted, 2: its P/D transfer broke): its row, tokens counted nowhere.
+  auto record_failed = [&](const ServeRequest& r, std::int32_t reason) {
+    if (!checker || !trace) return;
+    RequestRow row;
+    row.request = r.spec.id.value();
+    row.round = r.spec.round;
+    row.prompt_tokens = static_cast<std::uint32_t>(r.prompt_len());
+    row.output_tokens = r.spec.output_len;
+    row.failed = reason;
+    row.arrival_ns = r.spec.arrival_ns;
+    row.admit_ns = r.admit_ns;
+    row.finish_ns = clock;
+    trace->request(row);
   };
   auto flush = [&] {
     if (trace) trace->flush_all(log, faults);
@@ -154,8 +183,21 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     //    receive them from their PP peer together with the previous stage's activation.
     StepMessage in;
     const std::string what = "step " + std::to_string(step) + " inputs";
-    if (first_stage) {
+    if (first_stage && leader && role == PdRole::Decode) {
+      in = pd.recv_control(step);  // the arrivals, the suffixes sent, the prefill's clock and stop
+    } else if (first_stage) {
       if (leader) {
+        if (role == PdRole::Prefill && step > 0) {
+          // Decode's answers to the previous step: bootstraps (relayed to the group, each with
+          // its pd.transfer.fail draw), finished requests (the clients go on), idle.
+          const StepMessage d = pd.recv_control(step);
+          decode_clock = d.clock_ns;
+          for (const auto& [kind, id, value] : d.pd) {
+            if (kind == kPdAdmitted) pd.relay_admission(id, value, step, in.pd);
+            if (kind == kPdFinished) workload->finished(RequestId(id), value);
+            if (kind == kPdIdle) decode_idle = value != 0;
+          }
+        }
         if (expect_back && shape.pp > 1) {
           // The last stage verified the previous step's drafts: their accepted counts decide this
           // step's decode lengths (a real pipeline waits for its sampled tokens the same way).
@@ -164,7 +206,10 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
           clock = std::max(clock, back.clock_ns + static_cast<std::uint64_t>(exp.cost.pp_link_ns));
         }
         if (sched.idle()) {
-          if (auto next = workload->next_arrival_ns(); next && *next > clock) clock = *next;  // idle: jump ahead
+          // Idle: jump ahead to the next arrival — in P/D not past decode's clock while decode is
+          // busy (its requests finish, and closed-loop clients come back, before that arrival).
+          if (auto next = workload->next_arrival_ns(); next && *next > clock)
+            clock = role == PdRole::Prefill && !decode_idle ? std::max(clock, std::min(*next, decode_clock)) : *next;
         }
         if (faults.evaluate("request.abort", static_cast<std::uint64_t>(step))) {
           auto ids = sched.ids();
@@ -175,7 +220,24 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         in.exhausted = workload->exhausted() ? 1 : 0;
         in.total = workload->total_requests();
         if (!specs.empty()) in.specs = encode_specs(specs);
+        if (role == PdRole::Prefill) {
+          // Decode gets the requests as they are; prefill computes their prompts and first tokens.
+          in.pd_stop = in.exhausted && specs.empty() && sched.idle() && decode_idle && pd_to_peer.empty() ? 1 : 0;
+          StepMessage p;
+          p.clock_ns = clock;
+          p.exhausted = in.exhausted;
+          p.total = in.total;
+          p.specs = in.specs;
+          p.pd = std::move(pd_to_peer);
+          p.pd_stop = in.pd_stop;
+          pd_to_peer.clear();
+          pd.send_control(p);
+          for (auto& sp : specs) sp.output_len = 1;
+          if (!specs.empty()) in.specs = encode_specs(specs);
+        }
       }
+    }
+    if (first_stage) {
       if (shape.pp == 1) in.accepts = accepts_next;  // every rank of the one stage verified them
       if (stage_size > 1) in = bcast_step(in, leader, grid.stage(), what + " over stage 0");
       clock = std::max(clock, in.clock_ns);
@@ -186,6 +248,33 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     if (!first_stage) emit(step, 0, "pp_recv", c.pp - 1, static_cast<std::int64_t>(in.clock_ns), in.write_acks, 0);
     const bool exhausted = in.exhausted != 0;
     total_known = in.total;
+    if (role == PdRole::Prefill) pd.on_prefill_records(in.pd);
+    if (role == PdRole::Decode) {
+      // Suffixes the prefill ranks sent at the previous step: wait for this rank's receives (and
+      // its restores), then decode; a broken transfer fails its request, which is never decoded.
+      for (const auto& [kind, id, value] : in.pd) {
+        ServeRequest* r = sched.find_running(RequestId(id));
+        KVGRID_CHECK(r != nullptr && r->awaiting_kv, "step ", step, ": a transfer for request ", id, " which is not waiting for one");
+        pd.finish_receive(*r);
+        if (kind == kPdSent) {
+          std::uint64_t ready = value;
+          for (const auto& ev : r->res.load_events) ready = std::max(ready, ev.complete_ns());
+          clock = std::max(clock, ready);
+          res.pd_received_tokens += static_cast<std::int64_t>(r->prompt_len()) - r->res.matched.value();
+          sched.kv_arrived(RequestId(id), ready, wall_ns());
+          emit(step, id, "pd_recv", static_cast<std::int64_t>(r->prompt_len() - static_cast<std::size_t>(r->res.matched.value())),
+               r->res.matched.value(), static_cast<std::int64_t>(ready), 0);
+          continue;
+        }
+        KVGRID_CHECK(kind == kPdBroken, "P/D record of kind ", kind, " from the prefill leader");
+        auto gone = sched.abort(RequestId(id));
+        ++res.failed;
+        ++pd.stats().failed;
+        emit(step, id, "pd_fail", static_cast<std::int64_t>(value), gone->res.matched.value(), 0, 1);
+        if (leader && first_stage) pd_to_peer.push_back({kPdFinished, id, clock});
+        record_failed(*gone, 2);  // a broken P/D transfer
+      }
+    }
     if (!in.specs.empty()) {
       for (auto& sp : decode_specs(in.specs)) {
         ++res.requests;
@@ -202,18 +291,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       if (workload) workload->finished(r->spec.id, clock);  // the client goes on (closed loop)
       ++(prefetching ? res.aborted_prefetching : res.aborted_other);
       emit(step, a, "abort", static_cast<std::int64_t>(r->computed), r->res.host_loaded.value(), prefetching ? 1 : 0, 1);
-      if (checker && trace) {
-        RequestRow row;
-        row.request = a;
-        row.round = r->spec.round;
-        row.prompt_tokens = static_cast<std::uint32_t>(r->prompt_len());
-        row.output_tokens = r->spec.output_len;
-        row.failed = 1;
-        row.arrival_ns = r->spec.arrival_ns;
-        row.admit_ns = r->admit_ns;
-        row.finish_ns = clock;
-        trace->request(row);
-      }
+      record_failed(*r, 1);  // aborted
     }
 
     // Accepted draft tokens of the previous step's rounds (every stage, same order).
@@ -234,6 +312,31 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     auto batch = sched.schedule(clock);
     pool.reset(sched.fresh_pages());
     if (stack.draft_pool) stack.draft_pool->reset(sched.fresh_pages());
+    if (role == PdRole::Decode && !sched.admitted().empty()) {  // after the reset: the receives land in these pages
+      // decode_prefix_len: page-aligned by construction, the same on every rank of the stage
+      // (its decisions are agreed); checked, since the suffix's receives depend on it.
+      std::vector<std::uint64_t> lens;
+      for (const auto* r : sched.admitted()) {
+        KVGRID_CHECK(r->res.matched.value() % exp.cache.page_size.value() == 0, "decode_prefix_len is not page-aligned");
+        lens.push_back(static_cast<std::uint64_t>(r->res.matched.value()));
+        lens.push_back(~static_cast<std::uint64_t>(r->res.matched.value()));
+      }
+      if (stage_size > 1) {
+        std::vector<std::uint64_t> mins(lens.size());
+        MPI_Request req;
+        KVGRID_MPI_CHECK(MPI_Iallreduce(lens.data(), mins.data(), static_cast<int>(lens.size()), MPI_UINT64_T, MPI_MIN,
+                                        grid.stage(), &req));
+        wait_mpi(&req, "Iallreduce of decode_prefix_len at step " + std::to_string(step));
+        if (mins != lens)
+          throw RunFailure("decode ranks of stage " + std::to_string(c.pp) + " disagree on decode_prefix_len at step " +
+                           std::to_string(step) + ": their cache decisions diverged");
+      }
+      auto answers = pd.post_receives(sched.admitted());
+      for (const auto* r : sched.admitted())
+        emit(step, r->spec.id.value(), "pd_admit", r->res.matched.value(), r->res.host_loaded.value(),
+             static_cast<std::int64_t>(r->prompt_len()), 0);
+      if (leader && first_stage) pd_to_peer.insert(pd_to_peer.end(), answers.begin(), answers.end());
+    }
 
     // 3. the previous stage's activation must describe the same batch.
     if (!first_stage) {
@@ -376,6 +479,8 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     if (auto* st = dc.storage_tier()) out.stops = st->take_decisions();
     if (relay_admissions) out.admits = first_stage ? dc.take_admissions() : in.admits;
     out.accepts = in.accepts;
+    out.pd = in.pd;
+    out.pd_stop = in.pd_stop;
     // Speculative decoding: each request that yields a token at this step starts a draft round of
     // up to `steps` tokens (fewer near its end). Every stage knows which do; the last stage verifies
     // them — accepted only if the draft's checksum over the pages it read matches its oracle and
@@ -446,12 +551,22 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     KVGRID_CHECK(!stack.has_draft || accepts_next.size() == rounds_started, "draft rounds: ", accepts_next.size(), " verified of ",
                  rounds_started);
 
+    // P/D prefill: the suffixes of the prompts whose prefill ended now go to the decode peers
+    // before their pages can be released.
+    if (role == PdRole::Prefill) {
+      auto sent = pd.send_suffixes(batch, clock, step, leader && first_stage);
+      for (const auto& t : sent)
+        emit(step, t[1], t[0] == kPdSent ? "pd_send" : "pd_broken", static_cast<std::int64_t>(t[2]), 0, 0, t[0] == kPdSent ? 0 : 1);
+      if (leader && first_stage) pd_to_peer.insert(pd_to_peer.end(), sent.begin(), sent.end());
+    }
+
     // 6. advance requests; finished ones commit their KV.
     for (auto& r : sched.complete_step(batch, clock, wall_ns())) {
       ++res.finished;
       res.prompt_tokens += static_cast<std::int64_t>(r->prompt_len());
       res.cached_tokens += r->res.matched.value();
-      if (workload) workload->finished(r->spec.id, clock);
+      if (workload && role == PdRole::None) workload->finished(r->spec.id, clock);  // P/D: when decode finished it
+      if (role == PdRole::Decode && leader && first_stage) pd_to_peer.push_back({kPdFinished, r->spec.id.value(), clock});
       res.spec_rounds += r->spec_rounds;
       res.spec_proposed += r->spec_proposed;
       res.spec_accepted += r->spec_accepted;
@@ -459,7 +574,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       if (stack.has_draft) res.spec_digest += mix64(hash_combine(hash_combine(r->spec.id.value(), r->spec_rounds), r->spec_accepted));
       emit(step, r->spec.id.value(), "finish", static_cast<std::int64_t>(r->prompt_len()), r->res.matched.value(),
            r->spec.output_len, r->oracle_ok ? 0 : 1);
-      if (checker && trace) {
+      if (checker && trace && role != PdRole::Prefill) {  // P/D: decode records the requests
         RequestRow row;
         row.request = r->spec.id.value();
         row.round = r->spec.round;
@@ -477,6 +592,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         row.ttft_model_ns = r->first_token_ns - std::min(r->first_token_ns, r->spec.arrival_ns);
         row.queue_ns = r->admit_ns - std::min(r->admit_ns, r->spec.arrival_ns);
         row.forward_ns = r->forward_ns;
+        if (role == PdRole::Decode) row.pd_transferred_tokens = row.computed_tokens;  // the rest came from decode's cache
         row.ttft_wall_ns = r->first_token_wall_ns - std::min(r->first_token_wall_ns, r->seen_wall_ns);
         row.decode_ns = r->finish_ns - std::min(r->finish_ns, r->first_token_ns);
         row.spec_rounds = r->spec_rounds;
@@ -499,7 +615,15 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         emit(step, t.id, t.kind, static_cast<std::int64_t>(t.start_ns), static_cast<std::int64_t>(t.end_ns),
              static_cast<std::int64_t>(t.bytes), 0);
     }
-    done = exhausted && sched.idle();
+    done = role == PdRole::None ? exhausted && sched.idle() : in.pd_stop != 0;
+    if (role == PdRole::Decode && leader && first_stage && !done) {
+      StepMessage d;
+      d.clock_ns = clock;
+      d.pd = std::move(pd_to_peer);
+      d.pd.push_back({kPdIdle, 0, sched.idle() ? 1u : 0u});
+      pd_to_peer.clear();
+      pd.send_control(d);
+    }
     if (stack.has_draft && shape.pp > 1 && leader && expect_back && !done) {
       StepMessage back;
       back.clock_ns = clock;
@@ -545,6 +669,17 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   KVGRID_MPI_CHECK(MPI_Iallreduce(&local_mismatches, &mism, 1, MPI_INT64_T, MPI_SUM, grid.world(), &req));
   wait_mpi(&req, "Iallreduce of oracle mismatches");
   res.oracle_mismatches = mism;
+  if (role != PdRole::None) {  // the first prefill rank's and the first decode rank's counts, on every rank
+    const bool first_rank = grid.world_rank() == c.group_base;
+    std::int64_t v[3] = {first_rank && role == PdRole::Prefill ? pd.stats().sent_tokens : 0,
+                         first_rank && role == PdRole::Decode ? res.pd_received_tokens : 0,
+                         first_rank && role == PdRole::Decode ? pd.stats().failed : 0};
+    KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_SUM, grid.world(), &req));
+    wait_mpi(&req, "Iallreduce of P/D transfer counts");
+    res.pd_sent_tokens = v[0];
+    res.pd_received_tokens = v[1];
+    res.pd_failed = v[2];
+  }
   if (spec) {  // the last stage's counts, on every rank
     std::uint64_t v[5] = {static_cast<std::uint64_t>(res.spec_rounds), static_cast<std::uint64_t>(res.spec_proposed),
                           static_cast<std::uint64_t>(res.spec_accepted), static_cast<std::uint64_t>(res.draft_mismatches),
@@ -574,6 +709,10 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     m.gather_bytes = static_cast<std::int64_t>(gather->stats().bytes);
     m.gather_ns = static_cast<std::int64_t>(gather_ns);
   }
+  m.pd_sent_tokens = pd.stats().sent_tokens;
+  m.pd_sent_bytes = pd.stats().sent_bytes;
+  m.pd_broken = pd.stats().broken;
+  m.pd_failed = pd.stats().failed;
   if (const auto* host = dc.host_tier()) {
     m.d2h_pages = static_cast<std::int64_t>(host->stats().d2h_pages);
     m.h2d_pages = static_cast<std::int64_t>(host->stats().h2d_pages);

@@ -43,6 +43,9 @@ struct ServeResult : LoopResult {
   // order-independent digest of (request, rounds, accepted).
   std::int64_t spec_rounds = 0, spec_proposed = 0, spec_accepted = 0, draft_mismatches = 0;
   std::uint64_t spec_digest = 0;
+  // P/D (every rank): prompt tokens the prefill ranks sent and the decode ranks received (first
+  // rank of each), requests failed by a broken transfer
+  std::int64_t pd_sent_tokens = 0, pd_received_tokens = 0, pd_failed = 0;
   bool ok() const { return divergences() == 0 && verify_failures == 0 && oracle_mismatches == 0; }
 };
 

@@ -15,7 +15,7 @@ void put64(Words& w, std::uint64_t v) {
 }
 std::uint64_t get64(const Words& w, std::size_t at) { return w[at] | (static_cast<std::uint64_t>(w[at + 1]) << 32); }
 
-constexpr std::size_t kHeaderWords = kStepHeaderWords, kHeadWords = 15, kInlineWords = kHeaderWords - kHeadWords;
+constexpr std::size_t kHeaderWords = kStepHeaderWords, kHeadWords = 17, kInlineWords = kHeaderWords - kHeadWords;
 
 }  // namespace
 
@@ -39,6 +39,8 @@ Packed pack(const StepMessage& m) {
     put64(body, id);
     put64(body, n);
   }
+  for (const auto& t : m.pd)
+    for (auto v : t) put64(body, v);
   Words head;
   put64(head, m.clock_ns);
   put64(head, m.exhausted);
@@ -52,6 +54,8 @@ Packed pack(const StepMessage& m) {
   p.header[12] = static_cast<std::uint32_t>(m.stops.size());
   p.header[13] = static_cast<std::uint32_t>(m.admits.size());
   p.header[14] = static_cast<std::uint32_t>(m.accepts.size());
+  p.header[15] = static_cast<std::uint32_t>(m.pd.size());
+  p.header[16] = m.pd_stop;
   if (body.size() <= kInlineWords) {
     p.header[8] = 1;
     std::copy(body.begin(), body.end(), p.header.begin() + kHeadWords);
@@ -68,10 +72,11 @@ StepMessage unpack(const Packed& p) {
   m.total = get64(p.header, 4);
   m.write_acks = p.header[11];
   const std::size_t n = p.header[6], spec_words = p.header[7], size = p.header[9], aborts = p.header[10],
-                    stops = p.header[12], admits = p.header[13], accepts = p.header[14];
-  KVGRID_CHECK(size == 8 * n + spec_words + 2 * aborts + 4 * stops + admits + 4 * accepts, "step message of ", size,
+                    stops = p.header[12], admits = p.header[13], accepts = p.header[14], pd = p.header[15];
+  m.pd_stop = p.header[16];
+  KVGRID_CHECK(size == 8 * n + spec_words + 2 * aborts + 4 * stops + admits + 4 * accepts + 6 * pd, "step message of ", size,
                " words for ", n, " entries, ", spec_words, " spec words, ", aborts, " aborts, ", stops, " prefetch stops, ",
-               admits, " admissions and ", accepts, " accepted drafts");
+               admits, " admissions, ", accepts, " accepted drafts and ", pd, " P/D records");
   const std::uint32_t* body = p.inline_payload() ? p.header.data() + kHeadWords : p.payload.data();
   KVGRID_CHECK(p.inline_payload() || p.payload.size() == size, "step message payload of ", p.payload.size(), " words, expected ", size);
   Words w(body, body + size);
@@ -85,6 +90,8 @@ StepMessage unpack(const Packed& p) {
     m.admits.push_back(static_cast<std::uint8_t>(w[at + i]));
   for (std::size_t i = 0, at = 8 * n + spec_words + 2 * aborts + 4 * stops + admits; i < accepts; ++i, at += 4)
     m.accepts.push_back({get64(w, at), get64(w, at + 2)});
+  for (std::size_t i = 0, at = 8 * n + spec_words + 2 * aborts + 4 * stops + admits + 4 * accepts; i < pd; ++i, at += 6)
+    m.pd.push_back({get64(w, at), get64(w, at + 2), get64(w, at + 4)});
   return m;
 }
 

@@ -9,6 +9,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -34,10 +35,14 @@ struct StepMessage {
   // speculative decoding: (request, draft tokens accepted) the last stage verified at the step
   // before; it sends them back to PP0, which relays them forward with the next step's inputs
   std::vector<std::pair<std::uint64_t, std::uint64_t>> accepts;
+  // P/D: (kind, request, value) records between the groups' leaders and relayed inside a group
+  // (runtime/serve.cpp's PdKind), and the prefill leader's stop
+  std::vector<std::array<std::uint64_t, 3>> pd;
+  std::uint32_t pd_stop = 0;
 };
 
 // Message tags: stage to stage (forward), and the last stage's results back to PP0 (backward).
-constexpr int kTagForward = 301, kTagBackward = 311;
+constexpr int kTagForward = 301, kTagBackward = 311, kTagPdControl = 321;
 
 constexpr std::size_t kStepHeaderWords = 64;
 

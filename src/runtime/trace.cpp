@@ -117,6 +117,10 @@ Handle rank_summary_type() {
   KVGRID_FIELD(device_high_water, H5T_NATIVE_INT64);
   KVGRID_FIELD(gather_bytes, H5T_NATIVE_INT64);
   KVGRID_FIELD(gather_ns, H5T_NATIVE_INT64);
+  KVGRID_FIELD(pd_sent_tokens, H5T_NATIVE_INT64);
+  KVGRID_FIELD(pd_sent_bytes, H5T_NATIVE_INT64);
+  KVGRID_FIELD(pd_broken, H5T_NATIVE_INT64);
+  KVGRID_FIELD(pd_failed, H5T_NATIVE_INT64);
 #undef KVGRID_FIELD
   return t;
 }
@@ -147,6 +151,7 @@ Handle request_type() {
   KVGRID_FIELD(spec_proposed, H5T_NATIVE_UINT32);
   KVGRID_FIELD(spec_accepted, H5T_NATIVE_UINT32);
   KVGRID_FIELD(draft_mismatches, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(pd_transferred_tokens, H5T_NATIVE_UINT32);
 #undef KVGRID_FIELD
   return t;
 }

@@ -114,8 +114,8 @@ TEST(ExperimentConfig, TwoGroupWorld) {
   expect_contains(error_of("[topology.prefill]\ntp = 2\n"), "needs both");
   // A serving P/D world pairs prefill and decode ranks: equal TP and PP on both sides.
   expect_contains(error_of("[topology.prefill]\ntp = 2\npp = 2\n[topology.decode]\ntp = 2\n[workload]\nkind = \"gsp\"\n"),
-                  "[topology.prefill] is TP2 x PP2 but [topology.decode] is TP2 x PP1: a serving P/D world needs equal tp and pp");
-  EXPECT_NO_THROW(parse_experiment("[topology.prefill]\ntp = 2\n[topology.decode]\ntp = 2\ncp = 2\n[workload]\nkind = \"gsp\"\n", "pd", {}));
+                  "[topology.prefill] is TP2xCP1xPP2 but [topology.decode] is TP2xCP1xPP1: a serving P/D world needs equal tp, cp and pp");
+  EXPECT_NO_THROW(parse_experiment("[topology.prefill]\ntp = 2\n[topology.decode]\ntp = 2\n[workload]\nkind = \"gsp\"\n", "pd", {}));
   expect_contains(error_of("[topology]\ntp = 2\n[topology.decode]\ntp = 1\n[topology.prefill]\ntp = 1\n"),
                   "a P/D world sets its degrees");
 }

@@ -1,0 +1,121 @@
+#include "runtime/pd.hpp"
+
+#include <algorithm>
+
+#include "core/check.hpp"
+
+namespace kvgrid {
+
+namespace {
+constexpr int kPdTagBase = 1000;  // transfer tags: kPdTagBase + slot × model.layers + global layer
+}
+
+PdRole pd_role(const ExperimentConfig& exp, const RankGrid& grid) {
+  if (grid.spec().groups.size() != 2 || exp.workload.kind == "tree") return PdRole::None;
+  return grid.coord().group == 0 ? PdRole::Prefill : PdRole::Decode;
+}
+
+PdLink::PdLink(const ExperimentConfig& exp, const RankGrid& grid, cache::KvPool& pool, FailpointRegistry& faults,
+               double kv_bytes_scale)
+    : role_(pd_role(exp, grid)), exp_(exp), grid_(grid), pool_(pool), faults_(faults), kv_bytes_scale_(kv_bytes_scale),
+      fault_rng_(rank_stream(exp.engine.seed, grid.world_rank()).fork("pd.transfer.fail.layer")) {
+  if (role_ == PdRole::None) return;
+  const int n = grid.shape().size();  // equal shapes: decode rank = prefill rank + n
+  peer_ = role_ == PdRole::Prefill ? grid.world_rank() + n : grid.world_rank() - n;
+  leader_peer_ = role_ == PdRole::Prefill ? n : 0;
+  link_ = transfer::make_mpi_transport(grid.world());
+  for (std::int64_t s = exp.engine.max_running; s-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(s));
+  zeros_.assign(pool.layer_block_bytes() / sizeof(std::uint64_t), 0);
+}
+
+int PdLink::tag(std::uint32_t slot, std::size_t local_layer) const {
+  return kPdTagBase + static_cast<int>(slot * static_cast<std::uint64_t>(exp_.model.layers) + pool_.layer_base() + local_layer);
+}
+
+void PdLink::send_control(const StepMessage& m) { sender_.send(m, leader_peer_, grid_.world(), kTagPdControl); }
+
+StepMessage PdLink::recv_control(std::int64_t step) {
+  const std::string what = role_ == PdRole::Prefill ? "step " + std::to_string(step) + ": the decode leader's answers"
+                                                    : "step " + std::to_string(step) + ": requests and transfers from the prefill leader";
+  return recv_step(leader_peer_, grid_.world(), what, kTagPdControl);
+}
+
+void PdLink::relay_admission(std::uint64_t id, std::uint64_t value, std::int64_t step,
+                             std::vector<std::array<std::uint64_t, 3>>& out) {
+  out.push_back({kPdAdmitted, id, value});
+  if (faults_.evaluate("pd.transfer.fail", static_cast<std::uint64_t>(step)))
+    out.push_back({kPdFault, id, fault_rng_.below(static_cast<std::uint64_t>(exp_.model.layers))});
+}
+
+void PdLink::on_prefill_records(const std::vector<std::array<std::uint64_t, 3>>& pd) {
+  for (const auto& [kind, id, value] : pd) {
+    if (kind == kPdAdmitted) boot_[id] = {value & 0xffffffffULL, static_cast<std::uint32_t>(value >> 32), ~0ULL};
+    if (kind == kPdFault) boot_.at(id).breaks_at = value;
+  }
+}
+
+std::vector<std::array<std::uint64_t, 3>> PdLink::send_suffixes(const std::vector<BatchEntry>& batch, std::uint64_t clock_ns,
+                                                                std::int64_t step, bool announcer) {
+  std::vector<std::array<std::uint64_t, 3>> out;
+  const std::size_t p = static_cast<std::size_t>(exp_.cache.page_size.value());
+  for (const auto& e : batch) {
+    if (!e.prefill || e.end != e.req->prompt_len()) continue;
+    auto it = boot_.find(e.req->spec.id.value());
+    KVGRID_CHECK(it != boot_.end(), "request ", e.req->spec.id, " finished its prefill without decode's answer");
+    const Boot b = it->second;
+    boot_.erase(it);
+    const std::size_t first = b.dpl / p, last = (e.req->prompt_len() + p - 1) / p;
+    const std::span<const PageId> pages(e.req->res.pages.data() + first, last - first);
+    std::vector<transfer::Event> events;
+    std::uint64_t bytes = 0;
+    for (std::size_t l = 0; l < pool_.layers(); ++l) {
+      auto blocks = cache::layer_blocks(pool_, pages, l);
+      if (pool_.layer_base() + l >= b.breaks_at) {  // broken from here on: what arrives is zeros
+        for (auto& blk : blocks) blk.data = zeros_.data();
+      } else {
+        for (const auto& blk : blocks) bytes += blk.bytes;
+      }
+      events.push_back(link_->send(peer_, tag(b.slot, l), blocks));
+    }
+    for (auto& ev : events) ev.synchronize();  // decode posted its receives when it answered
+    const bool broken = b.breaks_at < static_cast<std::uint64_t>(exp_.model.layers);
+    stats_.sent_bytes += static_cast<std::int64_t>(bytes);
+    if (broken) {
+      ++stats_.broken;
+      out.push_back({kPdBroken, e.req->spec.id.value(), b.breaks_at});
+      continue;
+    }
+    stats_.sent_tokens += static_cast<std::int64_t>(e.req->prompt_len() - b.dpl);
+    double ns = exp_.cost.pd_latency_us * 1e3 + static_cast<double>(bytes) * kv_bytes_scale_ / exp_.cost.pd_link_gb_s;
+    if (announcer)
+      if (auto hit = faults_.evaluate("p2p.delay", static_cast<std::uint64_t>(step))) ns += hit->param("delay_us") * 1e3;
+    out.push_back({kPdSent, e.req->spec.id.value(), clock_ns + static_cast<std::uint64_t>(ns)});
+  }
+  return out;
+}
+
+std::vector<std::array<std::uint64_t, 3>> PdLink::post_receives(const std::vector<ServeRequest*>& admitted) {
+  std::vector<std::array<std::uint64_t, 3>> out;
+  const std::size_t p = static_cast<std::size_t>(exp_.cache.page_size.value());
+  for (ServeRequest* r : admitted) {
+    KVGRID_CHECK(!free_slots_.empty(), "no P/D transfer slot left (engine.max_running bounds the requests in flight)");
+    r->pd_slot = free_slots_.back();
+    free_slots_.pop_back();
+    const auto dpl = static_cast<std::size_t>(r->res.matched.value());
+    const std::size_t first = dpl / p, last = (r->prompt_len() + p - 1) / p;
+    const std::span<const PageId> pages(r->res.pages.data() + first, last - first);
+    for (std::size_t l = 0; l < pool_.layers(); ++l)
+      r->pd_events.push_back(link_->recv(peer_, tag(r->pd_slot, l), cache::layer_blocks(pool_, pages, l)));
+    out.push_back({kPdAdmitted, r->spec.id.value(), dpl | (static_cast<std::uint64_t>(r->pd_slot) << 32)});
+  }
+  return out;
+}
+
+void PdLink::finish_receive(ServeRequest& r) {
+  for (auto& ev : r.pd_events) ev.synchronize();
+  r.pd_events.clear();
+  free_slots_.push_back(r.pd_slot);
+  std::sort(free_slots_.begin(), free_slots_.end(), std::greater<>());  // the smallest free slot is taken next
+}
+
+}  // namespace kvgrid

@@ -1,0 +1,113 @@
+// P/D disaggregation in one world (group 0 prefills, group 1 decodes; equal TP, CP and PP, so
+// prefill rank w sends its KV to decode rank w + group size). The two groups run the serving loop
+// in lockstep; their PP0 leaders exchange one control message per step in each direction:
+//
+//   P(s)  prefill leader → decode leader, at the start of prefill step s: the arrivals of step s,
+//         the suffixes every prefill rank sent at step s - 1 (request, modelled end) or that broke
+//         (request, first layer that did not arrive), the modelled clock, exhausted and stop.
+//   D(s)  decode leader → prefill leader, at the end of decode step s (received at prefill step
+//         s + 1): the requests decode admitted (request, decode_prefix_len, transfer slot), the
+//         requests it finished (request, modelled clock: the client goes on), and whether it is idle.
+//
+// Decode admits a request when it arrives (match its own tree — device, host and an accepted
+// storage prefetch — lock, reserve the whole request), posts its receives of the suffix pages
+// [decode_prefix_len, prompt) right away, one per local layer on tag slot × layers + layer, and
+// answers. Prefill admits a request only once decode answered; after its last prefill chunk every
+// prefill rank sends that suffix of its own layers and heads (the receives are posted, so the
+// sends complete), and the leader announces it. Decode then waits for its receives and its
+// restores and decodes; a broken transfer (`pd.transfer.fail`, decided by the prefill leader at
+// the answer, relayed inside the group) fails the request on decode — never decoded — and
+// releases everything it held. The groups stop at the same step: the prefill leader decides it
+// (workload exhausted, nothing in prefill, decode idle).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "cache/kv_pool.hpp"
+#include "core/failpoint.hpp"
+#include "core/rng.hpp"
+#include "core/topology.hpp"
+#include "runtime/experiment.hpp"
+#include "runtime/scheduler.hpp"
+#include "runtime/step_message.hpp"
+#include "transfer/kv_transport.hpp"
+
+namespace kvgrid {
+
+enum class PdRole { None, Prefill, Decode };
+// Kinds of StepMessage::pd records.
+enum PdKind : std::uint64_t {
+  kPdAdmitted = 1,  // D: (request, decode_prefix_len | slot << 32); relayed inside prefill
+  kPdFinished = 2,  // D: (request, decode's modelled clock)
+  kPdIdle = 3,      // D: (0, 1 if decode holds no request)
+  kPdSent = 4,      // P: (request, modelled end of the transfer)
+  kPdBroken = 5,    // P: (request, global layer from which it did not arrive)
+  kPdFault = 6,     // relayed inside prefill: (request, global layer at which its transfer breaks)
+};
+
+PdRole pd_role(const ExperimentConfig& exp, const RankGrid& grid);
+
+struct PdStats {
+  std::int64_t sent_tokens = 0, sent_bytes = 0, broken = 0;  // prefill ranks, counted at the send
+  std::int64_t failed = 0;                                   // decode: requests failed by a broken transfer
+};
+
+class PdLink {
+ public:
+  PdLink(const ExperimentConfig& exp, const RankGrid& grid, cache::KvPool& pool, FailpointRegistry& faults,
+         double kv_bytes_scale);
+  PdRole role() const { return role_; }
+
+  // Leaders' control messages (blocking, watchdog included).
+  void send_control(const StepMessage& m);
+  StepMessage recv_control(std::int64_t step);
+
+  // Prefill leader: turns decode's admissions into records for the prefill group, drawing
+  // pd.transfer.fail for each.
+  void relay_admission(std::uint64_t id, std::uint64_t value, std::int64_t step, std::vector<std::array<std::uint64_t, 3>>& out);
+  // Every prefill rank: the group's relayed records.
+  void on_prefill_records(const std::vector<std::array<std::uint64_t, 3>>& pd);
+  bool bootstrapped(RequestId id) const { return boot_.count(id.value()) > 0; }
+  // Every prefill rank, after the step's forward: sends the suffix of each entry that finished its
+  // prefill; returns the leader's announcements (kPdSent / kPdBroken) for the next P.
+  // The leader (`announcer`) also draws p2p.delay for each: decode sees that transfer end later.
+  std::vector<std::array<std::uint64_t, 3>> send_suffixes(const std::vector<BatchEntry>& batch, std::uint64_t clock_ns,
+                                                          std::int64_t step, bool announcer);
+
+  // Every decode rank: a transfer slot and the suffix's receives for each admitted request;
+  // returns the leader's kPdAdmitted records.
+  std::vector<std::array<std::uint64_t, 3>> post_receives(const std::vector<ServeRequest*>& admitted);
+  // The request's receives are complete (after P said it was sent); frees its slot.
+  void finish_receive(ServeRequest& r);
+
+  const PdStats& stats() const { return stats_; }
+  PdStats& stats() { return stats_; }
+
+ private:
+  struct Boot {
+    std::uint64_t dpl = 0;
+    std::uint32_t slot = 0;
+    std::uint64_t breaks_at = ~0ULL;  // global layer
+  };
+  int tag(std::uint32_t slot, std::size_t local_layer) const;
+  PdRole role_;
+  const ExperimentConfig& exp_;
+  const RankGrid& grid_;
+  cache::KvPool& pool_;
+  FailpointRegistry& faults_;
+  double kv_bytes_scale_;
+  int peer_ = -1, leader_peer_ = -1;
+  std::unique_ptr<transfer::KvTransport> link_;
+  Sender sender_;
+  std::map<std::uint64_t, Boot> boot_;
+  std::vector<std::uint32_t> free_slots_;
+  std::vector<std::uint64_t> zeros_;
+  Rng fault_rng_;
+  PdStats stats_;
+};
+
+}  // namespace kvgrid
