@@ -1,8 +1,8 @@
 // P/D disaggregation under MPI: the world split into a prefill and a decode group of equal shape
 // (every TP × PP layout that fits half the world), a multi-turn GSP workload with host tiers on
-// both sides. decode_reuse sends each request's prompt minus decode_prefix_len, exactly what the
+// both sides (and storage under faults). decode_reuse sends each request's prompt minus decode_prefix_len, exactly what the
 // decode ranks receive, and much less than full_transfer, which sends every prompt whole; both
-// oracle OK and agreed. With pd.transfer.fail and host/copy/link faults and stage skew, broken
+// oracle OK and agreed. With pd.transfer.fail, host/copy/link/storage faults and stage skew, broken
 // transfers fail exactly their requests (never decoded: the oracle stays OK), the rest finish,
 // and every page is released (verify). The same seed gives the same run.
 #include <gtest/gtest.h>
@@ -76,7 +76,10 @@ TEST(Pd, BrokenTransfersFailExactlyTheirRequestsUnderFaults) {
     DecisionLog log;
     auto r = serve(pd_world(tp, pp, {"faults.pd.transfer.fail.probability=0.15", "faults.transfer.fail.probability=0.1",
                                      "faults.transfer.delay.probability=0.2", "faults.p2p.delay.probability=0.1",
-                                     "faults.host.alloc.fail.probability=0.05", "cost.stage_skew=0.5"},
+                                     "faults.host.alloc.fail.probability=0.05", "faults.storage.read.fail.probability=0.1",
+                                     "faults.storage.object.corrupt.probability=0.05", "cost.stage_skew=0.5",
+                                     "cache.storage=file", "cache.storage_dir=" + testing::shared_temp_dir("pd-storage"),
+                                     "cache.host_pages=150", "cache.prefetch_threshold=8"},
                            9),
                    log);
     EXPECT_EQ(r.oracle_mismatches, 0) << "a request was decoded on a broken transfer";
