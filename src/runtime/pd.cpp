@@ -111,6 +111,13 @@ std::vector<std::array<std::uint64_t, 3>> PdLink::post_receives(const std::vecto
   return out;
 }
 
+void PdLink::cancel_receive(ServeRequest& r) {
+  for (auto& ev : r.pd_events) ev.cancel();
+  r.pd_events.clear();
+  free_slots_.push_back(r.pd_slot);
+  std::sort(free_slots_.begin(), free_slots_.end(), std::greater<>());
+}
+
 void PdLink::finish_receive(ServeRequest& r) {
   for (auto& ev : r.pd_events) ev.synchronize();
   r.pd_events.clear();

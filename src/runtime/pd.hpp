@@ -47,6 +47,7 @@ enum PdKind : std::uint64_t {
   kPdSent = 4,      // P: (request, modelled end of the transfer)
   kPdBroken = 5,    // P: (request, global layer from which it did not arrive)
   kPdFault = 6,     // relayed inside prefill: (request, global layer at which its transfer breaks)
+  kPdAbort = 7,     // P: (request, 0) aborted by the prefill leader at this step (request.abort)
 };
 
 PdRole pd_role(const ExperimentConfig& exp, const RankGrid& grid);
@@ -83,6 +84,10 @@ class PdLink {
   std::vector<std::array<std::uint64_t, 3>> post_receives(const std::vector<ServeRequest*>& admitted);
   // The request's receives are complete (after P said it was sent); frees its slot.
   void finish_receive(ServeRequest& r);
+  // P/D abort: decode withdraws the receives of a request prefill will never send (frees its
+  // slot); prefill forgets its bootstrap.
+  void cancel_receive(ServeRequest& r);
+  void forget(RequestId id) { boot_.erase(id.value()); }
 
   const PdStats& stats() const { return stats_; }
   PdStats& stats() { return stats_; }

@@ -229,6 +229,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
           p.total = in.total;
           p.specs = in.specs;
           p.pd = std::move(pd_to_peer);
+          for (const auto a : in.aborts) p.pd.push_back({kPdAbort, a, 0});  // decode releases it at this step too
           p.pd_stop = in.pd_stop;
           pd_to_peer.clear();
           pd.send_control(p);
@@ -253,6 +254,15 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       // Suffixes the prefill ranks sent at the previous step: wait for this rank's receives (and
       // its restores), then decode; a broken transfer fails its request, which is never decoded.
       for (const auto& [kind, id, value] : in.pd) {
+        if (kind == kPdAbort) {  // mid-transfer or still waiting: prefill will never send it
+          if (ServeRequest* w = sched.find_running(RequestId(id))) pd.cancel_receive(*w);
+          auto gone = sched.abort(RequestId(id));
+          KVGRID_CHECK(gone != nullptr, "aborted request ", id, " is not on decode");
+          ++res.failed;
+          emit(step, id, "abort", 0, gone->res.host_loaded.value(), 0, 1);
+          record_failed(*gone, 1);
+          continue;
+        }
         ServeRequest* r = sched.find_running(RequestId(id));
         KVGRID_CHECK(r != nullptr && r->awaiting_kv, "step ", step, ": a transfer for request ", id, " which is not waiting for one");
         pd.finish_receive(*r);
@@ -287,6 +297,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       const bool prefetching = dc.storage_tier() && dc.storage_tier()->prefetching(RequestId(a));
       auto r = sched.abort(RequestId(a));
       KVGRID_CHECK(r != nullptr, "aborted request ", a, " is not here");
+      if (role == PdRole::Prefill) pd.forget(RequestId(a));
       ++res.failed;
       if (workload) workload->finished(r->spec.id, clock);  // the client goes on (closed loop)
       ++(prefetching ? res.aborted_prefetching : res.aborted_other);

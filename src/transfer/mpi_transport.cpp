@@ -36,6 +36,13 @@ class MpiEvent final : public EventState {
     wait_mpi_all(reqs, what_, /*progressing=*/true);
     finish();
   }
+  void cancel() override {
+    if (done_) return;
+    for (auto& r : reqs)
+      if (r != MPI_REQUEST_NULL) KVGRID_MPI_CHECK(MPI_Cancel(&r));
+    wait_mpi_all(reqs, what_ + " (cancelled)", /*progressing=*/true);
+    done_ = true;  // nothing is scattered: the data never came
+  }
   std::vector<MPI_Request> reqs;
   // staged receive: the staging buffer and the blocks it is scattered into on completion
   std::vector<char> staging;

@@ -42,6 +42,9 @@ class EventState {
   virtual ~EventState() = default;
   virtual bool query() = 0;
   virtual void synchronize() = 0;
+  // Withdraws an operation nobody will match (a KV receive whose sender went away); returns when
+  // it is settled. Copies of the transfer engines are never cancelled.
+  virtual void cancel() { synchronize(); }
   bool failed = false;
   std::uint64_t bytes = 0;
   std::uint64_t complete_ns = 0;  // simulated: modelled completion time; threaded: 0
@@ -57,6 +60,9 @@ class Event {
     if (s_) s_->synchronize();
   }
   bool failed() const { return s_ && s_->failed; }
+  void cancel() const {
+    if (s_) s_->cancel();
+  }
   std::uint64_t complete_ns() const { return s_ ? s_->complete_ns : 0; }
   std::uint64_t bytes() const { return s_ ? s_->bytes : 0; }
   // Modelled duration on its stream (simulated; 0 for real backends).

@@ -90,6 +90,26 @@ TEST(Pd, BrokenTransfersFailExactlyTheirRequestsUnderFaults) {
   }
 }
 
+TEST(Pd, AbortsReleaseTheRequestOnBothSidesMidTransfer) {
+  if (layouts().empty()) GTEST_SKIP() << "needs an even world";
+  for (const auto& [tp, pp] : layouts()) {
+    SCOPED_TRACE("TP" + std::to_string(tp) + " PP" + std::to_string(pp));
+    DecisionLog log;
+    auto r = serve(pd_world(tp, pp, {"faults.request.abort.probability=0.05", "faults.pd.transfer.fail.probability=0.1"}, 12),
+                   log);
+    EXPECT_EQ(r.oracle_mismatches, 0);
+    EXPECT_EQ(r.divergences(), 0);
+    EXPECT_EQ(r.verify_failures, 0) << "an aborted request's pages or receives leaked";
+    // Prefill's first rank counts the aborts; decode's counts them too, plus the broken transfers.
+    const int me = testing::world_rank(), half = testing::world_size() / 2;
+    std::int64_t v[2] = {me == 0 ? r.failed : 0, me == half ? r.failed : 0};
+    MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_GT(v[0], 0) << "no request was aborted";
+    EXPECT_EQ(v[1], v[0] + r.pd_failed) << "decode released a different set of requests";
+    EXPECT_EQ(r.pd_sent_tokens, r.pd_received_tokens);
+  }
+}
+
 TEST(Pd, SameSeedSameRun) {
   if (layouts().empty()) GTEST_SKIP() << "needs an even world";
   const auto [tp, pp] = layouts().back();
