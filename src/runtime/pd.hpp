@@ -65,6 +65,8 @@ class PdLink {
 
   // Leaders' control messages (blocking, watchdog included).
   void send_control(const StepMessage& m);
+  // After the last step: waits for the control messages still in flight.
+  void drain() { sender_.drain(true); }
   StepMessage recv_control(std::int64_t step);
 
   // Prefill leader: turns decode's admissions into records for the prefill group, drawing

@@ -671,6 +671,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   }
   sender.drain(true);
   back_sender.drain(true);
+  pd.drain();
   if (auto* host = dc.host_tier()) host->finish_cross_stage();
   res.steps = step;
   res.model_ns = clock;
