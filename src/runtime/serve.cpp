@@ -254,6 +254,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       // Suffixes the prefill ranks sent at the previous step: wait for this rank's receives (and
       // its restores), then decode; a broken transfer fails its request, which is never decoded.
       for (const auto& [kind, id, value] : in.pd) {
+        if (kind == kPdAdmitted) continue;  // PP0's answers of this step, compared after scheduling
         if (kind == kPdAbort) {  // mid-transfer or still waiting: prefill will never send it
           if (ServeRequest* w = sched.find_running(RequestId(id))) pd.cancel_receive(*w);
           auto gone = sched.abort(RequestId(id));
@@ -323,6 +324,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     auto batch = sched.schedule(clock);
     pool.reset(sched.fresh_pages());
     if (stack.draft_pool) stack.draft_pool->reset(sched.fresh_pages());
+    std::vector<std::array<std::uint64_t, 3>> decode_answers;  // this step's admissions, relayed to later stages
     if (role == PdRole::Decode && !sched.admitted().empty()) {  // after the reset: the receives land in these pages
       // decode_prefix_len: page-aligned by construction, the same on every rank of the stage
       // (its decisions are agreed); checked, since the suffix's receives depend on it.
@@ -342,11 +344,19 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
           throw RunFailure("decode ranks of stage " + std::to_string(c.pp) + " disagree on decode_prefix_len at step " +
                            std::to_string(step) + ": their cache decisions diverged");
       }
-      auto answers = pd.post_receives(sched.admitted());
+      decode_answers = pd.post_receives(sched.admitted());
       for (const auto* r : sched.admitted())
         emit(step, r->spec.id.value(), "pd_admit", r->res.matched.value(), r->res.host_loaded.value(),
              static_cast<std::int64_t>(r->prompt_len()), 0);
-      if (leader && first_stage) pd_to_peer.insert(pd_to_peer.end(), answers.begin(), answers.end());
+      if (leader && first_stage) pd_to_peer.insert(pd_to_peer.end(), decode_answers.begin(), decode_answers.end());
+    }
+    if (role == PdRole::Decode && !first_stage) {  // decode_prefix_len is PP0's answer: every stage must agree
+      std::vector<std::array<std::uint64_t, 3>> theirs;
+      for (const auto& t : in.pd)
+        if (t[0] == kPdAdmitted) theirs.push_back(t);
+      if (theirs != decode_answers)
+        throw RunFailure("decode stage " + std::to_string(c.pp) + " admitted other requests or decode_prefix_len than stage 0 at step " +
+                         std::to_string(step) + ": their cache decisions diverged");
     }
 
     // 3. the previous stage's activation must describe the same batch.
@@ -491,6 +501,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     if (relay_admissions) out.admits = first_stage ? dc.take_admissions() : in.admits;
     out.accepts = in.accepts;
     out.pd = in.pd;
+    if (role == PdRole::Decode && first_stage) out.pd.insert(out.pd.end(), decode_answers.begin(), decode_answers.end());
     out.pd_stop = in.pd_stop;
     // Speculative decoding: each request that yields a token at this step starts a draft round of
     // up to `steps` tokens (fewer near its end). Every stage knows which do; the last stage verifies
