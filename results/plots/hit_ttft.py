@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from kvtrace import requests  # noqa: E402
+from kvtrace import requests, save_figure  # noqa: E402
 
 
 def main():
@@ -29,10 +29,7 @@ def main():
     ax[1].scatter(t["first_token_ns"] / 1e9, t["ttft_model_ns"] / 1e6, s=6, color="tab:orange")
     ax[1].set_ylabel("TTFT (modelled ms)")
     ax[1].set_xlabel("modelled time (s)")
-    fig.suptitle(f"{meta['experiment']}  {meta['topology']}  seed {meta['seed']}  ({len(t)} requests)")
-    fig.tight_layout()
-    fig.savefig(sys.argv[2], dpi=120)
-    print(f"wrote {sys.argv[2]}")
+    save_figure(fig, meta, sys.argv[2], f"  ({len(t)} requests)")
 
 
 if __name__ == "__main__":

@@ -17,3 +17,11 @@ def requests(run):
             if len(t):
                 return meta, t
     raise SystemExit(f"{path}: no requests table with rows (not a serving run?)")
+
+
+def save_figure(fig, meta, path, extra=""):
+    """Titles `fig` with the run's experiment, topology and seed, and writes it to `path`."""
+    fig.suptitle(f"{meta['experiment']}  {meta['topology']}  seed {meta['seed']}{extra}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")

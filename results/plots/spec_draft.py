@@ -15,7 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from kvtrace import requests  # noqa: E402
+from kvtrace import requests, save_figure  # noqa: E402
 
 
 def per_round(t):
@@ -59,10 +59,7 @@ def main():
     ax[1].set_xlabel("round")
     ax[1].set_ylim(0, 105)
     ax[1].legend(fontsize=8)
-    fig.suptitle(f"{meta['experiment']}  {meta['topology']}  seed {meta['seed']}")
-    fig.tight_layout()
-    fig.savefig(sys.argv[1], dpi=120)
-    print(f"wrote {sys.argv[1]}")
+    save_figure(fig, meta, sys.argv[1])
 
 
 if __name__ == "__main__":

@@ -60,6 +60,27 @@ RankSummaryRow rank_summary(const RankGrid& grid, const cache::DeviceCache& dc, 
   return m;
 }
 
+void add_tier_stats(RankSummaryRow& m, const cache::DeviceCache& dc) {
+  if (const auto* host = dc.host_tier()) {
+    const auto& h = host->stats();
+    m.d2h_pages = static_cast<std::int64_t>(h.d2h_pages);
+    m.h2d_pages = static_cast<std::int64_t>(h.h2d_pages);
+    m.d2h_bytes = static_cast<std::int64_t>(h.d2h_bytes);
+    m.h2d_bytes = static_cast<std::int64_t>(h.h2d_bytes);
+    m.d2h_ns = static_cast<std::int64_t>(h.d2h_ns);
+    m.h2d_ns = static_cast<std::int64_t>(h.h2d_ns);
+  }
+  if (const auto* st = dc.storage_tier()) {
+    const auto& t = st->stats();
+    m.storage_read_pages = static_cast<std::int64_t>(t.read_pages);
+    m.storage_write_pages = static_cast<std::int64_t>(t.written_pages);
+    m.storage_failed_pages = static_cast<std::int64_t>(t.failed_pages + t.write_failed);
+    m.storage_read_bytes = static_cast<std::int64_t>(t.read_bytes);
+    m.storage_write_bytes = static_cast<std::int64_t>(t.written_bytes);
+    m.storage_read_ns = static_cast<std::int64_t>(t.read_ns);
+  }
+}
+
 void finish_summary(const RankGrid& grid, LoopResult& res) {
   if (grid.world_rank() == 0) res.all.resize(static_cast<std::size_t>(grid.world_size()));
   MPI_Request req;

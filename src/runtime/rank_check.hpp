@@ -42,6 +42,8 @@ struct LoopResult {
 RankSummaryRow rank_summary(const RankGrid& grid, const cache::DeviceCache& dc, const DecisionLog& log,
                             const FailpointRegistry& faults, std::int64_t local_failures);
 void finish_summary(const RankGrid& grid, LoopResult& res);
+// The host and storage tiers' copy counters of this rank (pages, bytes, modelled time).
+void add_tier_stats(RankSummaryRow& m, const cache::DeviceCache& dc);
 
 // The periodic check of both loops: verify this rank's cache (a failure is counted in
 // `local_failures` and logged, not thrown), cross_check, update `res`, print the ranks that

@@ -19,8 +19,10 @@
 #include "runtime/pd.hpp"
 #include "runtime/rank_check.hpp"
 #include "runtime/rank_stack.hpp"
+#include "runtime/request_rows.hpp"
 #include "runtime/scheduler.hpp"
 #include "runtime/serve_workload.hpp"
+#include "runtime/spec_decode.hpp"
 #include "runtime/step_message.hpp"
 #include "protocols/consensus_check.hpp"
 #include "protocols/cp_sharding.hpp"
@@ -33,15 +35,6 @@ namespace kvgrid {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Speculative decoding: whether the target accepts proposed token `i` of the round after the
-// request's `generated`-th token — a seeded Bernoulli draw, a pure function of (seed, request,
-// position), so every rank and every replay draws the same.
-bool draft_token_accepted(std::uint64_t seed, RequestId id, std::uint32_t generated, std::uint32_t i, double p) {
-  const std::uint64_t x = mix64(hash_combine(hash_combine(hash_combine(seed, 0x7370656364726166ULL), id.value()),
-                                             static_cast<std::uint64_t>(generated) * 1024 + i));
-  return static_cast<double>(x >> 11) * 0x1.0p-53 < p;
-}
 
 }  // namespace
 
@@ -133,17 +126,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   };
   // A request that failed (1: aborted, 2: its P/D transfer broke): its row, tokens counted nowhere.
   auto record_failed = [&](const ServeRequest& r, std::int32_t reason) {
-    if (!checker || !trace) return;
-    RequestRow row;
-    row.request = r.spec.id.value();
-    row.round = r.spec.round;
-    row.prompt_tokens = static_cast<std::uint32_t>(r.prompt_len());
-    row.output_tokens = r.spec.output_len;
-    row.failed = reason;
-    row.arrival_ns = r.spec.arrival_ns;
-    row.admit_ns = r.admit_ns;
-    row.finish_ns = clock;
-    trace->request(row);
+    if (checker && trace) trace->request(failed_row(r, reason, clock));
   };
   auto flush = [&] {
     if (trace) trace->flush_all(log, faults);
@@ -473,15 +456,8 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       wait_mpi(&req, "Iallreduce of attention checksums at step " + std::to_string(step));
     }
     const std::uint64_t compute = compute_ns(exp.cost, work, L, shape.tp, shape.cp);
-    // The draft runs after the target's last layer: its layers over the new tokens (the first
-    // proposal), then steps - 1 more proposals, one draft decode pass each.
-    std::uint64_t draft_ns = 0;
-    if (draft_model && !batch.empty()) {
-      draft_ns = compute_ns(exp.cost, work, Ld, shape.tp, shape.cp);
-      if (work.decode_tokens > 0 || std::any_of(batch.begin(), batch.end(), [](const BatchEntry& e) { return e.end == e.req->prompt_len(); }))
-        draft_ns += static_cast<std::uint64_t>(static_cast<double>(dcfg.steps - 1) * exp.cost.decode_ns_per_layer *
-                                               static_cast<double>(Ld) / static_cast<double>(shape.tp));
-    }
+    // The draft runs after the target's last layer.
+    const std::uint64_t draft_ns = draft_model ? draft_step_ns(exp.cost, dcfg, work, batch, Ld, shape.tp, shape.cp) : 0;
     const std::uint64_t step_ns =
         compute + draft_ns + (stage_size > 1 && !batch.empty() ? static_cast<std::uint64_t>(exp.cost.allreduce_ns) : 0);
     clock = step_start;  // the copies' completion times enter through the layer pipeline instead
@@ -515,11 +491,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       const std::uint64_t a_out = chain(a_in, std::span<const std::uint64_t>(partials).subspan(i * L, L));
       out.entries.push_back({e.req->spec.id.value(), e.start, e.end, a_out});
       if (e.prefill) e.req->forward_ns += clock - step_start;  // the step, its restore and gather waits included
-      const bool yields = !e.prefill || e.end == e.req->prompt_len();
-      const std::uint32_t g1 = e.req->generated + 1;  // tokens generated once this step's is
-      const std::int64_t k = spec && yields ? std::min<std::int64_t>(dcfg.steps, static_cast<std::int64_t>(e.req->spec.output_len) -
-                                                                                     static_cast<std::int64_t>(g1) - 1)
-                                            : 0;
+      const std::int64_t k = draft_round_size(dcfg, e);
       if (k > 0) ++rounds_started;
       if (draft_model) {
         const std::uint64_t got = chain(chain_seed(e.req->spec.id, e.start, e.end, /*draft=*/true),
@@ -531,8 +503,8 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
                0, 0);
         }
         if (k > 0) {
-          std::uint32_t a = 0;
-          while (intact && a < k && draft_token_accepted(exp.engine.seed, e.req->spec.id, g1, a, dcfg.accept_prob)) ++a;
+          const std::uint32_t a =
+              draft_accepted(exp.engine.seed, e.req->spec.id, e.req->generated + 1, k, dcfg.accept_prob, intact);
           ++e.req->spec_rounds;
           e.req->spec_proposed += static_cast<std::uint32_t>(k);
           e.req->spec_accepted += a;
@@ -596,33 +568,8 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       if (stack.has_draft) res.spec_digest += mix64(hash_combine(hash_combine(r->spec.id.value(), r->spec_rounds), r->spec_accepted));
       emit(step, r->spec.id.value(), "finish", static_cast<std::int64_t>(r->prompt_len()), r->res.matched.value(),
            r->spec.output_len, r->oracle_ok ? 0 : 1);
-      if (checker && trace && role != PdRole::Prefill) {  // P/D: decode records the requests
-        RequestRow row;
-        row.request = r->spec.id.value();
-        row.round = r->spec.round;
-        row.prompt_tokens = static_cast<std::uint32_t>(r->prompt_len());
-        row.output_tokens = r->spec.output_len;
-        row.cached_tokens = static_cast<std::uint32_t>(r->res.matched.value());
-        row.host_tokens = static_cast<std::uint32_t>(r->res.host_loaded.value());
-        row.storage_tokens = static_cast<std::uint32_t>(r->res.storage_loaded.value());
-        row.computed_tokens = static_cast<std::uint32_t>(r->prompt_len() - static_cast<std::size_t>(r->res.matched.value()));
-        row.oracle_ok = r->oracle_ok ? 1 : 0;
-        row.arrival_ns = r->spec.arrival_ns;
-        row.admit_ns = r->admit_ns;
-        row.first_token_ns = r->first_token_ns;
-        row.finish_ns = r->finish_ns;
-        row.ttft_model_ns = r->first_token_ns - std::min(r->first_token_ns, r->spec.arrival_ns);
-        row.queue_ns = r->admit_ns - std::min(r->admit_ns, r->spec.arrival_ns);
-        row.forward_ns = r->forward_ns;
-        if (role == PdRole::Decode) row.pd_transferred_tokens = row.computed_tokens;  // the rest came from decode's cache
-        row.ttft_wall_ns = r->first_token_wall_ns - std::min(r->first_token_wall_ns, r->seen_wall_ns);
-        row.decode_ns = r->finish_ns - std::min(r->finish_ns, r->first_token_ns);
-        row.spec_rounds = r->spec_rounds;
-        row.spec_proposed = r->spec_proposed;
-        row.spec_accepted = r->spec_accepted;
-        row.draft_mismatches = r->draft_mismatches;
-        trace->request(row);
-      }
+      if (checker && trace && role != PdRole::Prefill)  // P/D: decode records the requests
+        trace->request(finished_row(*r, role == PdRole::Decode));
     }
 
     // Timeline events: copies (modelled start, end, bytes), ACKs consumed, at this step.
@@ -736,22 +683,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   m.pd_sent_bytes = pd.stats().sent_bytes;
   m.pd_broken = pd.stats().broken;
   m.pd_failed = pd.stats().failed;
-  if (const auto* host = dc.host_tier()) {
-    m.d2h_pages = static_cast<std::int64_t>(host->stats().d2h_pages);
-    m.h2d_pages = static_cast<std::int64_t>(host->stats().h2d_pages);
-    m.d2h_bytes = static_cast<std::int64_t>(host->stats().d2h_bytes);
-    m.h2d_bytes = static_cast<std::int64_t>(host->stats().h2d_bytes);
-    m.d2h_ns = static_cast<std::int64_t>(host->stats().d2h_ns);
-    m.h2d_ns = static_cast<std::int64_t>(host->stats().h2d_ns);
-  }
-  if (const auto* st = dc.storage_tier()) {
-    m.storage_read_pages = static_cast<std::int64_t>(st->stats().read_pages);
-    m.storage_write_pages = static_cast<std::int64_t>(st->stats().written_pages);
-    m.storage_failed_pages = static_cast<std::int64_t>(st->stats().failed_pages + st->stats().write_failed);
-    m.storage_read_bytes = static_cast<std::int64_t>(st->stats().read_bytes);
-    m.storage_write_bytes = static_cast<std::int64_t>(st->stats().written_bytes);
-    m.storage_read_ns = static_cast<std::int64_t>(st->stats().read_ns);
-  }
+  add_tier_stats(m, dc);
   finish_summary(grid, res);
   res.wall_s = static_cast<double>(wall_ns()) / 1e9;
   return res;

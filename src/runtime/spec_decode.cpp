@@ -1,0 +1,37 @@
+#include "runtime/spec_decode.hpp"
+
+#include <algorithm>
+
+#include "core/hash.hpp"
+
+namespace kvgrid {
+
+std::int64_t draft_round_size(const DraftConfig& d, const BatchEntry& e) {
+  const bool yields = !e.prefill || e.end == e.req->prompt_len();
+  if (!d.enabled() || !yields) return 0;
+  const auto g1 = static_cast<std::int64_t>(e.req->generated) + 1;  // tokens generated once this step's is
+  return std::min<std::int64_t>(d.steps, static_cast<std::int64_t>(e.req->spec.output_len) - g1 - 1);
+}
+
+std::uint32_t draft_accepted(std::uint64_t seed, RequestId id, std::uint32_t generated, std::int64_t k, double accept_prob,
+                             bool intact) {
+  std::uint32_t a = 0;
+  for (; intact && a < k; ++a) {
+    const std::uint64_t x = mix64(hash_combine(hash_combine(hash_combine(seed, 0x7370656364726166ULL), id.value()),
+                                               static_cast<std::uint64_t>(generated) * 1024 + a));
+    if (static_cast<double>(x >> 11) * 0x1.0p-53 >= accept_prob) break;
+  }
+  return a;
+}
+
+std::uint64_t draft_step_ns(const CostConfig& c, const DraftConfig& d, const StepWork& work, std::span<const BatchEntry> batch,
+                            std::size_t draft_layers, int tp, int cp) {
+  if (batch.empty()) return 0;
+  std::uint64_t ns = compute_ns(c, work, draft_layers, tp, cp);
+  if (work.decode_tokens > 0 || std::any_of(batch.begin(), batch.end(), [](const BatchEntry& e) { return e.end == e.req->prompt_len(); }))
+    ns += static_cast<std::uint64_t>(static_cast<double>(d.steps - 1) * c.decode_ns_per_layer * static_cast<double>(draft_layers) /
+                                     static_cast<double>(tp));
+  return ns;
+}
+
+}  // namespace kvgrid
