@@ -84,10 +84,12 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
   last_match_ = m.matched;
   last_evicted_ = Pages(0);
   Reservation r;
+  const Tokens on_device = m.matched;
   if (host_) {
-    const Tokens before = m.matched;
     r.load_events = host_->load_back(
-        m, [&](Pages n, std::uint32_t owner) { return alloc_evicting(n, owner, &r.evicted, restore_); });
+        m, [&](Pages n, std::uint32_t owner) { return alloc_evicting(n, owner, &r.evicted, restore_); },
+        private_restores_ ? &r.restore_hold : nullptr);
+    const Tokens before = on_device;
     r.host_loaded = m.matched - before;
     if (storage_) {
       const auto [b, e] = storage_->prefetched_range(id);
@@ -124,19 +126,25 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
     admissions_.push_back(fresh ? 1 : 0);
   }
   KVGRID_CONSENSUS(log_, "admit", {static_cast<std::int64_t>(id.value())}, {fresh ? 1 : 0, need.value()});
+  // Private restores: the restored pages [on_device, matched) are the request's, not the tree's.
+  const Pages restored = r.restore_hold ? Pages((m.matched - on_device).value() / p) : Pages(0);
   if (!fresh) {
     // Loaded pages stay in the tree (cached, just not used by this request now): let their copies
-    // land before anyone can read them.
+    // land before anyone can read them. Private ones are freed (never published).
     for (auto& e : r.load_events) e.synchronize();
+    if (r.restore_hold) {
+      pool_.free(std::span<const PageId>(m.device_pages).subspan(m.device_pages.size() - static_cast<std::size_t>(restored.value())));
+      tree_.unlock(r.restore_hold);
+    }
     tree_.unlock(m.last_node);
     r.load_events.clear();
     debug_verify();
     return std::nullopt;
   }
   r.fresh = need;
-  r.private_pages = need;
-  r.shared = m.matched;
-  reserved_ += need;
+  r.private_pages = need + restored;
+  r.shared = r.restore_hold ? on_device : m.matched;
+  reserved_ += need + restored;
   r.pages = std::move(m.device_pages);
   r.pages.insert(r.pages.end(), fresh->begin(), fresh->end());
   r.node = m.last_node;
@@ -185,6 +193,16 @@ void DeviceCache::insert_computed(RequestId id, Reservation& r, std::span<const 
   debug_verify();
 }
 
+void DeviceCache::confirm_restore(RequestId id, Reservation& r, std::span<const TokenId> prompt, bool ok) {
+  for (auto& e : r.load_events) e.synchronize();  // a copy into our pages must land before anything else
+  KVGRID_CONSENSUS(log_, "restore", {static_cast<std::int64_t>(id.value()), r.host_loaded.value()}, {ok ? 1 : 0});
+  if (!r.restore_hold) return;
+  if (ok) insert_computed(id, r, prompt.first(static_cast<std::size_t>(r.matched.value())));
+  tree_.unlock(r.restore_hold);
+  r.restore_hold = nullptr;
+  debug_verify();
+}
+
 void DeviceCache::commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens) {
   KVGRID_CHECK(static_cast<std::int64_t>(kv_tokens.size()) == r.kv_tokens.value(), "commit of ", kv_tokens.size(),
                " tokens for a reservation of ", r.kv_tokens);
@@ -198,6 +216,7 @@ void DeviceCache::commit(RequestId id, Reservation& r, std::span<const TokenId> 
     reserved_ -= tail;
   }
   KVGRID_CHECK(r.private_pages.value() == 0, "request ", id, " still holds ", r.private_pages, " private pages at commit");
+  KVGRID_CHECK(r.restore_hold == nullptr, "request ", id, " committed before its restore was confirmed");
   tree_.unlock(r.node);
   r.node = nullptr;
   debug_verify();
@@ -217,7 +236,9 @@ void DeviceCache::abort(RequestId id, Reservation& r) {
   }
   KVGRID_CHECK(r.private_pages.value() == 0, "request ", id, " still holds ", r.private_pages, " private pages at abort");
   if (r.node) tree_.unlock(r.node);
+  if (r.restore_hold) tree_.unlock(r.restore_hold);  // never published: the nodes stay host-only
   r.node = nullptr;
+  r.restore_hold = nullptr;
   r.pages.clear();
   KVGRID_CONSENSUS(log_, "abort", {static_cast<std::int64_t>(id.value())}, {});
   debug_verify();

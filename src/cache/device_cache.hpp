@@ -54,6 +54,9 @@ struct Reservation {
   Tokens host_loaded{0};            // of `matched`, the part loaded back from the host tier
   Tokens storage_loaded{0};         // of `host_loaded`, the part its storage prefetch brought in
   std::vector<transfer::Event> load_events;  // wait on these before reading the matched pages
+  // Private restores (P/D decode): the host-only node ending the restored range, locked until
+  // `confirm_restore` (null: nothing pending). Until then [shared, matched) are private pages.
+  TreeNode* restore_hold = nullptr;
 };
 
 class DeviceCache {
@@ -74,6 +77,15 @@ class DeviceCache {
   void insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens);
   // The request finished: insert its page-aligned KV, free the partial tail page, unlock.
   void commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens);
+  // Private restores (P/D decode: the request reads its restored pages only steps later, once its
+  // KV arrived): reserve() leaves the restored nodes host-only and their new device pages the
+  // request's; `confirm_restore` publishes them after the restore's outcome was agreed (every rank
+  // of the group calls it at the same point, with the agreed outcome). A failed restore is never
+  // published: the caller aborts the request, which frees the pages.
+  void set_private_restores(bool on) { private_restores_ = on; }
+  // The agreed outcome of r's restore: ok → the restored range enters the tree (pages another
+  // request published meanwhile replace ours, as in insert_computed). Waits for the copies.
+  void confirm_restore(RequestId id, Reservation& r, std::span<const TokenId> prompt, bool ok);
   // The request goes away before it finished (client abort): its storage prefetch stops and
   // releases its host pages, its load-back copies are waited for (the loaded pages stay cached in
   // the tree), its private pages are freed and its lock released. Nothing is inserted.
@@ -161,6 +173,7 @@ class DeviceCache {
   std::vector<std::uint8_t> admissions_, follow_;
   std::size_t follow_at_ = 0;
   bool following_ = false;
+  bool private_restores_ = false;
   Pages reserved_{0};  // pages held privately by reservations
   Tokens last_match_{0};  // of the latest reserve(), for admit()'s report of a refusal
   Pages last_evicted_{0};

@@ -231,10 +231,15 @@ void HostTier::consume_writes(std::size_t consume) {
 }
 
 std::vector<transfer::Event> HostTier::load_back(
-    MatchResult& m, const std::function<std::optional<std::vector<PageId>>(Pages, std::uint32_t)>& alloc_device) {
+    MatchResult& m, const std::function<std::optional<std::vector<PageId>>(Pages, std::uint32_t)>& alloc_device,
+    TreeNode** hold) {
   std::vector<transfer::Event> events;
+  if (hold) *hold = nullptr;
   if (m.host_path.empty() || m.host_matched - m.matched < cfg_.load_back_threshold) return events;
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
+  const std::size_t layers = device_kv_.layers();
+  // A restore may fail (pd.restore.fail, P/D decode): its copies from this layer on are not done.
+  const std::size_t fail_from = cfg_.load_fault ? cfg_.load_fault(layers).value_or(layers) : layers;
   Tokens loaded{0};
   // Making room on the device may allocate host pages (write_back), which may evict host-only
   // leaves: the path being loaded must not be among them.
@@ -244,8 +249,12 @@ std::vector<transfer::Event> HostTier::load_back(
     const Pages need(static_cast<std::int64_t>(n->key.size() / p));
     auto dp = alloc_device(need, n->ext.rotation_base);
     if (!dp) break;
-    auto layer_events = engine_.submit_layers(
-        kLoadStream, layer_copies_at(device_kv_, *dp, 0, host_kv_, n->host, 0, device_kv_.layers()));
+    auto copies = layer_copies_at(device_kv_, *dp, 0, host_kv_, n->host, 0, layers);
+    std::vector<transfer::Event> layer_events;
+    for (std::size_t l = 0; l < layers; ++l) {
+      if (l >= fail_from) engine_.inject(0, true);
+      layer_events.push_back(engine_.submit(kLoadStream, std::move(copies[l])));
+    }
     if (draft_) {  // the draft's copies after the target's last layer: that layer's event waits for them
       auto dcopies = draft_->restore_copies(*dp, n->host);
       if (!dcopies.empty())
@@ -258,10 +267,16 @@ std::vector<transfer::Event> HostTier::load_back(
       transfers_.push_back({"h2d", load, e.complete_ns() - e.modelled_ns(), e.complete_ns(), e.bytes()});
     }
     events.insert(events.end(), layer_events.begin(), layer_events.end());
-    tree_.set_device(n, *dp);
-    tree_.lock(n);  // keep what is loaded while loading the rest
-    tree_.unlock(m.last_node);
-    m.last_node = n;
+    if (hold) {  // private: the pages are the request's until its restore is confirmed
+      tree_.lock(n);
+      if (*hold) tree_.unlock(*hold);
+      *hold = n;
+    } else {
+      tree_.set_device(n, *dp);
+      tree_.lock(n);  // keep what is loaded while loading the rest
+      tree_.unlock(m.last_node);
+      m.last_node = n;
+    }
     m.device_pages.insert(m.device_pages.end(), dp->begin(), dp->end());
     m.matched += Tokens(static_cast<std::int64_t>(n->key.size()));
     loaded += Tokens(static_cast<std::int64_t>(n->key.size()));

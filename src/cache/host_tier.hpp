@@ -11,7 +11,11 @@
 //
 // Load-back: the host-only continuation of a match (at least `load_back_threshold` tokens) gets
 // device pages (evicting other device pages if needed) and a layer-wise host→device copy; the
-// request waits on the per-layer events before reading those pages.
+// request waits on the per-layer events before reading those pages. A published load-back gives
+// the nodes their device pages at once (the request reads them in the step that loaded them); a
+// private one (P/D decode, whose request reads them steps later) leaves the nodes host-only and
+// the pages the request's own until its restore is confirmed — nobody else can read a copy that
+// has not landed or that failed.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +42,9 @@ struct HostTierConfig {
   Tokens load_back_threshold{16};              // load back only host hits of at least this length
   std::function<bool()> alloc_fault;           // failpoint host.alloc.fail: true = this allocation fails
   std::function<bool()> transfer_fault;        // failpoint transfer.fail: true = this backup's copy fails
+  // Failpoint pd.restore.fail (P/D decode): the local layer from which a load-back's copies fail
+  // on this rank, or none (unset: load-backs never fail).
+  std::function<std::optional<std::size_t>(std::size_t layers)> load_fault;
 };
 
 // One copy or ACK for the run's timeline (kvgrid timeline): simulated times, 0 with real copies.
@@ -86,8 +93,12 @@ class HostTier {
   // — the lock moves along) and returns the per-layer events to wait on before reading.
   // CP sharding: `alloc_device(pages, first_owner)` is asked for pages owned, cyclically from
   // first_owner, by the ranks that own the node's host pages (its rotation base).
+  // Private (`hold` non-null): the nodes stay host-only and m.last_node stays; m.matched and
+  // m.device_pages still grow by what was loaded, and `*hold` is the last loaded node, locked
+  // (its path cannot leave the host tier) — the caller unlocks it.
   std::vector<transfer::Event> load_back(
-      MatchResult& m, const std::function<std::optional<std::vector<PageId>>(Pages, std::uint32_t)>& alloc_device);
+      MatchResult& m, const std::function<std::optional<std::vector<PageId>>(Pages, std::uint32_t)>& alloc_device,
+      TreeNode** hold = nullptr);
 
   // Host pages for someone else (a storage prefetch): evicts host-only leaves if needed; the
   // outcome is agreed like a backup's allocation. Every rank of the stage calls it at the same point.

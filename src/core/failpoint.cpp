@@ -34,6 +34,11 @@ const std::vector<FailpointSpec>& failpoint_catalogue() {
        "P/D: a request's suffix transfer from the prefill ranks breaks after a random layer (the rest arrives as zeros); "
        "the decode side fails that request and releases what it held",
        {}},
+      {"pd.restore.fail",
+       "P/D: a decode rank's host->device restore of a request's cached prefix fails from a random layer on (a copy "
+       "error); decode agrees the outcome over its ranks, fails that request (reason pd_restore) before it is decoded "
+       "and releases what it held; the restored pages are never published",
+       {}},
       {"device.page.corrupt",
        "flips bits of a random cached (radix tree) device page at the start of a step; its next reader must see an oracle mismatch",
        {{"bits", 1.0, 1.0, 64.0, "bits flipped"}}},

@@ -99,6 +99,9 @@ Schema build_schema() {
   s.add(ikey({"protocol", "consensus_interval"}, 16, 1, kBig, "steps between online consensus checks"));
   s.add(skey({"protocol", "pd"}, {"decode_reuse", "full_transfer"},
              "P/D world: decode matches its own radix tree and receives only the suffix, or (baseline) receives the whole prompt"));
+  s.add(skey({"protocol", "pd_restore"}, {"agreed", "unchecked"},
+             "P/D decode's host restores: private until their outcome is agreed over decode's ranks (a failed one fails "
+             "its request), or (buggy) published at once and never checked"));
   s.add(skey({"protocol", "tp_sync"}, {"min_allreduce", "per_rank", "skip_when_empty"},
              "agreement of ACK consumption in a stage (buggy: per_rank, skip_when_empty)"));
   s.add(skey({"workload", "kind"}, {"tree", "gsp", "multiturn", "mooncake"},
@@ -277,6 +280,7 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.protocol.consensus_check = c.get_string("protocol.consensus_check");
   e.protocol.consensus_interval = c.get_int("protocol.consensus_interval");
   e.protocol.pd = c.get_string("protocol.pd");
+  e.protocol.pd_restore = c.get_string("protocol.pd_restore");
   e.model.cp_split = c.get_string("model.cp_split");
   auto& w = e.workload;
   w.kind = c.get_string("workload.kind");

@@ -125,6 +125,7 @@ struct ProtocolConfig {
   std::string consensus_check = "off";  // "on": the online rank consensus checker
   std::int64_t consensus_interval = 16;  // steps between its checks
   std::string pd = "decode_reuse";       // P/D: decode reuses its own prefix cache, or receives the whole prompt
+  std::string pd_restore = "agreed";     // P/D: decode's restores private until agreed, or (buggy) unchecked
 };
 
 struct OutputConfig {

@@ -4,6 +4,7 @@
 
 #include "cache/page_hash.hpp"
 #include "core/check.hpp"
+#include "runtime/pd.hpp"
 #include "protocols/pp_sync.hpp"
 #include "protocols/prefetch_consensus.hpp"
 #include "protocols/tp_sync.hpp"
@@ -11,7 +12,8 @@
 namespace kvgrid {
 
 RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults, DecisionLog& log)
-    : fault_rng(rank_stream(exp.engine.seed, grid.world_rank()).fork("storage.fault.target")) {
+    : fault_rng(rank_stream(exp.engine.seed, grid.world_rank()).fork("storage.fault.target")),
+      restore_fault_rng(rank_stream(exp.engine.seed, grid.world_rank()).fork("pd.restore.fail.layer")) {
   const auto& c = grid.coord();
   const auto& shape = grid.shape();
   geo = ModelGeometry::for_rank(exp, c, shape);
@@ -74,7 +76,13 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
                            if (auto d = faults.evaluate("transfer.delay", log.step()))
                              engine->inject(static_cast<std::uint64_t>(d->param("delay_us") * 1e3), false);
                            return faults.evaluate("transfer.fail", log.step()).has_value();
-                         }},
+                         },
+                         pd_role(exp, grid) != PdRole::Decode
+                             ? std::function<std::optional<std::size_t>(std::size_t)>{}
+                             : [&faults, &log, this](std::size_t layers) -> std::optional<std::size_t> {
+                                 if (!faults.evaluate("pd.restore.fail", log.step())) return std::nullopt;
+                                 return static_cast<std::size_t>(restore_fault_rng.below(layers));
+                               }},
                         *pool, *host_kv, *engine, *agreement);
   if (host_kv && shape.pp > 1) {
     publish_agreement = protocols::make_publish_agreement(exp.protocol.pp_sync, grid);
@@ -131,6 +139,9 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
     draft = std::make_unique<cache::DraftState>(exp.model.draft.mode, *draft_pool, host_kv.get(), geo.local_layers());
     dc->set_draft(draft.get());
   }
+  // P/D decode reads a restore steps after it started: its restores stay private until agreed.
+  // protocol.pd_restore = unchecked (the bug): published at once, their outcome never looked at.
+  if (pd_role(exp, grid) == PdRole::Decode && exp.protocol.pd_restore == "agreed") dc->set_private_restores(true);
   // device.alloc.fail across stages under pp_sync: PP0's stage decides, later stages follow.
   relay_admissions = faults.configured("device.alloc.fail") && shape.pp > 1 && exp.protocol.pp_sync == "pp_sync";
   if (faults.configured("device.alloc.fail")) {

@@ -52,6 +52,7 @@ struct RankStack {
   std::unique_ptr<cache::CrossStageAgreement> publish_agreement;  // protocol.pp_sync's publish (PP > 1)
   bool relay_admissions = false;  // device.alloc.fail across stages: PP0 decides, later stages follow
   Rng fault_rng;                  // storage failpoints' targets
+  Rng restore_fault_rng;          // pd.restore.fail's first failing layer
 };
 
 }  // namespace kvgrid

@@ -54,11 +54,11 @@ nlohmann::json report_json(const RunTrace& run) {
     std::uint64_t spec_rounds = 0, spec_proposed = 0, spec_accepted = 0, draft_mismatches = 0, output = 0;
     double decode_ms = 0;
     std::map<std::uint32_t, Round> rounds;
-    std::uint64_t failed = 0, failed_abort = 0, failed_pd = 0;
+    std::uint64_t failed = 0, failed_abort = 0, failed_pd = 0, failed_restore = 0;
     for (const auto& q : reqs) {
-      if (q.failed) {  // aborted or a broken P/D transfer: counted, its tokens nowhere
+      if (q.failed) {  // aborted, a broken P/D transfer or restore: counted, its tokens nowhere
         ++failed;
-        ++(q.failed == 2 ? failed_pd : failed_abort);
+        ++(q.failed == 2 ? failed_pd : q.failed == 3 ? failed_restore : failed_abort);
         continue;
       }
       prompt += q.prompt_tokens;
@@ -90,8 +90,8 @@ nlohmann::json report_json(const RunTrace& run) {
     auto rate = [&](std::uint64_t x) { return prompt ? static_cast<double>(x) / static_cast<double>(prompt) : 0.0; };
     const double hit = rate(cached);
     j["finished"] = reqs.size() - failed;
-    j["failed"] = failed;  // aborted requests (request.abort) and broken P/D transfers
-    j["failed_by_reason"] = {{"abort", failed_abort}, {"pd_transfer", failed_pd}};
+    j["failed"] = failed;  // aborted requests (request.abort), broken P/D transfers and restores
+    j["failed_by_reason"] = {{"abort", failed_abort}, {"pd_transfer", failed_pd}, {"pd_restore", failed_restore}};
     j["prompt_tokens"] = prompt;
     // Tiers by where the hit was found: host_tokens includes what a storage prefetch brought in.
     j["cached_tokens"] = {{"device", cached - host}, {"host", host - storage}, {"storage", storage}};
@@ -264,12 +264,13 @@ std::string report_text(const RunTrace& run) {
     if (run.meta_string("topology").find(" + ") != std::string::npos) {  // a P/D world
       std::snprintf(line, sizeof(line),
                     "# P/D: %lld prompt tokens transferred prefill -> decode (%.1f%% of the prompts), %llu requests failed "
-                    "by a broken transfer; output throughput %.0f tokens/s\n",
+                    "by a broken transfer, %llu by a broken restore; output throughput %.0f tokens/s\n",
                     static_cast<long long>(j["transferred_tokens"]["pd"].get<std::int64_t>()),
                     j["prompt_tokens"].get<double>() > 0
                         ? 100.0 * j["transferred_tokens"]["pd"].get<double>() / j["prompt_tokens"].get<double>()
                         : 0.0,
-                    j["failed_by_reason"]["pd_transfer"].get<unsigned long long>(), j["output_token_throughput"].get<double>());
+                    j["failed_by_reason"]["pd_transfer"].get<unsigned long long>(),
+                    j["failed_by_reason"]["pd_restore"].get<unsigned long long>(), j["output_token_throughput"].get<double>());
       os << line;
     }
     if (j.contains("spec")) {

@@ -85,6 +85,8 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   // P/D (runtime/pd.hpp): this rank's group prefills or decodes; the leaders exchange control messages.
   PdLink pd(exp, grid, pool, faults, kv_bytes_scale);
   const PdRole role = pd.role();
+  std::unique_ptr<RestoreAgreement> restores;  // decode: the outcome of each request's restore
+  if (role == PdRole::Decode) restores = std::make_unique<RestoreAgreement>(grid);
   SchedulerConfig scfg;
   scfg.chunk_size = exp.engine.chunk_size;
   scfg.max_running = exp.engine.max_running;
@@ -124,12 +126,30 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
                   std::int32_t status) {
     if (trace) trace->event(static_cast<std::uint64_t>(step), wall_ns(), clock, request, op, a0, a1, a2, status);
   };
-  // A request that failed (1: aborted, 2: its P/D transfer broke): its row, tokens counted nowhere.
+  // A request that failed (1: aborted, 2: its P/D transfer broke, 3: its P/D restore broke): its
+  // row, tokens counted nowhere.
   auto record_failed = [&](const ServeRequest& r, std::int32_t reason) {
     if (checker && trace) trace->request(failed_row(r, reason, clock));
   };
   auto flush = [&] {
     if (trace) trace->flush_all(log, faults);
+  };
+  // Decode: a request's KV is complete and its restore's outcome agreed — decode it, or fail it
+  // (3: its restore broke; never decoded, the restored pages never published).
+  auto kv_complete = [&](std::int64_t step, const RestoreAgreement::Outcome& o) {
+    ServeRequest* r = sched.find_running(o.id);
+    KVGRID_CHECK(r != nullptr && r->awaiting_kv, "step ", step, ": restore outcome of request ", o.id, " which is not waiting");
+    dc.confirm_restore(o.id, r->res, r->tokens, o.ok);
+    if (o.ok) {
+      sched.kv_arrived(o.id, o.ready_ns, wall_ns());
+      return;
+    }
+    auto gone = sched.abort(o.id);
+    ++res.failed;
+    ++pd.stats().restore_failed;
+    emit(step, o.id.value(), "pd_restore_fail", gone->res.host_loaded.value(), gone->res.matched.value(), 0, 1);
+    if (leader && first_stage) pd_to_peer.push_back({kPdFinished, o.id.value(), clock});
+    record_failed(*gone, 3);
   };
   auto check = [&](std::int64_t step) {
     CheckOutcome co = periodic_check(grid, dc, log, local_failures, step, res, print);
@@ -234,8 +254,10 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     total_known = in.total;
     if (role == PdRole::Prefill) pd.on_prefill_records(in.pd);
     if (role == PdRole::Decode) {
-      // Suffixes the prefill ranks sent at the previous step: wait for this rank's receives (and
-      // its restores), then decode; a broken transfer fails its request, which is never decoded.
+      // Suffixes the prefill ranks sent at the previous step: wait for this rank's receives and
+      // restores, agree the restores' outcome, then decode; a broken transfer or restore fails
+      // its request, which is never decoded.
+      for (const auto& o : restores->decided()) kv_complete(step, o);  // PP > 1: the previous step's
       for (const auto& [kind, id, value] : in.pd) {
         if (kind == kPdAdmitted) continue;  // PP0's answers of this step, compared after scheduling
         if (kind == kPdAbort) {  // mid-transfer or still waiting: prefill will never send it
@@ -252,12 +274,21 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         pd.finish_receive(*r);
         if (kind == kPdSent) {
           std::uint64_t ready = value;
-          for (const auto& ev : r->res.load_events) ready = std::max(ready, ev.complete_ns());
+          bool ok = true;
+          for (const auto& ev : r->res.load_events) {
+            ev.synchronize();
+            ready = std::max(ready, ev.complete_ns());
+            ok = ok && !ev.failed();
+          }
           clock = std::max(clock, ready);
           res.pd_received_tokens += static_cast<std::int64_t>(r->prompt_len()) - r->res.matched.value();
-          sched.kv_arrived(RequestId(id), ready, wall_ns());
           emit(step, id, "pd_recv", static_cast<std::int64_t>(r->prompt_len() - static_cast<std::size_t>(r->res.matched.value())),
-               r->res.matched.value(), static_cast<std::int64_t>(ready), 0);
+               r->res.matched.value(), static_cast<std::int64_t>(ready), ok ? 0 : 1);  // 1: this rank's restore broke
+          if (r->res.restore_hold) {
+            restores->add(RequestId(id), ready, ok);
+          } else {
+            sched.kv_arrived(RequestId(id), ready, wall_ns());
+          }
           continue;
         }
         KVGRID_CHECK(kind == kPdBroken, "P/D record of kind ", kind, " from the prefill leader");
@@ -268,6 +299,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         if (leader && first_stage) pd_to_peer.push_back({kPdFinished, id, clock});
         record_failed(*gone, 2);  // a broken P/D transfer
       }
+      for (const auto& o : restores->decided()) kv_complete(step, o);  // PP = 1: this step's
     }
     if (!in.specs.empty()) {
       for (auto& sp : decode_specs(in.specs)) {
@@ -537,9 +569,10 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       emit(step, 0, "pp_send", c.pp, static_cast<std::int64_t>(out.clock_ns), out.write_acks, 0);
     }
     // Across stages, after the message went out: publish the consumed backups, then the prefetch
-    // decisions (the same order on every rank).
+    // decisions, then the restores' outcomes (the same order on every rank).
     if (auto* host = dc.host_tier()) host->end_of_step();
     if (auto* st = dc.storage_tier()) st->end_of_step();
+    if (restores) restores->end_of_step();
     accepts_next = std::move(accepts_out);
     expect_back = rounds_started > 0;
     KVGRID_CHECK(!stack.has_draft || accepts_next.size() == rounds_started, "draft rounds: ", accepts_next.size(), " verified of ",
@@ -641,14 +674,16 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   res.oracle_mismatches = mism;
   if (role != PdRole::None) {  // the first prefill rank's and the first decode rank's counts, on every rank
     const bool first_rank = grid.world_rank() == c.group_base;
-    std::int64_t v[3] = {first_rank && role == PdRole::Prefill ? pd.stats().sent_tokens : 0,
+    std::int64_t v[4] = {first_rank && role == PdRole::Prefill ? pd.stats().sent_tokens : 0,
                          first_rank && role == PdRole::Decode ? res.pd_received_tokens : 0,
-                         first_rank && role == PdRole::Decode ? pd.stats().failed : 0};
-    KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_SUM, grid.world(), &req));
+                         first_rank && role == PdRole::Decode ? pd.stats().failed : 0,
+                         first_rank && role == PdRole::Decode ? pd.stats().restore_failed : 0};
+    KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, 4, MPI_INT64_T, MPI_SUM, grid.world(), &req));
     wait_mpi(&req, "Iallreduce of P/D transfer counts");
     res.pd_sent_tokens = v[0];
     res.pd_received_tokens = v[1];
     res.pd_failed = v[2];
+    res.pd_restore_failed = v[3];
   }
   if (spec) {  // the last stage's counts, on every rank
     std::uint64_t v[5] = {static_cast<std::uint64_t>(res.spec_rounds), static_cast<std::uint64_t>(res.spec_proposed),
@@ -683,6 +718,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   m.pd_sent_bytes = pd.stats().sent_bytes;
   m.pd_broken = pd.stats().broken;
   m.pd_failed = pd.stats().failed;
+  m.pd_restore_failed = pd.stats().restore_failed;
   add_tier_stats(m, dc);
   finish_summary(grid, res);
   res.wall_s = static_cast<double>(wall_ns()) / 1e9;

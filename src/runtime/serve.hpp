@@ -45,7 +45,7 @@ struct ServeResult : LoopResult {
   std::uint64_t spec_digest = 0;
   // P/D (every rank): prompt tokens the prefill ranks sent and the decode ranks received (first
   // rank of each), requests failed by a broken transfer
-  std::int64_t pd_sent_tokens = 0, pd_received_tokens = 0, pd_failed = 0;
+  std::int64_t pd_sent_tokens = 0, pd_received_tokens = 0, pd_failed = 0, pd_restore_failed = 0;
   bool ok() const { return divergences() == 0 && verify_failures == 0 && oracle_mismatches == 0; }
 };
 

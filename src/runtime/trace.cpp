@@ -121,6 +121,7 @@ Handle rank_summary_type() {
   KVGRID_FIELD(pd_sent_bytes, H5T_NATIVE_INT64);
   KVGRID_FIELD(pd_broken, H5T_NATIVE_INT64);
   KVGRID_FIELD(pd_failed, H5T_NATIVE_INT64);
+  KVGRID_FIELD(pd_restore_failed, H5T_NATIVE_INT64);
 #undef KVGRID_FIELD
   return t;
 }

@@ -55,7 +55,9 @@ struct RequestRow {
   std::uint32_t host_tokens = 0;  // of cached_tokens, loaded back from the host tier
   std::uint32_t storage_tokens = 0;  // of host_tokens, prefetched from storage for this request
   std::int32_t oracle_ok = 1;
-  std::int32_t failed = 0;  // 1: aborted before it finished, 2: its P/D transfer broke (finish_ns: when); its tokens count nowhere
+  // 1: aborted before it finished, 2: its P/D transfer broke, 3: its P/D restore broke (finish_ns:
+  // when); its tokens count nowhere
+  std::int32_t failed = 0;
   std::uint64_t arrival_ns = 0, admit_ns = 0, first_token_ns = 0, finish_ns = 0;  // modelled clock
   std::uint64_t ttft_model_ns = 0, queue_ns = 0, forward_ns = 0, ttft_wall_ns = 0;
   std::uint64_t decode_ns = 0;  // modelled: first token to finish
@@ -78,8 +80,8 @@ struct RankSummaryRow {
   // it held at once, and its layer gathers (bytes received, modelled time)
   std::int64_t device_pool_pages = 0, device_high_water = 0, gather_bytes = 0, gather_ns = 0;
   // P/D: prompt tokens and bytes this prefill rank sent (counted at the send), broken transfers;
-  // requests this decode rank failed on a broken transfer
-  std::int64_t pd_sent_tokens = 0, pd_sent_bytes = 0, pd_broken = 0, pd_failed = 0;
+  // requests this decode rank failed on a broken transfer, on a broken restore
+  std::int64_t pd_sent_tokens = 0, pd_sent_bytes = 0, pd_broken = 0, pd_failed = 0, pd_restore_failed = 0;
 };
 
 struct RunMeta {

@@ -297,6 +297,43 @@ def pd_shape():
            jf["finished"] + jf["failed"] == r["finished"], "each broken transfer fails its request", jf["failed_by_reason"], fired)
 
 
+def pd_restore_fail():
+    """Broken decode-side restores (pd.restore.fail, drawn on each decode rank): the requests that
+    fail with reason pd_restore are exactly those whose restore broke on some decode rank (its
+    pd_recv event, status 1), each had a host restore, the rest are decoded oracle-OK and nothing
+    leaks; the report counts them by reason. The unchecked variant decodes on the broken KV: the
+    oracle catches it."""
+    sets = ["--set", "workload.gsp.groups=2", "--set", "workload.gsp.turns=3", "--set", "cache.device_pages=400",
+            "--set", "faults.pd.restore.fail.probability=0.3"]
+    rc, so, se = run(4, PDMT, "--out", out("pdr"), *sets)
+    expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so and "# verify failures: 0 OK" in so,
+           "broken restores run", so, se)
+    broke, failed, restored = set(), set(), 0
+    with h5py.File(out("pdr/run.h5"), "r") as f:
+        for r in f["ranks"]:
+            g = f["ranks"][r]
+            if int(g.attrs["group"]) != 1:
+                continue
+            ev = g["events"][:]
+            recv = ev[ev["op"] == b"pd_recv"]
+            broke |= {int(x) for x in recv[recv["status"] == 1]["request"]}
+            fail = ev[ev["op"] == b"pd_restore_fail"]  # every decode rank: (host_loaded, decode_prefix_len)
+            restored = int((fail["args"][:, 0] > 0).sum()) if len(fail) else 0
+            q = g["requests"][:]
+            if len(q):
+                failed = {int(x) for x in q[q["failed"] == 3]["request"]}
+    print("restores broken on some decode rank:", sorted(broke), "failed pd_restore:", sorted(failed))
+    expect(broke and failed == broke, "exactly the requests whose restore broke fail", sorted(broke), sorted(failed))
+    expect(restored == len(failed), "each had a host restore", restored, len(failed))
+    j = json.loads(tool("report", out("pdr"), "--json")[1])
+    expect(j["failed_by_reason"]["pd_restore"] == len(failed) == j["failed"], "report by reason", j["failed_by_reason"])
+    rc, so, se = tool("report", out("pdr"))
+    expect(f"{len(failed)} by a broken restore" in so, "report text", so)
+    rc, so, se = run(4, PDMT, "--out", out("pdr-bug"), *sets, "--set", "protocol.pd_restore=unchecked")
+    m = re.search(r"# oracle mismatches: (\d+) FAILED", so)
+    expect(rc == 1 and m and int(m.group(1)) > 0, "unchecked restores caught by the oracle", so, se)
+
+
 def help_and_usage():
     for args in (["--help"], ["run", "--help"], ["report", "--help"], ["check", "--help"]):
         rc, so, se = tool(*args)

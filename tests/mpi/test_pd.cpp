@@ -4,7 +4,8 @@
 // decode ranks receive, and much less than full_transfer, which sends every prompt whole; both
 // oracle OK and agreed. With pd.transfer.fail, host/copy/link/storage faults and stage skew, broken
 // transfers fail exactly their requests (never decoded: the oracle stays OK), the rest finish,
-// and every page is released (verify). The same seed gives the same run.
+// and every page is released (verify). Broken restores (pd.restore.fail) fail exactly their
+// requests, and the unchecked variant is caught by the oracle. The same seed gives the same run.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -107,6 +108,43 @@ TEST(Pd, AbortsReleaseTheRequestOnBothSidesMidTransfer) {
     EXPECT_GT(v[0], 0) << "no request was aborted";
     EXPECT_EQ(v[1], v[0] + r.pd_failed) << "decode released a different set of requests";
     EXPECT_EQ(r.pd_sent_tokens, r.pd_received_tokens);
+  }
+}
+
+// pd.restore.fail on each decode rank independently (one TP rank's copy may fail alone): the
+// outcome is agreed over decode's ranks, so exactly the requests whose restore broke somewhere
+// fail — on every rank, never decoded, their restored pages never published and all released.
+// The buggy variant (restores published at once, never checked) decodes on the broken KV.
+TEST(Pd, BrokenRestoresFailExactlyTheirRequestsAndReleaseTheirPages) {
+  if (layouts().empty()) GTEST_SKIP() << "needs an even world";
+  const std::vector<std::string> faults = {"faults.pd.restore.fail.probability=0.3", "faults.transfer.delay.probability=0.2",
+                                           "cost.stage_skew=0.5", "cache.device_pages=40"};
+  for (const auto& [tp, pp] : layouts()) {
+    SCOPED_TRACE("TP" + std::to_string(tp) + " PP" + std::to_string(pp));
+    DecisionLog log;
+    auto r = serve(pd_world(tp, pp, faults, 5), log);
+    EXPECT_EQ(r.oracle_mismatches, 0) << "a request was decoded on a broken restore";
+    EXPECT_EQ(r.divergences(), 0);
+    EXPECT_EQ(r.verify_failures, 0) << "pages held by a failed request leaked";
+    EXPECT_GT(r.pd_restore_failed, 0);
+    EXPECT_EQ(r.pd_failed, 0);
+    EXPECT_EQ(r.pd_sent_tokens, r.pd_received_tokens);
+    // Decode's first rank failed exactly its broken restores; prefill failed nothing.
+    const int me = testing::world_rank(), half = testing::world_size() / 2;
+    std::int64_t v[2] = {me == 0 ? r.failed : 0, me == half ? r.failed : 0};
+    MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(v[0], 0);
+    EXPECT_EQ(v[1], r.pd_restore_failed);
+    if (testing::world_rank() == half)
+      std::printf("[ pd ] TP%d PP%d: %lld requests failed on a broken restore of %lld (%lld pages restored)\n", tp, pp,
+                  static_cast<long long>(r.pd_restore_failed), static_cast<long long>(r.requests),
+                  static_cast<long long>(r.mine.h2d_pages));
+    std::vector<std::string> buggy = faults;
+    buggy.push_back("protocol.pd_restore=unchecked");
+    DecisionLog blog;
+    auto b = serve(pd_world(tp, pp, buggy, 5), blog);
+    EXPECT_GT(b.oracle_mismatches, 0) << "unchecked restores must be caught by the oracle";
+    EXPECT_EQ(b.pd_restore_failed, 0);
   }
 }
 

@@ -1,7 +1,9 @@
 // The host tier controller in one process (an agreement of one rank), hand-computed: write ACKs
 // consumed in FIFO order and only when finished, a node split while its write is pending publishes
 // both fragments, write policies (write_through, write_through_selective's hit threshold), the
-// load-back threshold, a failed copy that publishes nothing. verify() after each step.
+// load-back threshold, a failed copy that publishes nothing; private restores (P/D decode): nobody
+// else reads them before they are confirmed, two requests restoring the same prefix keep one copy,
+// a failed one is never published and frees its pages. verify() after each step.
 #include <gtest/gtest.h>
 
 #include "tier_rig.hpp"
@@ -117,6 +119,147 @@ TEST(HostTier, AFailedCopyPublishesNothingAndFreesItsHostPages) {
   rig.clock = 2'000'000;
   rig.dc.host_tier()->writing_check();
   EXPECT_EQ(rig.dc.tree().host_pages(), Pages(9));
+  rig.dc.verify();
+}
+
+// `a` (4 reusable pages) cached on the host only: computed, backed up, then evicted from a
+// device pool of 10 pages by a 10-page request.
+std::vector<TokenId> host_only_prefix(Rig& rig) {
+  const auto a = prompt(17, 1);
+  run_request(rig, RequestId(1), a);
+  rig.clock = 1'000'000;
+  rig.dc.host_tier()->writing_check();
+  run_request(rig, RequestId(2), prompt(37, 1000));
+  rig.clock = 2'000'000;
+  rig.dc.host_tier()->writing_check();
+  EXPECT_EQ(rig.dc.tree().peek_prefix(a).matched, Tokens(0));
+  EXPECT_EQ(rig.dc.tree().peek_prefix(a).host_matched, Tokens(16));
+  // Distinct KV words in its host pages (the rig computes nothing), so a restore can be checked.
+  const auto hp = rig.dc.tree().peek_prefix(a).host_pages;
+  for (std::size_t i = 0; i < hp.size(); ++i)
+    for (std::size_t l = 0; l < rig.host.layers(); ++l) {
+      std::uint64_t* b = rig.host.layer_block(hp[i], l);
+      for (std::size_t w = 0; w < rig.host.layer_block_bytes() / 8; ++w) b[w] = 0xa000 + 100 * i + 10 * l + w;
+    }
+  return a;
+}
+
+// The device page's layer blocks equal the host page's (what a restore must have copied).
+bool same_kv(Rig& rig, PageId device_page, PageId host_page) {
+  for (std::size_t l = 0; l < rig.device.layers(); ++l)
+    if (std::memcmp(rig.device.layer_block(device_page, l), rig.host.layer_block(host_page, l), rig.device.layer_block_bytes()))
+      return false;
+  return true;
+}
+
+TEST(PrivateRestore, NobodyReadsItBeforeItIsConfirmedAndTwoRestoresKeepOneCopy) {
+  auto rig = host_rig("private", "write_through", {}, Pages(12));
+  const auto a = host_only_prefix(rig);
+  const auto host_of_a = rig.dc.tree().peek_prefix(a).host_pages;
+  ASSERT_EQ(host_of_a.size(), 4u);
+  rig.dc.set_private_restores(true);
+  auto x = rig.dc.reserve(RequestId(3), a, Tokens(17));
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(x->matched, Tokens(16));
+  EXPECT_EQ(x->host_loaded, Tokens(16));
+  ASSERT_NE(x->restore_hold, nullptr);
+  EXPECT_EQ(x->shared, Tokens(0));
+  // The nodes stay host-only: a second request finds no device hit and restores its own copy.
+  EXPECT_EQ(rig.dc.tree().peek_prefix(a).matched, Tokens(0));
+  EXPECT_EQ(rig.dc.reserved_pages(), Pages(5));  // 4 restored + 1 for the last token
+  rig.dc.verify();
+  auto y = rig.dc.reserve(RequestId(4), a, Tokens(17));
+  ASSERT_TRUE(y.has_value());
+  EXPECT_EQ(y->host_loaded, Tokens(16));
+  EXPECT_EQ(rig.dc.reserved_pages(), Pages(10));
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_NE(x->pages[i], y->pages[i]);
+  rig.dc.verify();
+  // x confirmed: its pages enter the tree.
+  rig.dc.confirm_restore(RequestId(3), *x, a, true);
+  EXPECT_EQ(x->restore_hold, nullptr);
+  EXPECT_EQ(x->shared, Tokens(16));
+  auto m = rig.dc.tree().peek_prefix(a);
+  ASSERT_EQ(m.matched, Tokens(16));
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(m.device_pages[i], x->pages[i]);
+    EXPECT_TRUE(same_kv(rig, x->pages[i], host_of_a[i])) << "page " << i;
+  }
+  EXPECT_EQ(rig.dc.reserved_pages(), Pages(6));
+  rig.dc.verify();
+  // y confirmed second: its copy is a duplicate, freed; its page table now reads the tree's pages.
+  const Pages used = rig.dc.pool().used_pages();
+  rig.dc.confirm_restore(RequestId(4), *y, a, true);
+  EXPECT_EQ(rig.dc.pool().used_pages(), used - Pages(4));
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(y->pages[i], x->pages[i]);
+  EXPECT_EQ(rig.dc.reserved_pages(), Pages(2));
+  rig.dc.verify();
+  rig.dc.commit(RequestId(3), *x, a);
+  rig.dc.commit(RequestId(4), *y, a);
+  EXPECT_EQ(rig.dc.reserved_pages(), Pages(0));
+  EXPECT_EQ(rig.dc.pool().used_pages(), rig.dc.tree().total_pages());
+  rig.dc.verify();
+}
+
+TEST(PrivateRestore, AFailedRestoreIsNeverPublishedAndFreesItsPages) {
+  std::optional<std::size_t> fail_from = 1;  // of 2 layers: layer 1's copies fail
+  int draws = 0;
+  auto rig = host_rig("private-fail", "write_through", [&](HostTierConfig& c) {
+    c.load_fault = [&](std::size_t layers) {
+      ++draws;
+      EXPECT_EQ(layers, 2u);
+      return fail_from;
+    };
+  }, Pages(12));
+  const auto a = host_only_prefix(rig);
+  draws = 0;
+  rig.dc.set_private_restores(true);
+  const Pages tree_pages = rig.dc.tree().total_pages(), host_pages = rig.dc.tree().host_pages();
+  auto x = rig.dc.reserve(RequestId(3), a, Tokens(17));
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(draws, 1) << "one draw per restore";
+  ASSERT_EQ(x->load_events.size(), 2u);  // one node × 2 layers
+  for (auto& e : x->load_events) e.synchronize();
+  EXPECT_FALSE(x->load_events[0].failed());
+  EXPECT_TRUE(x->load_events[1].failed());
+  const auto host_of_a = rig.dc.tree().peek_prefix(a).host_pages;
+  ASSERT_EQ(host_of_a.size(), 4u);
+  EXPECT_TRUE(same_kv(rig, x->pages[0], host_of_a[0]) == false) << "layer 1 was not copied";
+  rig.dc.confirm_restore(RequestId(3), *x, a, false);
+  rig.dc.abort(RequestId(3), *x);
+  // Nothing of it is left: the prefix is host-only as before, its host pages kept, no page reserved.
+  auto m = rig.dc.tree().peek_prefix(a);
+  EXPECT_EQ(m.matched, Tokens(0));
+  EXPECT_EQ(m.host_matched, Tokens(16));
+  EXPECT_EQ(rig.dc.tree().host_pages(), host_pages);
+  EXPECT_EQ(rig.dc.reserved_pages(), Pages(0));
+  EXPECT_EQ(rig.dc.pool().used_pages(), rig.dc.tree().total_pages());
+  EXPECT_LE(rig.dc.tree().total_pages(), tree_pages);
+  rig.dc.verify();
+  // The next restore (no fault) copies every layer and is published.
+  fail_from.reset();
+  auto z = rig.dc.reserve(RequestId(5), a, Tokens(17));
+  ASSERT_TRUE(z.has_value());
+  rig.dc.confirm_restore(RequestId(5), *z, a, true);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_TRUE(same_kv(rig, z->pages[i], host_of_a[i])) << "page " << i;
+  EXPECT_EQ(rig.dc.tree().peek_prefix(a).matched, Tokens(16));
+  rig.dc.commit(RequestId(5), *z, a);
+  rig.dc.verify();
+}
+
+TEST(PrivateRestore, ARequestThatCannotBeAdmittedFreesItsRestore) {
+  auto rig = host_rig("private-refused", "write_through", {}, Pages(12));
+  const auto a = host_only_prefix(rig);
+  rig.dc.set_private_restores(true);
+  // 4 restored pages fit, the 20 more pages it would need do not: refused, nothing kept.
+  const Pages used = rig.dc.pool().used_pages();
+  const auto loaded = rig.dc.host_tier()->stats().h2d_pages;
+  auto x = rig.dc.reserve(RequestId(3), a, Tokens(17 + 80));
+  EXPECT_FALSE(x.has_value());
+  EXPECT_EQ(rig.dc.host_tier()->stats().h2d_pages, loaded + 4) << "restored first, then refused";
+  EXPECT_EQ(rig.dc.tree().peek_prefix(a).matched, Tokens(0));
+  EXPECT_EQ(rig.dc.reserved_pages(), Pages(0));
+  EXPECT_LE(rig.dc.pool().used_pages(), used);
+  EXPECT_EQ(rig.dc.pool().used_pages(), rig.dc.tree().total_pages());
   rig.dc.verify();
 }
 
