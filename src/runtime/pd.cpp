@@ -42,22 +42,22 @@ StepMessage PdLink::recv_control(std::int64_t step) {
 }
 
 void PdLink::relay_admission(std::uint64_t id, std::uint64_t value, std::int64_t step,
-                             std::vector<std::array<std::uint64_t, 3>>& out) {
+                             std::vector<PdRecord>& out) {
   out.push_back({kPdAdmitted, id, value});
   if (faults_.evaluate("pd.transfer.fail", static_cast<std::uint64_t>(step)))
     out.push_back({kPdFault, id, fault_rng_.below(static_cast<std::uint64_t>(exp_.model.layers))});
 }
 
-void PdLink::on_prefill_records(const std::vector<std::array<std::uint64_t, 3>>& pd) {
+void PdLink::on_prefill_records(const std::vector<PdRecord>& pd) {
   for (const auto& [kind, id, value] : pd) {
     if (kind == kPdAdmitted) boot_[id] = {value & 0xffffffffULL, static_cast<std::uint32_t>(value >> 32), ~0ULL};
     if (kind == kPdFault) boot_.at(id).breaks_at = value;
   }
 }
 
-std::vector<std::array<std::uint64_t, 3>> PdLink::send_suffixes(const std::vector<BatchEntry>& batch, std::uint64_t clock_ns,
+std::vector<PdRecord> PdLink::send_suffixes(const std::vector<BatchEntry>& batch, std::uint64_t clock_ns,
                                                                 std::int64_t step, bool announcer) {
-  std::vector<std::array<std::uint64_t, 3>> out;
+  std::vector<PdRecord> out;
   const std::size_t p = static_cast<std::size_t>(exp_.cache.page_size.value());
   for (const auto& e : batch) {
     if (!e.prefill || e.end != e.req->prompt_len()) continue;
@@ -95,8 +95,8 @@ std::vector<std::array<std::uint64_t, 3>> PdLink::send_suffixes(const std::vecto
   return out;
 }
 
-std::vector<std::array<std::uint64_t, 3>> PdLink::post_receives(const std::vector<ServeRequest*>& admitted) {
-  std::vector<std::array<std::uint64_t, 3>> out;
+std::vector<PdRecord> PdLink::post_receives(const std::vector<ServeRequest*>& admitted) {
+  std::vector<PdRecord> out;
   const std::size_t p = static_cast<std::size_t>(exp_.cache.page_size.value());
   for (ServeRequest* r : admitted) {
     KVGRID_CHECK(!free_slots_.empty(), "no P/D transfer slot left (engine.max_running bounds the requests in flight)");

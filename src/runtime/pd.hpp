@@ -40,6 +40,8 @@
 namespace kvgrid {
 
 enum class PdRole { None, Prefill, Decode };
+// One record of a control message or of the records relayed inside a group: (kind, request, value).
+using PdRecord = std::array<std::uint64_t, 3>;
 // Kinds of StepMessage::pd records.
 enum PdKind : std::uint64_t {
   kPdAdmitted = 1,  // D: (request, decode_prefix_len | slot << 32); relayed inside prefill
@@ -103,19 +105,19 @@ class PdLink {
 
   // Prefill leader: turns decode's admissions into records for the prefill group, drawing
   // pd.transfer.fail for each.
-  void relay_admission(std::uint64_t id, std::uint64_t value, std::int64_t step, std::vector<std::array<std::uint64_t, 3>>& out);
+  void relay_admission(std::uint64_t id, std::uint64_t value, std::int64_t step, std::vector<PdRecord>& out);
   // Every prefill rank: the group's relayed records.
-  void on_prefill_records(const std::vector<std::array<std::uint64_t, 3>>& pd);
+  void on_prefill_records(const std::vector<PdRecord>& pd);
   bool bootstrapped(RequestId id) const { return boot_.count(id.value()) > 0; }
   // Every prefill rank, after the step's forward: sends the suffix of each entry that finished its
   // prefill; returns the leader's announcements (kPdSent / kPdBroken) for the next P.
   // The leader (`announcer`) also draws p2p.delay for each: decode sees that transfer end later.
-  std::vector<std::array<std::uint64_t, 3>> send_suffixes(const std::vector<BatchEntry>& batch, std::uint64_t clock_ns,
+  std::vector<PdRecord> send_suffixes(const std::vector<BatchEntry>& batch, std::uint64_t clock_ns,
                                                           std::int64_t step, bool announcer);
 
   // Every decode rank: a transfer slot and the suffix's receives for each admitted request;
   // returns the leader's kPdAdmitted records.
-  std::vector<std::array<std::uint64_t, 3>> post_receives(const std::vector<ServeRequest*>& admitted);
+  std::vector<PdRecord> post_receives(const std::vector<ServeRequest*>& admitted);
   // The request's receives are complete (after P said it was sent); frees its slot.
   void finish_receive(ServeRequest& r);
   // P/D abort: decode withdraws the receives of a request prefill will never send (frees its

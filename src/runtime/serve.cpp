@@ -17,6 +17,7 @@
 #include "runtime/cost.hpp"
 #include "runtime/model.hpp"
 #include "runtime/pd.hpp"
+#include "runtime/pd_decode.hpp"
 #include "runtime/rank_check.hpp"
 #include "runtime/rank_stack.hpp"
 #include "runtime/request_rows.hpp"
@@ -85,8 +86,6 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   // P/D (runtime/pd.hpp): this rank's group prefills or decodes; the leaders exchange control messages.
   PdLink pd(exp, grid, pool, faults, kv_bytes_scale);
   const PdRole role = pd.role();
-  std::unique_ptr<RestoreAgreement> restores;  // decode: the outcome of each request's restore
-  if (role == PdRole::Decode) restores = std::make_unique<RestoreAgreement>(grid);
   SchedulerConfig scfg;
   scfg.chunk_size = exp.engine.chunk_size;
   scfg.max_running = exp.engine.max_running;
@@ -97,7 +96,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   scfg.reuse = exp.protocol.pd == "decode_reuse";
   if (role == PdRole::Prefill) scfg.admit_gate = [&pd](RequestId id) { return pd.bootstrapped(id); };
   Scheduler sched(scfg, dc);
-  std::vector<std::array<std::uint64_t, 3>> pd_to_peer;  // leaders: records for the other group's next message
+  std::vector<PdRecord> pd_to_peer;  // leaders: records for the other group's next message
   bool decode_idle = false;                              // prefill leader: decode's last answer
   std::uint64_t decode_clock = 0;                        // prefill leader: decode's clock then
   // Only PP0's leader owns the workload (P/D: the prefill group's); a bad trace must still stop
@@ -134,23 +133,10 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   auto flush = [&] {
     if (trace) trace->flush_all(log, faults);
   };
-  // Decode: a request's KV is complete and its restore's outcome agreed — decode it, or fail it
-  // (3: its restore broke; never decoded, the restored pages never published).
-  auto kv_complete = [&](std::int64_t step, const RestoreAgreement::Outcome& o) {
-    ServeRequest* r = sched.find_running(o.id);
-    KVGRID_CHECK(r != nullptr && r->awaiting_kv, "step ", step, ": restore outcome of request ", o.id, " which is not waiting");
-    dc.confirm_restore(o.id, r->res, r->tokens, o.ok);
-    if (o.ok) {
-      sched.kv_arrived(o.id, o.ready_ns, wall_ns());
-      return;
-    }
-    auto gone = sched.abort(o.id);
-    ++res.failed;
-    ++pd.stats().restore_failed;
-    emit(step, o.id.value(), "pd_restore_fail", gone->res.host_loaded.value(), gone->res.matched.value(), 0, 1);
-    if (leader && first_stage) pd_to_peer.push_back({kPdFinished, o.id.value(), clock});
-    record_failed(*gone, 3);
-  };
+  std::unique_ptr<PdDecodeStep> decode_step;  // P/D decode (runtime/pd_decode.hpp)
+  if (role == PdRole::Decode)
+    decode_step = std::make_unique<PdDecodeStep>(exp, grid, pd, sched, dc, clock, res, pd_to_peer,
+                                                 PdDecodeStep::Hooks{emit, record_failed, wall_ns});
   auto check = [&](std::int64_t step) {
     CheckOutcome co = periodic_check(grid, dc, log, local_failures, step, res, print);
     emit(step, 0, "check", static_cast<std::int64_t>(co.tree_differs.size()), static_cast<std::int64_t>(co.decisions_differ.size()),
@@ -253,54 +239,9 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     const bool exhausted = in.exhausted != 0;
     total_known = in.total;
     if (role == PdRole::Prefill) pd.on_prefill_records(in.pd);
-    if (role == PdRole::Decode) {
-      // Suffixes the prefill ranks sent at the previous step: wait for this rank's receives and
-      // restores, agree the restores' outcome, then decode; a broken transfer or restore fails
-      // its request, which is never decoded.
-      for (const auto& o : restores->decided()) kv_complete(step, o);  // PP > 1: the previous step's
-      for (const auto& [kind, id, value] : in.pd) {
-        if (kind == kPdAdmitted) continue;  // PP0's answers of this step, compared after scheduling
-        if (kind == kPdAbort) {  // mid-transfer or still waiting: prefill will never send it
-          if (ServeRequest* w = sched.find_running(RequestId(id))) pd.cancel_receive(*w);
-          auto gone = sched.abort(RequestId(id));
-          KVGRID_CHECK(gone != nullptr, "aborted request ", id, " is not on decode");
-          ++res.failed;
-          emit(step, id, "abort", 0, gone->res.host_loaded.value(), 0, 1);
-          record_failed(*gone, 1);
-          continue;
-        }
-        ServeRequest* r = sched.find_running(RequestId(id));
-        KVGRID_CHECK(r != nullptr && r->awaiting_kv, "step ", step, ": a transfer for request ", id, " which is not waiting for one");
-        pd.finish_receive(*r);
-        if (kind == kPdSent) {
-          std::uint64_t ready = value;
-          bool ok = true;
-          for (const auto& ev : r->res.load_events) {
-            ev.synchronize();
-            ready = std::max(ready, ev.complete_ns());
-            ok = ok && !ev.failed();
-          }
-          clock = std::max(clock, ready);
-          res.pd_received_tokens += static_cast<std::int64_t>(r->prompt_len()) - r->res.matched.value();
-          emit(step, id, "pd_recv", static_cast<std::int64_t>(r->prompt_len() - static_cast<std::size_t>(r->res.matched.value())),
-               r->res.matched.value(), static_cast<std::int64_t>(ready), ok ? 0 : 1);  // 1: this rank's restore broke
-          if (r->res.restore_hold) {
-            restores->add(RequestId(id), ready, ok);
-          } else {
-            sched.kv_arrived(RequestId(id), ready, wall_ns());
-          }
-          continue;
-        }
-        KVGRID_CHECK(kind == kPdBroken, "P/D record of kind ", kind, " from the prefill leader");
-        auto gone = sched.abort(RequestId(id));
-        ++res.failed;
-        ++pd.stats().failed;
-        emit(step, id, "pd_fail", static_cast<std::int64_t>(value), gone->res.matched.value(), 0, 1);
-        if (leader && first_stage) pd_to_peer.push_back({kPdFinished, id, clock});
-        record_failed(*gone, 2);  // a broken P/D transfer
-      }
-      for (const auto& o : restores->decided()) kv_complete(step, o);  // PP = 1: this step's
-    }
+    // Decode: the suffixes the prefill ranks sent at the previous step (receives, restores and
+    // their agreed outcome), broken transfers, aborts.
+    if (decode_step) decode_step->records(step, in.pd);
     if (!in.specs.empty()) {
       for (auto& sp : decode_specs(in.specs)) {
         ++res.requests;
@@ -339,40 +280,9 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     auto batch = sched.schedule(clock);
     pool.reset(sched.fresh_pages());
     if (stack.draft_pool) stack.draft_pool->reset(sched.fresh_pages());
-    std::vector<std::array<std::uint64_t, 3>> decode_answers;  // this step's admissions, relayed to later stages
-    if (role == PdRole::Decode && !sched.admitted().empty()) {  // after the reset: the receives land in these pages
-      // decode_prefix_len: page-aligned by construction, the same on every rank of the stage
-      // (its decisions are agreed); checked, since the suffix's receives depend on it.
-      std::vector<std::uint64_t> lens;
-      for (const auto* r : sched.admitted()) {
-        KVGRID_CHECK(r->res.matched.value() % exp.cache.page_size.value() == 0, "decode_prefix_len is not page-aligned");
-        lens.push_back(static_cast<std::uint64_t>(r->res.matched.value()));
-        lens.push_back(~static_cast<std::uint64_t>(r->res.matched.value()));
-      }
-      if (stage_size > 1) {
-        std::vector<std::uint64_t> mins(lens.size());
-        MPI_Request req;
-        KVGRID_MPI_CHECK(MPI_Iallreduce(lens.data(), mins.data(), static_cast<int>(lens.size()), MPI_UINT64_T, MPI_MIN,
-                                        grid.stage(), &req));
-        wait_mpi(&req, "Iallreduce of decode_prefix_len at step " + std::to_string(step));
-        if (mins != lens)
-          throw RunFailure("decode ranks of stage " + std::to_string(c.pp) + " disagree on decode_prefix_len at step " +
-                           std::to_string(step) + ": their cache decisions diverged");
-      }
-      decode_answers = pd.post_receives(sched.admitted());
-      for (const auto* r : sched.admitted())
-        emit(step, r->spec.id.value(), "pd_admit", r->res.matched.value(), r->res.host_loaded.value(),
-             static_cast<std::int64_t>(r->prompt_len()), 0);
-      if (leader && first_stage) pd_to_peer.insert(pd_to_peer.end(), decode_answers.begin(), decode_answers.end());
-    }
-    if (role == PdRole::Decode && !first_stage) {  // decode_prefix_len is PP0's answer: every stage must agree
-      std::vector<std::array<std::uint64_t, 3>> theirs;
-      for (const auto& t : in.pd)
-        if (t[0] == kPdAdmitted) theirs.push_back(t);
-      if (theirs != decode_answers)
-        throw RunFailure("decode stage " + std::to_string(c.pp) + " admitted other requests or decode_prefix_len than stage 0 at step " +
-                         std::to_string(step) + ": their cache decisions diverged");
-    }
+    // Decode: this step's admissions answered (decode_prefix_len agreed, receives posted);
+    // relayed to later stages, which compare.
+    const std::vector<PdRecord> decode_answers = decode_step ? decode_step->admissions(step, in.pd) : std::vector<PdRecord>{};
 
     // 3. the previous stage's activation must describe the same batch.
     if (!first_stage) {
@@ -572,7 +482,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     // decisions, then the restores' outcomes (the same order on every rank).
     if (auto* host = dc.host_tier()) host->end_of_step();
     if (auto* st = dc.storage_tier()) st->end_of_step();
-    if (restores) restores->end_of_step();
+    if (decode_step) decode_step->end_of_step();
     accepts_next = std::move(accepts_out);
     expect_back = rounds_started > 0;
     KVGRID_CHECK(!stack.has_draft || accepts_next.size() == rounds_started, "draft rounds: ", accepts_next.size(), " verified of ",

@@ -1,0 +1,61 @@
+// The decode group's part of each serving step in a P/D world (the protocol: runtime/pd.hpp).
+// Every decode rank, in this order each step:
+//   records()     the prefill leader's records of the step, relayed to every decode rank:
+//                 aborted requests (their posted receives withdrawn), suffixes sent (receives
+//                 waited for, restores waited for and their outcome agreed — RestoreAgreement —
+//                 then decoded or failed: reason 3) and broken transfers (failed: reason 2);
+//   admissions()  after scheduling: this step's admissions — decode_prefix_len page-aligned and
+//                 the same over the stage (and, at later stages, equal to PP0's relayed answers),
+//                 the suffix's receives posted; returns the answers (kPdAdmitted);
+//   end_of_step() after the step's message went out: the restores' pipelined agreement (PP > 1).
+// The PP0 leader's records for prefill (answers, finished and failed requests) go to `to_peer`.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "cache/device_cache.hpp"
+#include "runtime/pd.hpp"
+#include "runtime/scheduler.hpp"
+#include "runtime/serve.hpp"
+
+namespace kvgrid {
+
+class PdDecodeStep {
+ public:
+  struct Hooks {
+    std::function<void(std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1,
+                       std::int64_t a2, std::int32_t status)>
+        emit;
+    std::function<void(const ServeRequest&, std::int32_t reason)> record_failed;  // its request row
+    std::function<std::uint64_t()> wall_ns;
+  };
+  PdDecodeStep(const ExperimentConfig& exp, const RankGrid& grid, PdLink& pd, Scheduler& sched, cache::DeviceCache& dc,
+               std::uint64_t& clock, ServeResult& res, std::vector<PdRecord>& to_peer, Hooks hooks);
+
+  void records(std::int64_t step, const std::vector<PdRecord>& in);
+  std::vector<PdRecord> admissions(std::int64_t step, const std::vector<PdRecord>& in);
+  void end_of_step() { restores_.end_of_step(); }
+
+ private:
+  // The request's KV is complete and its restore's outcome agreed: decode it, or fail it.
+  void kv_complete(std::int64_t step, const RestoreAgreement::Outcome& o);
+  // Fails a request decode holds (never decoded): released, counted, reported to prefill.
+  void fail(std::int64_t step, RequestId id, std::int32_t reason, const char* op, std::int64_t a0);
+
+  const ExperimentConfig& exp_;
+  const RankGrid& grid_;
+  PdLink& pd_;
+  Scheduler& sched_;
+  cache::DeviceCache& dc_;
+  std::uint64_t& clock_;
+  ServeResult& res_;
+  std::vector<PdRecord>& to_peer_;
+  Hooks hooks_;
+  RestoreAgreement restores_;
+  bool announcer_;  // PP0's leader: talks to prefill
+  int stage_size_ = 1;
+};
+
+}  // namespace kvgrid
