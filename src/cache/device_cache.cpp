@@ -85,6 +85,18 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
   last_evicted_ = Pages(0);
   Reservation r;
   const Tokens on_device = m.matched;
+  if (private_restores_ && host_) {
+    // A private restore of a request refused anyway would be copied for nothing (and again at
+    // every retry): refuse first when even eviction cannot make room for everything past the
+    // device hit (restored + fresh pages).
+    const Pages beyond = Pages((kv_tokens.value() + p - 1) / p) - Pages(static_cast<std::int64_t>(m.device_pages.size()));
+    if (pool_.free_pages() + tree_.evictable_pages() < beyond) {
+      KVGRID_CONSENSUS(log_, "admit", {static_cast<std::int64_t>(id.value())}, {0, beyond.value()});
+      tree_.unlock(m.last_node);
+      debug_verify();
+      return std::nullopt;
+    }
+  }
   if (host_) {
     r.load_events = host_->load_back(
         m, [&](Pages n, std::uint32_t owner) { return alloc_evicting(n, owner, &r.evicted, restore_); },
@@ -134,7 +146,7 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
     for (auto& e : r.load_events) e.synchronize();
     if (r.restore_hold) {
       pool_.free(std::span<const PageId>(m.device_pages).subspan(m.device_pages.size() - static_cast<std::size_t>(restored.value())));
-      tree_.unlock(r.restore_hold);
+      end_restore(r.restore_hold, m.last_node);
     }
     tree_.unlock(m.last_node);
     r.load_events.clear();
@@ -193,13 +205,23 @@ void DeviceCache::insert_computed(RequestId id, Reservation& r, std::span<const 
   debug_verify();
 }
 
+void DeviceCache::end_restore(TreeNode* hold, TreeNode* boundary) {
+  // The restored range is the chain from `hold` up to the device boundary (splits meanwhile only
+  // added nodes to it).
+  for (TreeNode* n = hold; n != boundary; n = n->parent) {
+    KVGRID_CHECK(n != nullptr && n->ext.restoring > 0, "restored node without its restore mark");
+    --n->ext.restoring;
+  }
+  tree_.unlock(hold);
+}
+
 void DeviceCache::confirm_restore(RequestId id, Reservation& r, std::span<const TokenId> prompt, bool ok) {
   for (auto& e : r.load_events) e.synchronize();  // a copy into our pages must land before anything else
   KVGRID_CONSENSUS(log_, "restore", {static_cast<std::int64_t>(id.value()), r.host_loaded.value()}, {ok ? 1 : 0});
   if (!r.restore_hold) return;
-  if (ok) insert_computed(id, r, prompt.first(static_cast<std::size_t>(r.matched.value())));
-  tree_.unlock(r.restore_hold);
+  end_restore(r.restore_hold, r.node);
   r.restore_hold = nullptr;
+  if (ok) insert_computed(id, r, prompt.first(static_cast<std::size_t>(r.matched.value())));
   debug_verify();
 }
 
@@ -235,8 +257,8 @@ void DeviceCache::abort(RequestId id, Reservation& r) {
     reserved_ -= mine;
   }
   KVGRID_CHECK(r.private_pages.value() == 0, "request ", id, " still holds ", r.private_pages, " private pages at abort");
+  if (r.restore_hold) end_restore(r.restore_hold, r.node);  // never published: the nodes stay host-only
   if (r.node) tree_.unlock(r.node);
-  if (r.restore_hold) tree_.unlock(r.restore_hold);  // never published: the nodes stay host-only
   r.node = nullptr;
   r.restore_hold = nullptr;
   r.pages.clear();

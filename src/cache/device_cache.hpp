@@ -159,6 +159,8 @@ class DeviceCache {
 
  private:
   void debug_verify() const;
+  // A private restore ends (confirmed, failed or refused): its nodes' marks and lock go.
+  void end_restore(TreeNode* hold, TreeNode* boundary);
   RadixTree tree_;
   DevicePool pool_;
   DecisionLog& log_;

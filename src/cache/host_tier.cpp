@@ -246,6 +246,7 @@ std::vector<transfer::Event> HostTier::load_back(
   TreeNode* tail = m.host_path.back();
   tree_.lock(tail);
   for (TreeNode* n : m.host_path) {
+    if (hold && n->ext.restoring > 0) break;  // another request's private restore of it is in flight
     const Pages need(static_cast<std::int64_t>(n->key.size() / p));
     auto dp = alloc_device(need, n->ext.rotation_base);
     if (!dp) break;
@@ -268,6 +269,7 @@ std::vector<transfer::Event> HostTier::load_back(
     }
     events.insert(events.end(), layer_events.begin(), layer_events.end());
     if (hold) {  // private: the pages are the request's until its restore is confirmed
+      ++n->ext.restoring;
       tree_.lock(n);
       if (*hold) tree_.unlock(*hold);
       *hold = n;

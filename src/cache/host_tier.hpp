@@ -95,7 +95,8 @@ class HostTier {
   // first_owner, by the ranks that own the node's host pages (its rotation base).
   // Private (`hold` non-null): the nodes stay host-only and m.last_node stays; m.matched and
   // m.device_pages still grow by what was loaded, and `*hold` is the last loaded node, locked
-  // (its path cannot leave the host tier) — the caller unlocks it.
+  // (its path cannot leave the host tier) — the caller unlocks it. A private load-back stops at a
+  // node another private restore holds (`ext.restoring`): no second copy of the same pages.
   std::vector<transfer::Event> load_back(
       MatchResult& m, const std::function<std::optional<std::vector<PageId>>(Pages, std::uint32_t)>& alloc_device,
       TreeNode** hold = nullptr);

@@ -13,6 +13,7 @@ NodeExt NodeExt::split_prefix(Pages prefix_pages) {
   NodeExt prefix;
   prefix.hit_count = hit_count;  // every match that reached the suffix also crossed the prefix
   prefix.pending_write = pending_write;  // both fragments are published when the write's ACK is consumed
+  prefix.restoring = restoring;          // both fragments are in the restore's range
   prefix.rotation_base = rotation_base;  // the prefix starts where the node started
   prefix.shards = shards;
   rotation_base = static_cast<std::uint32_t>((rotation_base + static_cast<std::uint64_t>(prefix_pages.value())) % shards);

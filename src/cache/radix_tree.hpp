@@ -44,6 +44,9 @@ namespace kvgrid::cache {
 struct NodeExt {
   std::uint64_t hit_count = 0;      // matches that reached this node (write_through_selective uses it)
   std::uint64_t pending_write = 0;  // id of an unpublished device→host backup of this node (0: none)
+  // Private restores (P/D decode) of this host-only node in flight: no other request restores it
+  // again meanwhile (it reuses only what precedes it).
+  std::uint32_t restoring = 0;
   // CP page ownership (cp_placement.hpp): the owner of the node's first page among `shards`; the
   // owners of its pages continue cyclically. Kept while the node is host-only, so a restore
   // puts each page back on its owner.

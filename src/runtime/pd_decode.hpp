@@ -37,6 +37,7 @@ class PdDecodeStep {
   void records(std::int64_t step, const std::vector<PdRecord>& in);
   std::vector<PdRecord> admissions(std::int64_t step, const std::vector<PdRecord>& in);
   void end_of_step() { restores_.end_of_step(); }
+  std::size_t restores_pending() const { return restores_.pending(); }
 
  private:
   // The request's KV is complete and its restore's outcome agreed: decode it, or fail it.

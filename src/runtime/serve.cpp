@@ -182,6 +182,8 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
           const StepMessage d = pd.recv_control(step);
           decode_clock = d.clock_ns;
           for (const auto& [kind, id, value] : d.pd) {
+            // An answer is heard when decode sent it: prefill cannot start that request earlier.
+            if (kind == kPdAdmitted) clock = std::max(clock, d.clock_ns + static_cast<std::uint64_t>(exp.cost.pd_latency_us * 1e3));
             if (kind == kPdAdmitted) pd.relay_admission(id, value, step, in.pd);
             if (kind == kPdFinished) workload->finished(RequestId(id), value);
             if (kind == kPdIdle) decode_idle = value != 0;
@@ -570,6 +572,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     }
     if ((step + 1) % exp.output.flush_every == 0 || done) flush();
   }
+  KVGRID_CHECK(!decode_step || decode_step->restores_pending() == 0, "the run stopped with restore outcomes still being agreed");
   sender.drain(true);
   back_sender.drain(true);
   pd.drain();

@@ -96,7 +96,7 @@ TEST(Pd, AbortsReleaseTheRequestOnBothSidesMidTransfer) {
   for (const auto& [tp, pp] : layouts()) {
     SCOPED_TRACE("TP" + std::to_string(tp) + " PP" + std::to_string(pp));
     DecisionLog log;
-    auto r = serve(pd_world(tp, pp, {"faults.request.abort.probability=0.05", "faults.pd.transfer.fail.probability=0.1"}, 12),
+    auto r = serve(pd_world(tp, pp, {"faults.request.abort.probability=0.08", "faults.pd.transfer.fail.probability=0.1"}, 12),
                    log);
     EXPECT_EQ(r.oracle_mismatches, 0);
     EXPECT_EQ(r.divergences(), 0);

@@ -2,8 +2,9 @@
 // consumed in FIFO order and only when finished, a node split while its write is pending publishes
 // both fragments, write policies (write_through, write_through_selective's hit threshold), the
 // load-back threshold, a failed copy that publishes nothing; private restores (P/D decode): nobody
-// else reads them before they are confirmed, two requests restoring the same prefix keep one copy,
-// a failed one is never published and frees its pages. verify() after each step.
+// else reads or restores them again before they are confirmed, a copy another request published
+// meanwhile makes ours a duplicate, a failed one is never published and frees its pages.
+// verify() after each step.
 #include <gtest/gtest.h>
 
 #include "tier_rig.hpp"
@@ -152,7 +153,7 @@ bool same_kv(Rig& rig, PageId device_page, PageId host_page) {
   return true;
 }
 
-TEST(PrivateRestore, NobodyReadsItBeforeItIsConfirmedAndTwoRestoresKeepOneCopy) {
+TEST(PrivateRestore, NobodyReadsItBeforeItIsConfirmedNorRestoresItTwice) {
   auto rig = host_rig("private", "write_through", {}, Pages(12));
   const auto a = host_only_prefix(rig);
   const auto host_of_a = rig.dc.tree().peek_prefix(a).host_pages;
@@ -164,17 +165,21 @@ TEST(PrivateRestore, NobodyReadsItBeforeItIsConfirmedAndTwoRestoresKeepOneCopy) 
   EXPECT_EQ(x->host_loaded, Tokens(16));
   ASSERT_NE(x->restore_hold, nullptr);
   EXPECT_EQ(x->shared, Tokens(0));
-  // The nodes stay host-only: a second request finds no device hit and restores its own copy.
+  // The nodes stay host-only: nobody else gets a device hit on pages that may not have landed.
   EXPECT_EQ(rig.dc.tree().peek_prefix(a).matched, Tokens(0));
   EXPECT_EQ(rig.dc.reserved_pages(), Pages(5));  // 4 restored + 1 for the last token
   rig.dc.verify();
+  // A second request meanwhile neither reads them nor restores them again: it reuses nothing.
+  const auto loads = rig.dc.host_tier()->stats().h2d_pages;
   auto y = rig.dc.reserve(RequestId(4), a, Tokens(17));
   ASSERT_TRUE(y.has_value());
-  EXPECT_EQ(y->host_loaded, Tokens(16));
-  EXPECT_EQ(rig.dc.reserved_pages(), Pages(10));
-  for (std::size_t i = 0; i < 4; ++i) EXPECT_NE(x->pages[i], y->pages[i]);
+  EXPECT_EQ(y->matched, Tokens(0));
+  EXPECT_EQ(y->host_loaded, Tokens(0));
+  EXPECT_EQ(y->restore_hold, nullptr);
+  EXPECT_EQ(rig.dc.host_tier()->stats().h2d_pages, loads);
+  EXPECT_EQ(rig.dc.reserved_pages(), Pages(10));  // y: 5 fresh pages for everything
   rig.dc.verify();
-  // x confirmed: its pages enter the tree.
+  // x confirmed: its pages enter the tree, holding the host's KV.
   rig.dc.confirm_restore(RequestId(3), *x, a, true);
   EXPECT_EQ(x->restore_hold, nullptr);
   EXPECT_EQ(x->shared, Tokens(16));
@@ -186,17 +191,42 @@ TEST(PrivateRestore, NobodyReadsItBeforeItIsConfirmedAndTwoRestoresKeepOneCopy) 
   }
   EXPECT_EQ(rig.dc.reserved_pages(), Pages(6));
   rig.dc.verify();
-  // y confirmed second: its copy is a duplicate, freed; its page table now reads the tree's pages.
-  const Pages used = rig.dc.pool().used_pages();
-  rig.dc.confirm_restore(RequestId(4), *y, a, true);
-  EXPECT_EQ(rig.dc.pool().used_pages(), used - Pages(4));
-  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(y->pages[i], x->pages[i]);
-  EXPECT_EQ(rig.dc.reserved_pages(), Pages(2));
-  rig.dc.verify();
-  rig.dc.commit(RequestId(3), *x, a);
+  // y commits what it computed: the prefix is in the tree already, y's pages are duplicates.
   rig.dc.commit(RequestId(4), *y, a);
+  rig.dc.commit(RequestId(3), *x, a);
   EXPECT_EQ(rig.dc.reserved_pages(), Pages(0));
   EXPECT_EQ(rig.dc.pool().used_pages(), rig.dc.tree().total_pages());
+  rig.dc.verify();
+  // The next request finds the prefix on the device.
+  auto z = rig.dc.reserve(RequestId(5), a, Tokens(17));
+  ASSERT_TRUE(z.has_value());
+  EXPECT_EQ(z->matched, Tokens(16));
+  EXPECT_EQ(z->host_loaded, Tokens(0));
+  rig.dc.commit(RequestId(5), *z, a);
+  rig.dc.verify();
+}
+
+TEST(PrivateRestore, AnotherRequestsInsertMeanwhileMakesOursADuplicate) {
+  auto rig = host_rig("private-dup", "write_through", {}, Pages(12));
+  const auto a = host_only_prefix(rig);
+  rig.dc.set_private_restores(true);
+  auto x = rig.dc.reserve(RequestId(3), a, Tokens(17));
+  ASSERT_TRUE(x.has_value());
+  ASSERT_NE(x->restore_hold, nullptr);
+  // y reuses nothing (x's restore is in flight), receives the whole prompt and commits it first:
+  // the host-only nodes take y's pages.
+  auto y = rig.dc.reserve(RequestId(4), a, Tokens(17));
+  ASSERT_TRUE(y.has_value());
+  rig.dc.commit(RequestId(4), *y, a);
+  EXPECT_EQ(rig.dc.tree().peek_prefix(a).matched, Tokens(16));
+  const auto tree_pages = rig.dc.tree().peek_prefix(a).device_pages;
+  const Pages used = rig.dc.pool().used_pages();
+  rig.dc.confirm_restore(RequestId(3), *x, a, true);  // x's restored copies are freed as duplicates
+  EXPECT_EQ(rig.dc.pool().used_pages(), used - Pages(4));
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(x->pages[i], tree_pages[i]);
+  rig.dc.verify();
+  rig.dc.commit(RequestId(3), *x, a);
+  EXPECT_EQ(rig.dc.reserved_pages(), Pages(0));
   rig.dc.verify();
 }
 
@@ -250,12 +280,13 @@ TEST(PrivateRestore, ARequestThatCannotBeAdmittedFreesItsRestore) {
   auto rig = host_rig("private-refused", "write_through", {}, Pages(12));
   const auto a = host_only_prefix(rig);
   rig.dc.set_private_restores(true);
-  // 4 restored pages fit, the 20 more pages it would need do not: refused, nothing kept.
+  // 4 restored pages would fit, the 20 more pages it needs do not: refused before any copy (a
+  // restore for nothing, repeated at every retry, would hold up the restores behind it).
   const Pages used = rig.dc.pool().used_pages();
   const auto loaded = rig.dc.host_tier()->stats().h2d_pages;
   auto x = rig.dc.reserve(RequestId(3), a, Tokens(17 + 80));
   EXPECT_FALSE(x.has_value());
-  EXPECT_EQ(rig.dc.host_tier()->stats().h2d_pages, loaded + 4) << "restored first, then refused";
+  EXPECT_EQ(rig.dc.host_tier()->stats().h2d_pages, loaded) << "refused before anything was copied";
   EXPECT_EQ(rig.dc.tree().peek_prefix(a).matched, Tokens(0));
   EXPECT_EQ(rig.dc.reserved_pages(), Pages(0));
   EXPECT_LE(rig.dc.pool().used_pages(), used);
