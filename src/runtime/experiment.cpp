@@ -406,7 +406,6 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
     };
     refuse(d.enabled(), "model.draft.mode = \"" + d.mode + "\" (speculative decoding)");
     refuse(e.cache.cp_sharding != "replicated", "cache.cp_sharding = \"" + e.cache.cp_sharding + "\"");
-    for (const auto& f : e.faults) refuse(f.name == "device.alloc.fail", "faults.\"" + f.name + "\"");
     // transfer tags: one slot per request in flight, one tag per layer
     if (e.engine.max_running * e.model.layers > 30000)
       throw InputError(src + ": engine.max_running × model.layers = " + std::to_string(e.engine.max_running * e.model.layers) +

@@ -77,7 +77,8 @@ TEST(Pd, BrokenTransfersFailExactlyTheirRequestsUnderFaults) {
     DecisionLog log;
     auto r = serve(pd_world(tp, pp, {"faults.pd.transfer.fail.probability=0.15", "faults.transfer.fail.probability=0.1",
                                      "faults.transfer.delay.probability=0.2", "faults.p2p.delay.probability=0.1",
-                                     "faults.host.alloc.fail.probability=0.05", "faults.storage.read.fail.probability=0.1",
+                                     "faults.host.alloc.fail.probability=0.05", "faults.device.alloc.fail.probability=0.1",
+                                     "faults.storage.read.fail.probability=0.1",
                                      "faults.storage.object.corrupt.probability=0.05", "cost.stage_skew=0.5",
                                      "cache.storage=file", "cache.storage_dir=" + testing::shared_temp_dir("pd-storage"),
                                      "cache.host_pages=150", "cache.prefetch_threshold=8"},
