@@ -276,6 +276,36 @@ TEST(PrivateRestore, AFailedRestoreIsNeverPublishedAndFreesItsPages) {
   rig.dc.verify();
 }
 
+TEST(PrivateRestore, ANodeSplitWhileItsRestoreIsPendingIsReleasedWhole) {
+  auto rig = host_rig("private-split", "write_through", {}, Pages(12));
+  const auto a = host_only_prefix(rig);
+  rig.dc.set_private_restores(true);
+  auto x = rig.dc.reserve(RequestId(3), a, Tokens(17));
+  ASSERT_TRUE(x.has_value());
+  ASSERT_EQ(x->host_loaded, Tokens(16));
+  // y shares a's first 2 pages only: its match splits the host-only node x is restoring.
+  auto b = std::vector<TokenId>(a.begin(), a.begin() + 8);
+  for (TokenId t = 700; t < 709; ++t) b.push_back(t);
+  const std::size_t nodes = rig.dc.tree().node_count();
+  auto y = rig.dc.reserve(RequestId(4), b, Tokens(17));
+  ASSERT_TRUE(y.has_value());
+  EXPECT_EQ(rig.dc.tree().node_count(), nodes + 1) << "the restored node was split";
+  EXPECT_EQ(y->host_loaded, Tokens(0)) << "the first fragment is being restored by x";
+  rig.dc.abort(RequestId(4), *y);
+  // x's restore breaks: both fragments lose their mark and stay host-only, whole again for z.
+  rig.dc.confirm_restore(RequestId(3), *x, a, false);
+  rig.dc.abort(RequestId(3), *x);
+  rig.dc.verify();
+  auto z = rig.dc.reserve(RequestId(5), a, Tokens(17));
+  ASSERT_TRUE(z.has_value());
+  EXPECT_EQ(z->host_loaded, Tokens(16));
+  rig.dc.confirm_restore(RequestId(5), *z, a, true);
+  EXPECT_EQ(rig.dc.tree().peek_prefix(a).matched, Tokens(16));
+  rig.dc.commit(RequestId(5), *z, a);
+  EXPECT_EQ(rig.dc.reserved_pages(), Pages(0));
+  rig.dc.verify();
+}
+
 TEST(PrivateRestore, ARequestThatCannotBeAdmittedFreesItsRestore) {
   auto rig = host_rig("private-refused", "write_through", {}, Pages(12));
   const auto a = host_only_prefix(rig);
