@@ -393,14 +393,9 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
       throw InputError(src + ": model.draft.mode = \"" + d.mode + "\" with cache.cp_sharding = \"" + e.cache.cp_sharding +
                        "\": draft KV over a sharded pool is not supported (use cache.cp_sharding = \"replicated\")");
   }
-  // P/D: each prefill rank sends its KV to the decode rank at the same coordinates.
+  // P/D: the groups may differ in tp, cp and pp (runtime/pd.hpp pairs the ranks that hold each
+  // layer and head).
   if (e.topology.groups.size() == 2 && w.kind != "tree") {
-    const auto& pf = e.topology.groups[0].shape;
-    const auto& dc = e.topology.groups[1].shape;
-    if (pf.tp != dc.tp || pf.pp != dc.pp || pf.cp != dc.cp)
-      throw InputError(src + ": [topology.prefill] is " + pf.str() + " but [topology.decode] is " + dc.str() +
-                       ": a serving P/D world needs equal tp, cp and pp on both sides (each prefill rank sends its KV to "
-                       "the decode rank at the same coordinates; heterogeneous layouts are not supported yet)");
     auto refuse = [&](bool bad, const std::string& what) {
       if (bad) throw InputError(src + ": " + what + " is not supported in a P/D world yet");
     };

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.hpp"
+#include "runtime/model.hpp"
 #include "protocols/prefetch_consensus.hpp"
 
 namespace kvgrid {
@@ -16,14 +17,65 @@ PdRole pd_role(const ExperimentConfig& exp, const RankGrid& grid) {
   return grid.coord().group == 0 ? PdRole::Prefill : PdRole::Decode;
 }
 
+std::vector<PdLeg> pd_legs(const ExperimentConfig& exp, const TopologySpec& spec, const GridCoord& me) {
+  std::vector<PdLeg> legs;
+  if (spec.groups.size() != 2) return legs;
+  const int other = 1 - me.group;
+  const GridShape& mine = spec.groups[static_cast<std::size_t>(me.group)].shape;
+  const GridShape& theirs = spec.groups[static_cast<std::size_t>(other)].shape;
+  const GridShape& pre = spec.groups[0].shape;
+  const ModelGeometry g = ModelGeometry::for_rank(exp, me, mine);
+  // The other group's ranks holding global layer gl: its stage, then its CP and TP ranks paired
+  // with this one.
+  for (std::size_t l = 0; l < g.local_layers(); ++l) {
+    const std::uint64_t gl = g.layer_begin + l;
+    int stage = 0;
+    while (ModelGeometry::for_rank(exp, GridCoord{other, 0, 0, stage, 0}, theirs).layer_end <= gl) ++stage;
+    for (int cp = 0; cp < theirs.cp; ++cp) {
+      // decode CP rank c takes prefill CP rank c mod prefill CP's KV
+      const int dcp = me.group == 1 ? me.cp : cp, pcp = me.group == 0 ? me.cp : cp;
+      if (dcp % pre.cp != pcp) continue;
+      for (int tp = 0; tp < theirs.tp; ++tp) {
+        const ModelGeometry o = ModelGeometry::for_rank(exp, GridCoord{other, tp, cp, stage, 0}, theirs);
+        std::size_t hb = 0, he = 0;
+        if (g.mla) {  // latent KV on every TP rank: decode TP t from prefill TP t mod prefill TP
+          const int dtp = me.group == 1 ? me.tp : tp, ptp = me.group == 0 ? me.tp : tp;
+          if (dtp % pre.tp != ptp) continue;
+          he = 1;
+        } else {  // contiguous head slices: the overlap, in this rank's head indices
+          const std::uint32_t lo = std::max(g.kv_heads.front(), o.kv_heads.front());
+          const std::uint32_t hi = std::min(g.kv_heads.back(), o.kv_heads.back()) + 1;
+          if (lo >= hi) continue;
+          hb = lo - g.kv_heads.front();
+          he = hi - g.kv_heads.front();
+        }
+        legs.push_back({layout_rank(spec, other, stage, cp, tp), l, hb, he});
+      }
+    }
+  }
+  return legs;
+}
+
+namespace {
+// The KV heads [hb, he) of `layer` in each page this pool owns (heads are contiguous in a block).
+std::vector<transfer::Block> head_blocks(cache::KvPool& pool, std::span<const PageId> pages, const PdLeg& leg) {
+  auto blocks = cache::layer_blocks(pool, pages, leg.layer);
+  const std::size_t per_head = pool.layer_block_bytes() / pool.heads();
+  for (auto& b : blocks) {
+    b.data = static_cast<std::uint8_t*>(b.data) + leg.head_begin * per_head;
+    b.bytes = (leg.head_end - leg.head_begin) * per_head;
+  }
+  return blocks;
+}
+}  // namespace
+
 PdLink::PdLink(const ExperimentConfig& exp, const RankGrid& grid, cache::KvPool& pool, FailpointRegistry& faults,
                double kv_bytes_scale)
     : role_(pd_role(exp, grid)), exp_(exp), grid_(grid), pool_(pool), faults_(faults), kv_bytes_scale_(kv_bytes_scale),
       fault_rng_(rank_stream(exp.engine.seed, grid.world_rank()).fork("pd.transfer.fail.layer")) {
   if (role_ == PdRole::None) return;
-  const int n = grid.shape().size();  // equal shapes: decode rank = prefill rank + n
-  peer_ = role_ == PdRole::Prefill ? grid.world_rank() + n : grid.world_rank() - n;
-  leader_peer_ = role_ == PdRole::Prefill ? n : 0;
+  legs_ = pd_legs(exp, grid.spec(), grid.coord());
+  leader_peer_ = role_ == PdRole::Prefill ? grid.spec().groups[0].shape.size() : 0;
   link_ = transfer::make_mpi_transport(grid.world());
   for (std::int64_t s = exp.engine.max_running; s-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(s));
   zeros_.assign(pool.layer_block_bytes() / sizeof(std::uint64_t), 0);
@@ -69,14 +121,14 @@ std::vector<PdRecord> PdLink::send_suffixes(const std::vector<BatchEntry>& batch
     const std::span<const PageId> pages(e.req->res.pages.data() + first, last - first);
     std::vector<transfer::Event> events;
     std::uint64_t bytes = 0;
-    for (std::size_t l = 0; l < pool_.layers(); ++l) {
-      auto blocks = cache::layer_blocks(pool_, pages, l);
-      if (pool_.layer_base() + l >= b.breaks_at) {  // broken from here on: what arrives is zeros
+    for (const auto& leg : legs_) {
+      auto blocks = head_blocks(pool_, pages, leg);
+      if (pool_.layer_base() + leg.layer >= b.breaks_at) {  // broken from here on: what arrives is zeros
         for (auto& blk : blocks) blk.data = zeros_.data();
       } else {
         for (const auto& blk : blocks) bytes += blk.bytes;
       }
-      events.push_back(link_->send(peer_, tag(b.slot, l), blocks));
+      events.push_back(link_->send(leg.peer, tag(b.slot, leg.layer), blocks));
     }
     for (auto& ev : events) ev.synchronize();  // decode posted its receives when it answered
     const bool broken = b.breaks_at < static_cast<std::uint64_t>(exp_.model.layers);
@@ -105,8 +157,8 @@ std::vector<PdRecord> PdLink::post_receives(const std::vector<ServeRequest*>& ad
     const auto dpl = static_cast<std::size_t>(r->res.matched.value());
     const std::size_t first = dpl / p, last = (r->prompt_len() + p - 1) / p;
     const std::span<const PageId> pages(r->res.pages.data() + first, last - first);
-    for (std::size_t l = 0; l < pool_.layers(); ++l)
-      r->pd_events.push_back(link_->recv(peer_, tag(r->pd_slot, l), cache::layer_blocks(pool_, pages, l)));
+    for (const auto& leg : legs_)
+      r->pd_events.push_back(link_->recv(leg.peer, tag(r->pd_slot, leg.layer), head_blocks(pool_, pages, leg)));
     out.push_back({kPdAdmitted, r->spec.id.value(), dpl | (static_cast<std::uint64_t>(r->pd_slot) << 32)});
   }
   return out;

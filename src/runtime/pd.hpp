@@ -1,6 +1,10 @@
-// P/D disaggregation in one world (group 0 prefills, group 1 decodes; equal TP, CP and PP, so
-// prefill rank w sends its KV to decode rank w + group size). The two groups run the serving loop
-// in lockstep; their PP0 leaders exchange one control message per step in each direction:
+// P/D disaggregation in one world (group 0 prefills, group 1 decodes, each its own TP × CP × PP
+// layout). The suffix goes from the prefill ranks that hold a (layer, KV head) to the decode ranks
+// that need it (`PdLeg`: one message per request, leg and layer; with equal layouts prefill rank w
+// sends everything to decode rank w + group size; MLA's latent KV, held by every TP rank, comes to
+// decode TP rank t from prefill TP rank t mod prefill TP; decode CP rank c takes prefill CP rank
+// c mod prefill CP's). The two groups run the serving loop in lockstep; their PP0 leaders exchange
+// one control message per step in each direction:
 //
 //   P(s)  prefill leader → decode leader, at the start of prefill step s: the arrivals of step s,
 //         the suffixes every prefill rank sent at step s - 1 (request, modelled end) or that broke
@@ -54,6 +58,18 @@ enum PdKind : std::uint64_t {
 };
 
 PdRole pd_role(const ExperimentConfig& exp, const RankGrid& grid);
+
+// One leg of the suffix transfer seen from this rank: a peer of the other group and, for one local
+// layer, the KV heads [head_begin, head_end) (indices into this rank's pool) it sends or receives.
+struct PdLeg {
+  int peer = -1;
+  std::size_t layer = 0;
+  std::size_t head_begin = 0, head_end = 0;
+  bool operator==(const PdLeg&) const = default;
+};
+// This rank's legs (pure layout arithmetic: both sides derive the same pairs). Empty in a
+// single-group world.
+std::vector<PdLeg> pd_legs(const ExperimentConfig& exp, const TopologySpec& spec, const GridCoord& me);
 
 struct PdStats {
   std::int64_t sent_tokens = 0, sent_bytes = 0, broken = 0;  // prefill ranks, counted at the send
@@ -141,7 +157,8 @@ class PdLink {
   cache::KvPool& pool_;
   FailpointRegistry& faults_;
   double kv_bytes_scale_;
-  int peer_ = -1, leader_peer_ = -1;
+  std::vector<PdLeg> legs_;
+  int leader_peer_ = -1;
   std::unique_ptr<transfer::KvTransport> link_;
   Sender sender_;
   std::map<std::uint64_t, Boot> boot_;

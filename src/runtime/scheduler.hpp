@@ -43,7 +43,7 @@ struct ServeRequest {
   // P/D decode side: admitted, its prompt's KV suffix still arriving from its prefill peer
   bool awaiting_kv = false;
   std::uint32_t pd_slot = 0;
-  std::vector<transfer::Event> pd_events;  // the suffix's receives, one per local layer
+  std::vector<transfer::Event> pd_events;  // the suffix's receives, one per transfer leg (runtime/pd.hpp)
   // metrics, on this rank's modelled clock (ns) and wall clock (ns since the run started)
   std::uint64_t admit_ns = 0, first_token_ns = 0, finish_ns = 0, forward_ns = 0;
   std::uint64_t seen_wall_ns = 0, first_token_wall_ns = 0;

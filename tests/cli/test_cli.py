@@ -242,12 +242,15 @@ def pd_example():
     """The first article's Figure 5 (experiments/pd_example.toml): the 12K-token request finds A on
     decode's device and B in its host tier, restores B and receives only C (4K tokens, not 12K);
     full_transfer receives all 12K; every request's transfer is its prompt minus decode_prefix_len,
-    also with TP2 x PP2 on both sides; unequal groups are refused."""
+    also with TP2 x PP2 on both sides and from prefill TP2 x PP2 into decode TP1 (heterogeneous);
+    a group whose TP cannot split the heads is refused."""
     for variant, np_, sets, want in (("decode_reuse", 2, [], (8192, 4096, 4096)),
                                      ("full_transfer", 2, [], (0, 0, 12288)),
                                      ("tp2pp2", 8, ["--set", "topology.prefill.tp=2", "--set", "topology.prefill.pp=2",
                                                     "--set", "topology.decode.tp=2", "--set", "topology.decode.pp=2"],
-                                      (8192, 4096, 4096))):
+                                      (8192, 4096, 4096)),
+                                     ("hetero", 5, ["--set", "topology.prefill.tp=2", "--set", "topology.prefill.pp=2",
+                                                    "--set", "topology.decode.tp=1"], (8192, 4096, 4096))):
         pd = "full_transfer" if variant == "full_transfer" else "decode_reuse"
         rc, so, se = run(np_, PDEX, "--out", out("pde-" + variant), "--set", "protocol.pd=" + pd, *sets)
         expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, f"{variant} run", so, se)
@@ -263,8 +266,8 @@ def pd_example():
         expect(got == want, f"{variant}: Figure 5's counts", got, want)
         j = json.loads(tool("report", out("pde-" + variant), "--json")[1])
         expect(j["transferred_tokens"]["pd"] == int(t["pd_transferred_tokens"].sum()), "report counts the sends", j)
-    rc, so, se = run(3, PDEX, "--out", out("pde-bad"), "--set", "topology.prefill.tp=2")
-    expect(rc == 2 and "needs equal tp, cp and pp on both sides" in se, "unequal groups refused", so, se)
+    rc, so, se = run(4, PDEX, "--out", out("pde-bad"), "--set", "topology.prefill.tp=3")
+    expect(rc == 2 and "is not divisible by the prefill group's tp = 3" in se, "a group that cannot split the heads", so, se)
 
 
 def pd_shape():

@@ -8,6 +8,7 @@
 // requests, and the unchecked variant is caught by the oracle. The same seed gives the same run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 
@@ -22,9 +23,8 @@ namespace {
 
 using testing::serve;
 
-ExperimentConfig pd_world(int tp, int pp, std::vector<std::string> extra, std::int64_t seed = 4) {
-  std::string toml = "[topology.prefill]\ntp = " + std::to_string(tp) + "\npp = " + std::to_string(pp) +
-                     "\n[topology.decode]\ntp = " + std::to_string(tp) + "\npp = " + std::to_string(pp) + "\n";
+// `toml`: the [topology.prefill] and [topology.decode] tables.
+ExperimentConfig pd_world_of(const std::string& toml, std::vector<std::string> extra, std::int64_t seed) {
   std::vector<std::string> sets = {"model.layers=4", "model.kv_heads=4", "model.head_dim=4", "cache.page_size=4",
                                    "cache.device_pages=120", "cache.host_pages=400", "cache.load_back_threshold=8",
                                    "workload.kind=gsp", "workload.gsp.groups=3", "workload.gsp.prompts_per_group=3",
@@ -34,6 +34,11 @@ ExperimentConfig pd_world(int tp, int pp, std::vector<std::string> extra, std::i
                                    "engine.payload=full"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return parse_experiment(toml, "pd-test", sets, seed);
+}
+
+ExperimentConfig pd_world(int tp, int pp, std::vector<std::string> extra, std::int64_t seed = 4) {
+  const std::string g = "tp = " + std::to_string(tp) + "\npp = " + std::to_string(pp) + "\n";
+  return pd_world_of("[topology.prefill]\n" + g + "[topology.decode]\n" + g, std::move(extra), seed);
 }
 
 std::vector<std::array<int, 2>> layouts() {
@@ -146,6 +151,48 @@ TEST(Pd, BrokenRestoresFailExactlyTheirRequestsAndReleaseTheirPages) {
     auto b = serve(pd_world(tp, pp, buggy, 5), blog);
     EXPECT_GT(b.oracle_mismatches, 0) << "unchecked restores must be caught by the oracle";
     EXPECT_EQ(b.pd_restore_failed, 0);
+  }
+}
+
+// Heterogeneous layouts (the groups' TP, CP and PP differ): each decode rank receives its layers
+// and heads from the prefill ranks holding them (runtime/pd.hpp PdLeg); the oracle checks every
+// decoded request, so a wrong head or layer mapping fails here. With broken transfers and
+// restores, exactly those requests fail.
+TEST(Pd, HeterogeneousLayoutsTransferEachLayerAndHeadFromItsHolder) {
+  std::vector<std::pair<std::string, std::string>> pairs;  // prefill, decode: [topology.*] bodies
+  if (testing::world_size() == 4)
+    pairs = {{"tp = 2\n", "pp = 2\n"}, {"tp = 1\n", "pp = 3\n"}, {"pp = 2\n", "tp = 2\n"}};
+  if (testing::world_size() == 8)
+    pairs = {{"tp = 2\npp = 2\n", "tp = 4\n"}, {"tp = 4\n", "tp = 2\npp = 2\n"}, {"tp = 2\ncp = 2\n", "tp = 1\npp = 2\ncp = 2\n"}};
+  if (pairs.empty()) GTEST_SKIP() << "heterogeneous pairs are listed for 4 and 8 ranks";
+  for (const auto& [pre, dec] : pairs) {
+    const std::string toml = "[topology.prefill]\n" + pre + "[topology.decode]\n" + dec;
+    SCOPED_TRACE(toml);
+    auto make = [&](std::vector<std::string> extra) { return pd_world_of(toml, std::move(extra), 7); };
+    DecisionLog a, b;
+    auto reuse = serve(make({"cache.device_pages=60"}), a);
+    EXPECT_EQ(reuse.oracle_mismatches, 0) << "decode computed on KV other than prefill's";
+    EXPECT_EQ(reuse.divergences(), 0);
+    EXPECT_EQ(reuse.verify_failures, 0);
+    EXPECT_EQ(reuse.pd_sent_tokens, reuse.pd_received_tokens);
+    EXPECT_GT(reuse.pd_sent_tokens, 0);
+    EXPECT_LT(reuse.pd_sent_tokens * 2, reuse.prompt_tokens) << "decode reuse still sends only suffixes";
+    auto faulty = serve(make({"cache.device_pages=40", "faults.pd.transfer.fail.probability=0.1",
+                              "faults.pd.restore.fail.probability=0.2"}),
+                        b);
+    EXPECT_EQ(faulty.oracle_mismatches, 0);
+    EXPECT_EQ(faulty.divergences(), 0);
+    EXPECT_EQ(faulty.verify_failures, 0);
+    EXPECT_GT(faulty.pd_failed + faulty.pd_restore_failed, 0);
+    auto flat = [](std::string t) {
+      std::replace(t.begin(), t.end(), '\n', ' ');
+      return t;
+    };
+    if (testing::world_rank() == 0)
+      std::printf("[ pd ] prefill {%s} decode {%s}: sent %lld of %lld prompt tokens; under faults %lld + %lld failed\n",
+                  flat(pre).c_str(), flat(dec).c_str(), static_cast<long long>(reuse.pd_sent_tokens),
+                  static_cast<long long>(reuse.prompt_tokens), static_cast<long long>(faulty.pd_failed),
+                  static_cast<long long>(faulty.pd_restore_failed));
   }
 }
 

@@ -112,9 +112,10 @@ TEST(ExperimentConfig, TwoGroupWorld) {
   EXPECT_EQ(e.topology.world_size(), 6);
   EXPECT_EQ(e.topology.groups[0].name, "prefill");
   expect_contains(error_of("[topology.prefill]\ntp = 2\n"), "needs both");
-  // A serving P/D world pairs prefill and decode ranks: equal TP and PP on both sides.
-  expect_contains(error_of("[topology.prefill]\ntp = 2\npp = 2\n[topology.decode]\ntp = 2\n[workload]\nkind = \"gsp\"\n"),
-                  "[topology.prefill] is TP2xCP1xPP2 but [topology.decode] is TP2xCP1xPP1: a serving P/D world needs equal tp, cp and pp");
+  // The groups' layouts may differ; each still has to split the model.
+  EXPECT_NO_THROW(parse_experiment("[topology.prefill]\ntp = 2\npp = 2\n[topology.decode]\ntp = 2\n[workload]\nkind = \"gsp\"\n", "pd", {}));
+  expect_contains(error_of("[topology.prefill]\ntp = 3\n[topology.decode]\ntp = 2\n[workload]\nkind = \"gsp\"\n[model]\nkv_heads = 4\n"),
+                  "is not divisible by the prefill group's tp = 3");
   EXPECT_NO_THROW(parse_experiment("[topology.prefill]\ntp = 2\n[topology.decode]\ntp = 2\n[workload]\nkind = \"gsp\"\n", "pd", {}));
   expect_contains(error_of("[topology]\ntp = 2\n[topology.decode]\ntp = 1\n[topology.prefill]\ntp = 1\n"),
                   "a P/D world sets its degrees");

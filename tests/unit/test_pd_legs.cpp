@@ -1,0 +1,94 @@
+// The P/D transfer plan (runtime/pd.hpp pd_legs), pure layout arithmetic over every pair of small
+// layouts: each decode rank receives every (layer, KV head) of its pool exactly once, from a
+// prefill rank that holds it; every leg has its mirror on the other side (same global layer and
+// heads), so sends and receives pair up; equal layouts pair rank w with w + group size only.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "core/topology.hpp"
+#include "runtime/experiment.hpp"
+#include "runtime/model.hpp"
+#include "runtime/pd.hpp"
+
+namespace kvgrid {
+namespace {
+
+ExperimentConfig model(const std::string& attention) {
+  return parse_experiment("[model]\nlayers = 6\nkv_heads = 4\nattention = \"" + attention + "\"\n", "legs", {});
+}
+
+// (global layer, global head) → the prefill/decode world ranks of a leg seen from one side.
+using Key = std::tuple<int, int, std::uint64_t, std::uint32_t>;  // sender, receiver, layer, head
+
+std::set<Key> keys_of(const ExperimentConfig& exp, const TopologySpec& spec, int world_rank) {
+  const GridCoord c = layout_coord(spec, world_rank);
+  const ModelGeometry g = ModelGeometry::for_rank(exp, c, spec.groups[static_cast<std::size_t>(c.group)].shape);
+  std::set<Key> out;
+  for (const auto& leg : pd_legs(exp, spec, c))
+    for (std::size_t h = leg.head_begin; h < leg.head_end; ++h) {
+      const int s = c.group == 0 ? world_rank : leg.peer, r = c.group == 0 ? leg.peer : world_rank;
+      EXPECT_TRUE(out.insert({s, r, g.layer_begin + leg.layer, g.kv_heads[h]}).second) << "a (layer, head) twice on one leg set";
+    }
+  return out;
+}
+
+TEST(PdLegs, EveryDecodeRankReceivesEachLayerAndHeadOnceFromAHolderAndSidesMirror) {
+  std::vector<GridShape> shapes;
+  for (int tp : {1, 2, 4})
+    for (int cp : {1, 2})
+      for (int pp : {1, 2, 3}) shapes.push_back({tp, cp, pp});
+  for (const std::string attention : {"mha", "mla"}) {
+    const auto exp = model(attention);
+    for (const auto& p : shapes)
+      for (const auto& d : shapes) {
+        TopologySpec spec;
+        spec.groups = {{"prefill", p}, {"decode", d}};
+        SCOPED_TRACE(attention + " " + spec.str());
+        std::set<Key> sent, received;
+        for (int w = 0; w < spec.world_size(); ++w) {
+          auto k = keys_of(exp, spec, w);
+          (layout_coord(spec, w).group == 0 ? sent : received).insert(k.begin(), k.end());
+        }
+        EXPECT_EQ(sent, received) << "sends and receives must pair up";
+        // Each decode rank: every (layer, head) of its pool exactly once, from a prefill rank holding it.
+        std::map<std::tuple<int, std::uint64_t, std::uint32_t>, int> got;
+        for (const auto& [s, r, l, h] : received) {
+          ++got[{r, l, h}];
+          const GridCoord sc = layout_coord(spec, s);
+          const ModelGeometry sg = ModelGeometry::for_rank(exp, sc, p);
+          EXPECT_TRUE(l >= sg.layer_begin && l < sg.layer_end) << "rank " << s << " does not hold layer " << l;
+          EXPECT_TRUE(std::find(sg.kv_heads.begin(), sg.kv_heads.end(), h) != sg.kv_heads.end());
+        }
+        for (int w = p.size(); w < spec.world_size(); ++w) {
+          const GridCoord c = layout_coord(spec, w);
+          const ModelGeometry g = ModelGeometry::for_rank(exp, c, d);
+          for (std::uint64_t l = g.layer_begin; l < g.layer_end; ++l)
+            for (auto h : g.kv_heads) EXPECT_EQ((got[{w, l, h}]), 1) << "decode rank " << w << " layer " << l << " head " << h;
+        }
+        if (p.tp == d.tp && p.cp == d.cp && p.pp == d.pp)
+          for (const auto& [s, r, l, h] : sent) EXPECT_EQ(r, s + p.size()) << "equal layouts pair w with w + size";
+      }
+  }
+}
+
+TEST(PdLegs, HandComputedTp2PrefillIntoTp1Decode) {
+  const auto exp = model("mha");
+  TopologySpec spec;
+  spec.groups = {{"prefill", {2, 1, 1}}, {"decode", {1, 1, 2}}};
+  // Decode rank 2 (stage 0: layers 0-2, heads 0-3) gets heads 0-1 from rank 0 and 2-3 from rank 1.
+  auto legs = pd_legs(exp, spec, layout_coord(spec, 2));
+  ASSERT_EQ(legs.size(), 6u);
+  EXPECT_EQ(legs[0], (PdLeg{0, 0, 0, 2}));
+  EXPECT_EQ(legs[1], (PdLeg{1, 0, 2, 4}));
+  // Prefill rank 1 (layers 0-5, heads 2-3): its heads, to decode rank 2 for layers 0-2, rank 3 for 3-5.
+  legs = pd_legs(exp, spec, layout_coord(spec, 1));
+  ASSERT_EQ(legs.size(), 6u);
+  EXPECT_EQ(legs[0], (PdLeg{2, 0, 0, 2}));
+  EXPECT_EQ(legs[5], (PdLeg{3, 5, 0, 2}));
+}
+
+}  // namespace
+}  // namespace kvgrid
