@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.hpp"
+#include "core/wait.hpp"
 #include "runtime/model.hpp"
 #include "protocols/prefetch_consensus.hpp"
 
@@ -93,11 +94,53 @@ StepMessage PdLink::recv_control(std::int64_t step) {
   return recv_step(leader_peer_, grid_.world(), what, kTagPdControl);
 }
 
-void PdLink::relay_admission(std::uint64_t id, std::uint64_t value, std::int64_t step,
-                             std::vector<PdRecord>& out) {
-  out.push_back({kPdAdmitted, id, value});
-  if (faults_.evaluate("pd.transfer.fail", static_cast<std::uint64_t>(step)))
-    out.push_back({kPdFault, id, fault_rng_.below(static_cast<std::uint64_t>(exp_.model.layers))});
+PdLink::DecodeAnswers PdLink::receive_answers(std::int64_t step, std::uint64_t& clock, std::vector<PdRecord>& relay,
+                                              const std::function<void(RequestId, std::uint64_t)>& finished) {
+  const StepMessage d = recv_control(step);
+  DecodeAnswers out{d.clock_ns, false};
+  for (const auto& [kind, id, value] : d.pd) {
+    if (kind == kPdAdmitted) {
+      clock = std::max(clock, d.clock_ns + static_cast<std::uint64_t>(exp_.cost.pd_latency_us * 1e3));
+      relay.push_back({kPdAdmitted, id, value});
+      if (faults_.evaluate("pd.transfer.fail", static_cast<std::uint64_t>(step)))
+        relay.push_back({kPdFault, id, fault_rng_.below(static_cast<std::uint64_t>(exp_.model.layers))});
+    }
+    if (kind == kPdFinished) finished(RequestId(id), value);
+    if (kind == kPdIdle) out.idle = value != 0;
+  }
+  return out;
+}
+
+void PdLink::send_answers(std::uint64_t clock_ns, bool idle, std::vector<PdRecord>& to_peer) {
+  StepMessage d;
+  d.clock_ns = clock_ns;
+  d.pd = std::move(to_peer);
+  d.pd.push_back({kPdIdle, 0, idle ? 1u : 0u});
+  to_peer.clear();
+  send_control(d);
+}
+
+PdLink::WorldTotals PdLink::world_totals(std::int64_t received_tokens) const {
+  const bool first = grid_.world_rank() == grid_.coord().group_base;
+  const bool p = first && role_ == PdRole::Prefill, d = first && role_ == PdRole::Decode;
+  std::int64_t v[4] = {p ? stats_.sent_tokens : 0, d ? received_tokens : 0, d ? stats_.failed : 0, d ? stats_.restore_failed : 0};
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, 4, MPI_INT64_T, MPI_SUM, grid_.world(), &req));
+  wait_mpi(&req, "Iallreduce of P/D transfer counts");
+  return {v[0], v[1], v[2], v[3]};
+}
+
+void PdLink::send_requests(const StepMessage& in, std::vector<PdRecord>& to_peer) {
+  StepMessage p;
+  p.clock_ns = in.clock_ns;
+  p.exhausted = in.exhausted;
+  p.total = in.total;
+  p.specs = in.specs;
+  p.pd = std::move(to_peer);
+  for (const auto a : in.aborts) p.pd.push_back({kPdAbort, a, 0});
+  p.pd_stop = in.pd_stop;
+  to_peer.clear();
+  send_control(p);
 }
 
 void PdLink::on_prefill_records(const std::vector<PdRecord>& pd) {

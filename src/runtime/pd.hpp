@@ -27,6 +27,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -119,9 +120,28 @@ class PdLink {
   void drain() { sender_.drain(true); }
   StepMessage recv_control(std::int64_t step);
 
-  // Prefill leader: turns decode's admissions into records for the prefill group, drawing
-  // pd.transfer.fail for each.
-  void relay_admission(std::uint64_t id, std::uint64_t value, std::int64_t step, std::vector<PdRecord>& out);
+  // Prefill leader, at the start of step s > 0: decode's answers D(s − 1). Its admissions become
+  // records for the prefill group (`relay`, each with its pd.transfer.fail draw) and move `clock`
+  // to when decode sent them (+ the link latency: prefill cannot start a request before it heard
+  // the answer); finished requests go to `finished(id, decode's clock)`.
+  struct DecodeAnswers {
+    std::uint64_t clock_ns = 0;  // decode's clock at the answer
+    bool idle = false;           // decode holds no request
+  };
+  DecodeAnswers receive_answers(std::int64_t step, std::uint64_t& clock, std::vector<PdRecord>& relay,
+                                const std::function<void(RequestId, std::uint64_t)>& finished);
+  // Prefill leader: P(s) — this step's inputs as decode gets them (arrivals as they are, exhausted,
+  // stop), the records in `to_peer` (emptied) and this step's aborts (decode releases them too).
+  void send_requests(const StepMessage& in, std::vector<PdRecord>& to_peer);
+  // Decode leader, at the end of a step that is not the last: D(s) — the records in `to_peer`
+  // (emptied), idle, and its clock.
+  void send_answers(std::uint64_t clock_ns, bool idle, std::vector<PdRecord>& to_peer);
+  // After the loop, collective over the world: the first prefill rank's sent tokens and the first
+  // decode rank's received tokens (this rank's: `received_tokens`) and failures, on every rank.
+  struct WorldTotals {
+    std::int64_t sent_tokens = 0, received_tokens = 0, failed = 0, restore_failed = 0;
+  };
+  WorldTotals world_totals(std::int64_t received_tokens) const;
   // Every prefill rank: the group's relayed records.
   void on_prefill_records(const std::vector<PdRecord>& pd);
   bool bootstrapped(RequestId id) const { return boot_.count(id.value()) > 0; }

@@ -10,12 +10,11 @@
 
 namespace kvgrid {
 
-PdDecodeStep::PdDecodeStep(const ExperimentConfig& exp, const RankGrid& grid, PdLink& pd, Scheduler& sched,
-                           cache::DeviceCache& dc, std::uint64_t& clock, ServeResult& res, std::vector<PdRecord>& to_peer,
-                           Hooks hooks)
-    : exp_(exp), grid_(grid), pd_(pd), sched_(sched), dc_(dc), clock_(clock), res_(res), to_peer_(to_peer),
-      hooks_(std::move(hooks)), restores_(grid), announcer_(grid.is_first_stage() && grid.is_stage_leader()) {
-  KVGRID_MPI_CHECK(MPI_Comm_size(grid.stage(), &stage_size_));
+PdDecodeStep::PdDecodeStep(Context ctx)
+    : exp_(ctx.exp), grid_(ctx.grid), pd_(ctx.pd), sched_(ctx.sched), dc_(ctx.dc), clock_(ctx.clock), res_(ctx.res),
+      to_peer_(ctx.to_peer), hooks_(std::move(ctx.hooks)), restores_(ctx.grid),
+      announcer_(ctx.grid.is_first_stage() && ctx.grid.is_stage_leader()) {
+  KVGRID_MPI_CHECK(MPI_Comm_size(grid_.stage(), &stage_size_));
 }
 
 void PdDecodeStep::fail(std::int64_t step, RequestId id, std::int32_t reason, const char* op, std::int64_t a0) {

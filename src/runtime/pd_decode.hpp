@@ -31,8 +31,19 @@ class PdDecodeStep {
     std::function<void(const ServeRequest&, std::int32_t reason)> record_failed;  // its request row
     std::function<std::uint64_t()> wall_ns;
   };
-  PdDecodeStep(const ExperimentConfig& exp, const RankGrid& grid, PdLink& pd, Scheduler& sched, cache::DeviceCache& dc,
-               std::uint64_t& clock, ServeResult& res, std::vector<PdRecord>& to_peer, Hooks hooks);
+  // What the step works on: the serving loop's state (the loop owns it).
+  struct Context {
+    const ExperimentConfig& exp;
+    const RankGrid& grid;
+    PdLink& pd;
+    Scheduler& sched;
+    cache::DeviceCache& dc;
+    std::uint64_t& clock;             // this rank's modelled clock
+    ServeResult& res;                 // failed and received counts
+    std::vector<PdRecord>& to_peer;   // PP0 leader: records for prefill's next message
+    Hooks hooks;
+  };
+  explicit PdDecodeStep(Context ctx);
 
   void records(std::int64_t step, const std::vector<PdRecord>& in);
   std::vector<PdRecord> admissions(std::int64_t step, const std::vector<PdRecord>& in);

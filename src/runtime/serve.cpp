@@ -135,8 +135,9 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   };
   std::unique_ptr<PdDecodeStep> decode_step;  // P/D decode (runtime/pd_decode.hpp)
   if (role == PdRole::Decode)
-    decode_step = std::make_unique<PdDecodeStep>(exp, grid, pd, sched, dc, clock, res, pd_to_peer,
-                                                 PdDecodeStep::Hooks{emit, record_failed, wall_ns});
+    decode_step = std::make_unique<PdDecodeStep>(PdDecodeStep::Context{
+        .exp = exp, .grid = grid, .pd = pd, .sched = sched, .dc = dc, .clock = clock, .res = res, .to_peer = pd_to_peer,
+        .hooks = {emit, record_failed, wall_ns}});
   auto check = [&](std::int64_t step) {
     CheckOutcome co = periodic_check(grid, dc, log, local_failures, step, res, print);
     emit(step, 0, "check", static_cast<std::int64_t>(co.tree_differs.size()), static_cast<std::int64_t>(co.decisions_differ.size()),
@@ -179,15 +180,10 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         if (role == PdRole::Prefill && step > 0) {
           // Decode's answers to the previous step: bootstraps (relayed to the group, each with
           // its pd.transfer.fail draw), finished requests (the clients go on), idle.
-          const StepMessage d = pd.recv_control(step);
+          const auto d = pd.receive_answers(step, clock, in.pd,
+                                            [&](RequestId id, std::uint64_t at) { workload->finished(id, at); });
           decode_clock = d.clock_ns;
-          for (const auto& [kind, id, value] : d.pd) {
-            // An answer is heard when decode sent it: prefill cannot start that request earlier.
-            if (kind == kPdAdmitted) clock = std::max(clock, d.clock_ns + static_cast<std::uint64_t>(exp.cost.pd_latency_us * 1e3));
-            if (kind == kPdAdmitted) pd.relay_admission(id, value, step, in.pd);
-            if (kind == kPdFinished) workload->finished(RequestId(id), value);
-            if (kind == kPdIdle) decode_idle = value != 0;
-          }
+          decode_idle = d.idle;
         }
         if (expect_back && shape.pp > 1) {
           // The last stage verified the previous step's drafts: their accepted counts decide this
@@ -214,16 +210,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
         if (role == PdRole::Prefill) {
           // Decode gets the requests as they are; prefill computes their prompts and first tokens.
           in.pd_stop = in.exhausted && specs.empty() && sched.idle() && decode_idle && pd_to_peer.empty() ? 1 : 0;
-          StepMessage p;
-          p.clock_ns = clock;
-          p.exhausted = in.exhausted;
-          p.total = in.total;
-          p.specs = in.specs;
-          p.pd = std::move(pd_to_peer);
-          for (const auto a : in.aborts) p.pd.push_back({kPdAbort, a, 0});  // decode releases it at this step too
-          p.pd_stop = in.pd_stop;
-          pd_to_peer.clear();
-          pd.send_control(p);
+          pd.send_requests(in, pd_to_peer);
           for (auto& sp : specs) sp.output_len = 1;
           if (!specs.empty()) in.specs = encode_specs(specs);
         }
@@ -530,14 +517,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
              static_cast<std::int64_t>(t.bytes), 0);
     }
     done = role == PdRole::None ? exhausted && sched.idle() : in.pd_stop != 0;
-    if (role == PdRole::Decode && leader && first_stage && !done) {
-      StepMessage d;
-      d.clock_ns = clock;
-      d.pd = std::move(pd_to_peer);
-      d.pd.push_back({kPdIdle, 0, sched.idle() ? 1u : 0u});
-      pd_to_peer.clear();
-      pd.send_control(d);
-    }
+    if (role == PdRole::Decode && leader && first_stage && !done) pd.send_answers(clock, sched.idle(), pd_to_peer);
     if (stack.has_draft && shape.pp > 1 && leader && expect_back && !done) {
       StepMessage back;
       back.clock_ns = clock;
@@ -586,30 +566,13 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   wait_mpi(&req, "Iallreduce of oracle mismatches");
   res.oracle_mismatches = mism;
   if (role != PdRole::None) {  // the first prefill rank's and the first decode rank's counts, on every rank
-    const bool first_rank = grid.world_rank() == c.group_base;
-    std::int64_t v[4] = {first_rank && role == PdRole::Prefill ? pd.stats().sent_tokens : 0,
-                         first_rank && role == PdRole::Decode ? res.pd_received_tokens : 0,
-                         first_rank && role == PdRole::Decode ? pd.stats().failed : 0,
-                         first_rank && role == PdRole::Decode ? pd.stats().restore_failed : 0};
-    KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, 4, MPI_INT64_T, MPI_SUM, grid.world(), &req));
-    wait_mpi(&req, "Iallreduce of P/D transfer counts");
-    res.pd_sent_tokens = v[0];
-    res.pd_received_tokens = v[1];
-    res.pd_failed = v[2];
-    res.pd_restore_failed = v[3];
+    const auto t = pd.world_totals(res.pd_received_tokens);
+    res.pd_sent_tokens = t.sent_tokens;
+    res.pd_received_tokens = t.received_tokens;
+    res.pd_failed = t.failed;
+    res.pd_restore_failed = t.restore_failed;
   }
-  if (spec) {  // the last stage's counts, on every rank
-    std::uint64_t v[5] = {static_cast<std::uint64_t>(res.spec_rounds), static_cast<std::uint64_t>(res.spec_proposed),
-                          static_cast<std::uint64_t>(res.spec_accepted), static_cast<std::uint64_t>(res.draft_mismatches),
-                          res.spec_digest};
-    KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, 5, MPI_UINT64_T, MPI_MAX, grid.world(), &req));
-    wait_mpi(&req, "Iallreduce of speculative decoding counts");
-    res.spec_rounds = static_cast<std::int64_t>(v[0]);
-    res.spec_proposed = static_cast<std::int64_t>(v[1]);
-    res.spec_accepted = static_cast<std::int64_t>(v[2]);
-    res.draft_mismatches = static_cast<std::int64_t>(v[3]);
-    res.spec_digest = v[4];
-  }
+  if (spec) share_spec_counts(grid, res);  // the last stage's counts, on every rank
 
   auto& m = res.mine;
   m = rank_summary(grid, dc, log, faults, local_failures);

@@ -1,8 +1,12 @@
 #include "runtime/spec_decode.hpp"
 
+#include <mpi.h>
+
 #include <algorithm>
 
+#include "core/check.hpp"
 #include "core/hash.hpp"
+#include "core/wait.hpp"
 
 namespace kvgrid {
 
@@ -32,6 +36,20 @@ std::uint64_t draft_step_ns(const CostConfig& c, const DraftConfig& d, const Ste
     ns += static_cast<std::uint64_t>(static_cast<double>(d.steps - 1) * c.decode_ns_per_layer * static_cast<double>(draft_layers) /
                                      static_cast<double>(tp));
   return ns;
+}
+
+void share_spec_counts(const RankGrid& grid, ServeResult& res) {
+  std::uint64_t v[5] = {static_cast<std::uint64_t>(res.spec_rounds), static_cast<std::uint64_t>(res.spec_proposed),
+                        static_cast<std::uint64_t>(res.spec_accepted), static_cast<std::uint64_t>(res.draft_mismatches),
+                        res.spec_digest};
+  MPI_Request req;
+  KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, 5, MPI_UINT64_T, MPI_MAX, grid.world(), &req));
+  wait_mpi(&req, "Iallreduce of speculative decoding counts");
+  res.spec_rounds = static_cast<std::int64_t>(v[0]);
+  res.spec_proposed = static_cast<std::int64_t>(v[1]);
+  res.spec_accepted = static_cast<std::int64_t>(v[2]);
+  res.draft_mismatches = static_cast<std::int64_t>(v[3]);
+  res.spec_digest = v[4];
 }
 
 }  // namespace kvgrid

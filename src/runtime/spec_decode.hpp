@@ -10,6 +10,7 @@
 #include "runtime/cost.hpp"
 #include "runtime/experiment.hpp"
 #include "runtime/scheduler.hpp"
+#include "runtime/serve.hpp"
 
 namespace kvgrid {
 
@@ -27,5 +28,9 @@ std::uint32_t draft_accepted(std::uint64_t seed, RequestId id, std::uint32_t gen
 // proposal), then steps - 1 more draft decode passes when a round starts.
 std::uint64_t draft_step_ns(const CostConfig& c, const DraftConfig& d, const StepWork& work, std::span<const BatchEntry> batch,
                             std::size_t draft_layers, int tp, int cp);
+
+// After the loop, collective over the world: the last stage's round counts and digest (the
+// largest, as the other stages count none) into every rank's result.
+void share_spec_counts(const RankGrid& grid, ServeResult& res);
 
 }  // namespace kvgrid
