@@ -14,7 +14,8 @@
 //   independent_polling  (buggy) every stage agrees inside itself on what it sees finished
 //
 // Loads need no relay here: a load-back is waited for (per layer) by the request that reads it,
-// within its admission step, so no load ACK queue outlives a step.
+// within its admission step, so no load ACK queue outlives a step — except P/D decode's, read
+// steps later and agreed by protocols/pd_restore.
 #pragma once
 
 #include <cstdint>

@@ -87,8 +87,4 @@ std::unique_ptr<cache::CrossStageAgreement> make_publish_agreement(const std::st
   return std::make_unique<PpConsensus>(grid.stage(), grid.pp(), grid.group(), grid.is_first_stage());
 }
 
-std::unique_ptr<cache::CrossStageAgreement> make_restore_agreement(const RankGrid& grid) {
-  return std::make_unique<PpConsensus>(grid.stage(), grid.pp(), grid.group(), grid.is_first_stage());
-}
-
 }  // namespace kvgrid::protocols

@@ -31,8 +31,4 @@ std::unique_ptr<cache::CrossStageAgreement> make_prefetch_consensus(const std::s
 // for itself).
 std::unique_ptr<cache::CrossStageAgreement> make_publish_agreement(const std::string& pp_sync_variant, const RankGrid& grid);
 
-// P/D decode's restore outcomes: MIN over the stage (`min`, PP = 1) or, pipelined, over every
-// stage of the decode grid (`min_begin` / `min_end`).
-std::unique_ptr<cache::CrossStageAgreement> make_restore_agreement(const RankGrid& grid);
-
 }  // namespace kvgrid::protocols

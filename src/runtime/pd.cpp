@@ -5,7 +5,6 @@
 #include "core/check.hpp"
 #include "core/wait.hpp"
 #include "runtime/model.hpp"
-#include "protocols/prefetch_consensus.hpp"
 
 namespace kvgrid {
 
@@ -219,40 +218,6 @@ void PdLink::finish_receive(ServeRequest& r) {
   r.pd_events.clear();
   free_slots_.push_back(r.pd_slot);
   std::sort(free_slots_.begin(), free_slots_.end(), std::greater<>());  // the smallest free slot is taken next
-}
-
-RestoreAgreement::RestoreAgreement(const RankGrid& grid)
-    : pipelined_(grid.shape().pp > 1), agreement_(protocols::make_restore_agreement(grid)) {}
-
-RestoreAgreement::~RestoreAgreement() = default;
-
-void RestoreAgreement::add(RequestId id, std::uint64_t ready_ns, bool local_ok) { adding_.push_back({id, ready_ns, local_ok}); }
-
-std::vector<RestoreAgreement::Outcome> RestoreAgreement::decided() {
-  std::vector<Outcome> out;
-  if (pipelined_) {
-    if (agreeing_.empty()) return out;
-    agreement_->min_end();
-    for (std::size_t i = 0; i < agreeing_.size(); ++i) agreeing_[i].ok = agreeing_ok_[i] != 0;
-    out.swap(agreeing_);
-    agreeing_ok_.clear();
-    return out;
-  }
-  if (adding_.empty()) return out;
-  std::vector<std::uint64_t> ok;
-  for (const auto& o : adding_) ok.push_back(o.ok ? 1 : 0);
-  agreement_->min(ok);
-  for (std::size_t i = 0; i < adding_.size(); ++i) adding_[i].ok = ok[i] != 0;
-  out.swap(adding_);
-  return out;
-}
-
-void RestoreAgreement::end_of_step() {
-  if (!pipelined_ || adding_.empty()) return;
-  KVGRID_CHECK(agreeing_.empty(), "a restore agreement started before the previous one was read");
-  agreeing_.swap(adding_);
-  for (const auto& o : agreeing_) agreeing_ok_.push_back(o.ok ? 1 : 0);
-  agreement_->min_begin(agreeing_ok_);
 }
 
 }  // namespace kvgrid

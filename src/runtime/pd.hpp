@@ -32,7 +32,6 @@
 #include <memory>
 #include <vector>
 
-#include "cache/agreement.hpp"
 #include "cache/kv_pool.hpp"
 #include "core/failpoint.hpp"
 #include "core/rng.hpp"
@@ -76,36 +75,6 @@ struct PdStats {
   std::int64_t sent_tokens = 0, sent_bytes = 0, broken = 0;  // prefill ranks, counted at the send
   std::int64_t failed = 0;                                   // decode: requests failed by a broken transfer
   std::int64_t restore_failed = 0;                           // decode: requests failed by a broken restore
-};
-
-// Decode: a request whose suffix arrived is decoded only once the outcome of its restore (the
-// host→device copies of its cached prefix, private until then) is agreed over the decode group —
-// a copy that failed on any rank fails the request everywhere. PP = 1: at once, MIN over the
-// stage. PP > 1: pipelined like the host tier's publish — started at the end of the step the
-// suffix arrived, finished when the next step's records are read — so no stage waits for
-// another to finish a step. Every decode rank makes the same calls in the same order.
-class RestoreAgreement {
- public:
-  struct Outcome {
-    RequestId id;
-    std::uint64_t ready_ns;  // the request's KV is complete (receives and restores), modelled
-    bool ok;
-  };
-  explicit RestoreAgreement(const RankGrid& grid);
-  ~RestoreAgreement();
-  // A request whose suffix arrived at this step; `local_ok`: none of this rank's copies failed.
-  void add(RequestId id, std::uint64_t ready_ns, bool local_ok);
-  // The outcomes decided now: PP = 1 this step's (one MIN), PP > 1 the previous step's.
-  std::vector<Outcome> decided();
-  // End of the step, after its message went out (PP > 1): this step's agreement starts.
-  void end_of_step();
-  std::size_t pending() const { return adding_.size() + agreeing_.size(); }
-
- private:
-  bool pipelined_;
-  std::unique_ptr<cache::CrossStageAgreement> agreement_;
-  std::vector<Outcome> adding_, agreeing_;
-  std::vector<std::uint64_t> agreeing_ok_;
 };
 
 class PdLink {

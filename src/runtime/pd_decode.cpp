@@ -26,7 +26,7 @@ void PdDecodeStep::fail(std::int64_t step, RequestId id, std::int32_t reason, co
   hooks_.record_failed(*gone, reason);
 }
 
-void PdDecodeStep::kv_complete(std::int64_t step, const RestoreAgreement::Outcome& o) {
+void PdDecodeStep::kv_complete(std::int64_t step, const protocols::RestoreAgreement::Outcome& o) {
   ServeRequest* r = sched_.find_running(o.id);
   KVGRID_CHECK(r != nullptr && r->awaiting_kv, "step ", step, ": restore outcome of request ", o.id, " which is not waiting");
   dc_.confirm_restore(o.id, r->res, r->tokens, o.ok);

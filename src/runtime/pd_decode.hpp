@@ -2,7 +2,7 @@
 // Every decode rank, in this order each step:
 //   records()     the prefill leader's records of the step, relayed to every decode rank:
 //                 aborted requests (their posted receives withdrawn), suffixes sent (receives
-//                 waited for, restores waited for and their outcome agreed — RestoreAgreement —
+//                 waited for, restores waited for and their outcome agreed — protocols/pd_restore —
 //                 then decoded or failed: reason 3) and broken transfers (failed: reason 2);
 //   admissions()  after scheduling: this step's admissions — decode_prefix_len page-aligned and
 //                 the same over the stage (and, at later stages, equal to PP0's relayed answers),
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cache/device_cache.hpp"
+#include "protocols/pd_restore.hpp"
 #include "runtime/pd.hpp"
 #include "runtime/scheduler.hpp"
 #include "runtime/serve.hpp"
@@ -52,7 +53,7 @@ class PdDecodeStep {
 
  private:
   // The request's KV is complete and its restore's outcome agreed: decode it, or fail it.
-  void kv_complete(std::int64_t step, const RestoreAgreement::Outcome& o);
+  void kv_complete(std::int64_t step, const protocols::RestoreAgreement::Outcome& o);
   // Fails a request decode holds (never decoded): released, counted, reported to prefill.
   void fail(std::int64_t step, RequestId id, std::int32_t reason, const char* op, std::int64_t a0);
 
@@ -65,7 +66,7 @@ class PdDecodeStep {
   ServeResult& res_;
   std::vector<PdRecord>& to_peer_;
   Hooks hooks_;
-  RestoreAgreement restores_;
+  protocols::RestoreAgreement restores_;
   bool announcer_;  // PP0's leader: talks to prefill
   int stage_size_ = 1;
 };
