@@ -163,12 +163,13 @@ std::vector<PdRecord> PdLink::send_suffixes(const std::vector<BatchEntry>& batch
     const std::span<const PageId> pages(e.req->res.pages.data() + first, last - first);
     std::vector<transfer::Event> events;
     std::uint64_t bytes = 0;
+    std::map<int, std::uint64_t> per_peer;  // the rank pairs' links run in parallel
     for (const auto& leg : legs_) {
       auto blocks = head_blocks(pool_, pages, leg);
       if (pool_.layer_base() + leg.layer >= b.breaks_at) {  // broken from here on: what arrives is zeros
         for (auto& blk : blocks) blk.data = zeros_.data();
       } else {
-        for (const auto& blk : blocks) bytes += blk.bytes;
+        for (const auto& blk : blocks) bytes += blk.bytes, per_peer[leg.peer] += blk.bytes;
       }
       events.push_back(link_->send(leg.peer, tag(b.slot, leg.layer), blocks));
     }
@@ -181,7 +182,10 @@ std::vector<PdRecord> PdLink::send_suffixes(const std::vector<BatchEntry>& batch
       continue;
     }
     stats_.sent_tokens += static_cast<std::int64_t>(e.req->prompt_len() - b.dpl);
-    double ns = exp_.cost.pd_latency_us * 1e3 + static_cast<double>(bytes) * kv_bytes_scale_ / exp_.cost.pd_link_gb_s;
+    // Modelled: the busiest of this rank's pairs (the leader's legs stand for every prefill rank's).
+    std::uint64_t busiest = 0;
+    for (const auto& [peer, n] : per_peer) busiest = std::max(busiest, n);
+    double ns = exp_.cost.pd_latency_us * 1e3 + static_cast<double>(busiest) * kv_bytes_scale_ / exp_.cost.pd_link_gb_s;
     if (announcer)
       if (auto hit = faults_.evaluate("p2p.delay", static_cast<std::uint64_t>(step))) ns += hit->param("delay_us") * 1e3;
     out.push_back({kPdSent, e.req->spec.id.value(), clock_ns + static_cast<std::uint64_t>(ns)});
