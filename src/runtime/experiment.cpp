@@ -400,6 +400,9 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
       if (bad) throw InputError(src + ": " + what + " is not supported in a P/D world yet");
     };
     refuse(d.enabled(), "model.draft.mode = \"" + d.mode + "\" (speculative decoding)");
+    // Sharded pools: decode's first step would read the whole received prompt through the layer
+    // gather, which folds whole pages only (the prompt's last page is partial) and whose slot
+    // would have to hold the whole prompt.
     refuse(e.cache.cp_sharding != "replicated", "cache.cp_sharding = \"" + e.cache.cp_sharding + "\"");
     // transfer tags: one slot per request in flight, one tag per layer
     if (e.engine.max_running * e.model.layers > 30000)
