@@ -230,7 +230,8 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
     os << "# steps " << s.steps << ", checks " << s.checks << " (every " << exp.engine.check_every
        << " steps and at the end), wall " << s.wall_s << " s\n";
     if (s.oracle_mismatches >= 0) {
-      os << "# requests " << s.finished << " finished" << (s.failed ? ", " + std::to_string(s.failed) + " failed (aborted)" : "")
+      const char* why = exp.topology.groups.size() > 1 ? " failed (aborted, broken transfer or restore)" : " failed (aborted)";
+      os << "# requests " << s.finished << " finished" << (s.failed ? ", " + std::to_string(s.failed) + why : "")
          << " of " << s.requests << ", modelled time "
          << static_cast<double>(rows.back().model_ns) / 1e6 << " ms\n";
     }

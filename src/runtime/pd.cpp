@@ -119,14 +119,15 @@ void PdLink::send_answers(std::uint64_t clock_ns, bool idle, std::vector<PdRecor
   send_control(d);
 }
 
-PdLink::WorldTotals PdLink::world_totals(std::int64_t received_tokens) const {
+PdLink::WorldTotals PdLink::world_totals(std::int64_t received_tokens, std::int64_t finished, std::int64_t failed) const {
   const bool first = grid_.world_rank() == grid_.coord().group_base;
   const bool p = first && role_ == PdRole::Prefill, d = first && role_ == PdRole::Decode;
-  std::int64_t v[4] = {p ? stats_.sent_tokens : 0, d ? received_tokens : 0, d ? stats_.failed : 0, d ? stats_.restore_failed : 0};
+  std::int64_t v[6] = {p ? stats_.sent_tokens : 0, d ? received_tokens : 0, d ? stats_.failed : 0,
+                       d ? stats_.restore_failed : 0, d ? finished : 0, d ? failed : 0};
   MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, 4, MPI_INT64_T, MPI_SUM, grid_.world(), &req));
+  KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, 6, MPI_INT64_T, MPI_SUM, grid_.world(), &req));
   wait_mpi(&req, "Iallreduce of P/D transfer counts");
-  return {v[0], v[1], v[2], v[3]};
+  return {v[0], v[1], v[2], v[3], v[4], v[5]};
 }
 
 void PdLink::send_requests(const StepMessage& in, std::vector<PdRecord>& to_peer) {

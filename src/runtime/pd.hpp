@@ -106,11 +106,13 @@ class PdLink {
   // (emptied), idle, and its clock.
   void send_answers(std::uint64_t clock_ns, bool idle, std::vector<PdRecord>& to_peer);
   // After the loop, collective over the world: the first prefill rank's sent tokens and the first
-  // decode rank's received tokens (this rank's: `received_tokens`) and failures, on every rank.
+  // decode rank's received tokens, failures and requests finished and failed (decode's view is
+  // the world's: it decodes them), on every rank. `mine`: this rank's result.
   struct WorldTotals {
     std::int64_t sent_tokens = 0, received_tokens = 0, failed = 0, restore_failed = 0;
+    std::int64_t finished_requests = 0, failed_requests = 0;
   };
-  WorldTotals world_totals(std::int64_t received_tokens) const;
+  WorldTotals world_totals(std::int64_t received_tokens, std::int64_t finished, std::int64_t failed) const;
   // Every prefill rank: the group's relayed records.
   void on_prefill_records(const std::vector<PdRecord>& pd);
   bool bootstrapped(RequestId id) const { return boot_.count(id.value()) > 0; }

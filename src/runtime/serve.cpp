@@ -128,7 +128,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   // A request that failed (1: aborted, 2: its P/D transfer broke, 3: its P/D restore broke): its
   // row, tokens counted nowhere.
   auto record_failed = [&](const ServeRequest& r, std::int32_t reason) {
-    if (checker && trace) trace->request(failed_row(r, reason, clock));
+    if (checker && trace && role != PdRole::Prefill) trace->request(failed_row(r, reason, clock));  // P/D: decode records
   };
   auto flush = [&] {
     if (trace) trace->flush_all(log, faults);
@@ -565,19 +565,22 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   KVGRID_MPI_CHECK(MPI_Iallreduce(&local_mismatches, &mism, 1, MPI_INT64_T, MPI_SUM, grid.world(), &req));
   wait_mpi(&req, "Iallreduce of oracle mismatches");
   res.oracle_mismatches = mism;
+  const std::int64_t local_finished = res.finished;
   if (role != PdRole::None) {  // the first prefill rank's and the first decode rank's counts, on every rank
-    const auto t = pd.world_totals(res.pd_received_tokens);
+    const auto t = pd.world_totals(res.pd_received_tokens, res.finished, res.failed);
     res.pd_sent_tokens = t.sent_tokens;
     res.pd_received_tokens = t.received_tokens;
     res.pd_failed = t.failed;
     res.pd_restore_failed = t.restore_failed;
+    res.finished = t.finished_requests;  // decode's: the requests it decoded, and those it failed
+    res.failed = t.failed_requests;
   }
   if (spec) share_spec_counts(grid, res);  // the last stage's counts, on every rank
 
   auto& m = res.mine;
   m = rank_summary(grid, dc, log, faults, local_failures);
   m.requests = res.requests;
-  m.admitted = res.finished;
+  m.admitted = local_finished;
   m.matched_tokens = res.cached_tokens;
   m.prompt_tokens = res.prompt_tokens;
   m.oracle_mismatches = local_mismatches;

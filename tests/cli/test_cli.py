@@ -304,8 +304,9 @@ def pd_restore_fail():
     """Broken decode-side restores (pd.restore.fail, drawn on each decode rank): the requests that
     fail with reason pd_restore are exactly those whose restore broke on some decode rank (its
     pd_recv event, status 1), each had a host restore, the rest are decoded oracle-OK and nothing
-    leaks; the report counts them by reason. The unchecked variant decodes on the broken KV: the
-    oracle catches it."""
+    leaks; the report counts them by reason (with aborts too, the run's footer and the report agree
+    and every request has one row). The unchecked variant decodes on the broken KV: the oracle
+    catches it."""
     sets = ["--set", "workload.gsp.groups=2", "--set", "workload.gsp.turns=3", "--set", "cache.device_pages=400",
             "--set", "faults.pd.restore.fail.probability=0.3"]
     rc, so, se = run(4, PDMT, "--out", out("pdr"), *sets)
@@ -332,6 +333,18 @@ def pd_restore_fail():
     expect(j["failed_by_reason"]["pd_restore"] == len(failed) == j["failed"], "report by reason", j["failed_by_reason"])
     rc, so, se = tool("report", out("pdr"))
     expect(f"{len(failed)} by a broken restore" in so, "report text", so)
+    # With aborts too: decode records every request once (prefill's rank holds no rows), and the
+    # run's footer counts what decode finished and failed, as the report does.
+    rc, so, se = run(4, PDMT, "--out", out("pdr-abort"), *sets, "--set", "faults.request.abort.probability=0.01")
+    m = re.search(r"# requests (\d+) finished, (\d+) failed \(aborted, broken transfer or restore\) of (\d+)", so)
+    ja = json.loads(tool("report", out("pdr-abort"), "--json")[1])
+    fr = ja["failed_by_reason"]
+    expect(rc == 0 and m and (int(m.group(1)), int(m.group(2)), int(m.group(3))) == (ja["finished"], ja["failed"], ja["requests"])
+           and ja["finished"] + ja["failed"] == ja["requests"] and fr["abort"] > 0 and fr["pd_restore"] > 0
+           and fr["abort"] + fr["pd_restore"] + fr["pd_transfer"] == ja["failed"], "footer and report agree", so, ja)
+    with h5py.File(out("pdr-abort/run.h5"), "r") as f:
+        rows = {r: len(f["ranks"][r]["requests"]) for r in f["ranks"]}
+    expect(sum(rows.values()) == ja["requests"], "one row per request, written by decode", rows)
     rc, so, se = run(4, PDMT, "--out", out("pdr-bug"), *sets, "--set", "protocol.pd_restore=unchecked")
     m = re.search(r"# oracle mismatches: (\d+) FAILED", so)
     expect(rc == 1 and m and int(m.group(1)) > 0, "unchecked restores caught by the oracle", so, se)
