@@ -29,6 +29,9 @@ namespace kvgrid::protocols {
 struct GatherItem {
   std::span<const PageId> pages;  // the cached prefix, logical pages in prefix order
   std::span<std::uint64_t> run;   // the request's fold, [local layer][local head]: gathered pages are added
+  // > 0: the last page holds only this many tokens (a P/D prompt received whole); full payload
+  // folds only those slots (digest: a page's word holds exactly the tokens written to it).
+  std::size_t tail_tokens = 0;
 };
 
 struct GatherStats {

@@ -400,10 +400,14 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
       if (bad) throw InputError(src + ": " + what + " is not supported in a P/D world yet");
     };
     refuse(d.enabled(), "model.draft.mode = \"" + d.mode + "\" (speculative decoding)");
-    // Sharded pools: decode's first step would read the whole received prompt through the layer
-    // gather, which folds whole pages only (the prompt's last page is partial) and whose slot
-    // would have to hold the whole prompt.
-    refuse(e.cache.cp_sharding != "replicated", "cache.cp_sharding = \"" + e.cache.cp_sharding + "\"");
+    // Sharded pools: a page goes from its prefill owner to its decode owner, the same rank index
+    // when both shard groups are alike (the owner of position page P is P mod N on both sides).
+    const auto& pf = e.topology.groups[0].shape;
+    const auto& dc = e.topology.groups[1].shape;
+    if (e.cache.cp_sharding != "replicated" && (pf.tp != dc.tp || pf.cp != dc.cp))
+      throw InputError(src + ": cache.cp_sharding = \"" + e.cache.cp_sharding + "\" in a P/D world needs equal tp and cp on "
+                       "both sides (prefill " + pf.str() + ", decode " + dc.str() +
+                       "): each page goes from its owner on prefill to its owner on decode");
     // transfer tags: one slot per request in flight, one tag per layer
     if (e.engine.max_running * e.model.layers > 30000)
       throw InputError(src + ": engine.max_running × model.layers = " + std::to_string(e.engine.max_running * e.model.layers) +

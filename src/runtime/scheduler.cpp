@@ -25,8 +25,23 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
   std::vector<BatchEntry> batch;
   fresh_pages_.clear();
   admitted_.clear();
-  for (auto& r : running_)
-    if (r->prefill_done() && !r->finished() && !r->awaiting_kv) batch.push_back({r.get(), r->computed, r->tokens.size(), false});
+  const std::int64_t p = cache_.tree().page_size().value();
+  // P/D decode over a sharded pool: a request's first decode step reads its whole received prompt
+  // through the layer gather, and the batch's first steps share one slot (the rest wait a step).
+  const bool decode_gathers = cfg_.receive_prompt && cfg_.gather_pages > 0;
+  auto prompt_slot_pages = [&](const ServeRequest& r) {
+    return protocols::LayerGather::padded_pages((static_cast<std::int64_t>(r.prompt_len()) + p - 1) / p, cfg_.shards);
+  };
+  std::int64_t first_steps = 0;
+  for (auto& r : running_) {
+    if (!r->prefill_done() || r->finished() || r->awaiting_kv) continue;
+    if (decode_gathers && !r->model.primed) {
+      const std::int64_t want = prompt_slot_pages(*r);
+      if (first_steps > 0 && first_steps + want > cfg_.gather_pages) continue;  // the slot is full: next step
+      first_steps += want;
+    }
+    batch.push_back({r.get(), r->computed, r->tokens.size(), false});
+  }
   std::int64_t budget = cfg_.chunk_size;
   for (auto& r : running_) {
     if (r->prefill_done() || r->awaiting_kv || budget <= 0) continue;
@@ -35,13 +50,16 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
     budget -= take;
   }
   std::int64_t gather_used = 0;  // slot pages of this step's admissions (CP sharding)
-  const std::int64_t p = cache_.tree().page_size().value();
   while (budget > 0 && !waiting_.empty() && static_cast<std::int64_t>(running_.size()) < cfg_.max_running) {
     ServeRequest& w = *waiting_.front();
     if (!cache_.prefetch_ready(w.spec.id)) break;  // its storage prefetch goes on (stop policy)
     if (cfg_.admit_gate && !cfg_.admit_gate(w.spec.id)) break;  // P/D prefill: not bootstrapped yet
     Tokens max_match(cfg_.receive_prompt && !cfg_.reuse ? 0 : INT64_MAX);
-    if (cfg_.gather_pages > 0) {
+    if (decode_gathers && prompt_slot_pages(w) > cfg_.gather_pages)
+      throw RunFailure("request " + std::to_string(w.spec.id.value()) + ": its prompt of " + std::to_string(w.prompt_len()) +
+                       " tokens needs " + std::to_string(prompt_slot_pages(w)) + " pages of a gather slot of " +
+                       std::to_string(cfg_.gather_pages) + ": decode could never read it (raise cache.gather_pages)");
+    if (cfg_.gather_pages > 0 && !cfg_.receive_prompt) {
       const std::int64_t want = protocols::LayerGather::padded_pages(cache_.peek_hit(w.spec.prompt).value() / p, cfg_.shards);
       if (gather_used > 0 && gather_used + want > cfg_.gather_pages) break;  // the slot is full: next step
       max_match = Tokens((cfg_.gather_pages - gather_used) / cfg_.shards * cfg_.shards * p);
@@ -61,7 +79,7 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
                          (n > 1 ? ", or lower cache.gather_pages" : "") + ")");
       break;
     }
-    if (cfg_.gather_pages > 0)
+    if (cfg_.gather_pages > 0 && !cfg_.receive_prompt)
       gather_used += protocols::LayerGather::padded_pages(res->matched.value() / p, cfg_.shards);
     w.res = std::move(*res);
     w.computed = static_cast<std::size_t>(w.res.matched.value());

@@ -67,7 +67,9 @@ struct SchedulerConfig {
   std::uint64_t vocab = 32000;
   // CP sharding: the batch's cached prefixes are gathered into one slot of `gather_pages` pages
   // (0: no gather). A request whose prefix would overflow the slot waits for a later step (no
-  // overtaking); one that alone exceeds it reuses only what fits.
+  // overtaking); one that alone exceeds it reuses only what fits. P/D decode gathers a request's
+  // whole received prompt at its first decode step instead: those steps share the slot (the rest
+  // wait a step), and a prompt larger than the slot fails the run at admission.
   std::int64_t gather_pages = 0;
   std::uint32_t shards = 1;
   // P/D. Decode side (`receive_prompt`): an admission reserves pages for the whole request and

@@ -339,8 +339,9 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
       for (auto& e : batch)
         if (!e.req->model.primed && e.start > 0) {
           model.prime_for_gather(e.req->model);
-          const std::size_t n = e.start / static_cast<std::size_t>(exp.cache.page_size.value());
-          items.push_back({std::span<const PageId>(e.req->res.pages).first(n), e.req->model.run});
+          // (P/D decode: the whole received prompt, its last page partial)
+          const std::size_t ps = static_cast<std::size_t>(exp.cache.page_size.value()), n = (e.start + ps - 1) / ps;
+          items.push_back({std::span<const PageId>(e.req->res.pages).first(n), e.req->model.run, e.start % ps});
           primed.push_back(e.req);
         }
       if (!items.empty()) {
