@@ -145,7 +145,8 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
     // land before anyone can read them. Private ones are freed (never published).
     for (auto& e : r.load_events) e.synchronize();
     if (r.restore_hold) {
-      pool_.free(std::span<const PageId>(m.device_pages).subspan(m.device_pages.size() - static_cast<std::size_t>(restored.value())));
+      const std::size_t kept = m.device_pages.size() - static_cast<std::size_t>(restored.value());
+      pool_.free(std::span<const PageId>(m.device_pages).subspan(kept));
       end_restore(r.restore_hold, m.last_node);
     }
     tree_.unlock(m.last_node);

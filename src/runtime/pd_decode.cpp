@@ -110,8 +110,9 @@ std::vector<PdRecord> PdDecodeStep::admissions(std::int64_t step, const std::vec
     for (const auto& t : in)
       if (t[0] == kPdAdmitted) theirs.push_back(t);
     if (theirs != answers)
-      throw RunFailure("decode stage " + std::to_string(pp) + " admitted other requests or decode_prefix_len than stage 0 at step " +
-                       std::to_string(step) + ": their cache decisions diverged");
+      throw RunFailure("decode stage " + std::to_string(pp) +
+                       " admitted other requests or decode_prefix_len than stage 0 at step " + std::to_string(step) +
+                       ": their cache decisions diverged");
   }
   return answers;
 }
