@@ -51,15 +51,7 @@ void LayerGather::fold(std::span<const GatherItem> items, std::size_t layer, MPI
     const auto& rows = rows_[i];
     const bool partial = items[i].tail_tokens > 0 && slot.payload() == cache::Payload::Full && !rows.empty();
     const std::size_t whole = rows.size() - (partial ? 1 : 0);
-    if (partial) {  // the last page's written slots only
-      const std::size_t k = items[i].tail_tokens;
-      std::vector<std::uint32_t> page(k, rows.back()), slots(k);
-      for (std::size_t s = 0; s < k; ++s) slots[s] = static_cast<std::uint32_t>(s);
-      std::vector<std::uint64_t> folds(k * H, 0);
-      slot.fold_tokens(page, slots, {}, folds);
-      for (std::size_t s = 0; s < k; ++s)
-        for (std::size_t h = 0; h < H; ++h) out_[h] += folds[s * H + h];
-    }
+    if (partial) slot.fold_slots(rows.back(), items[i].tail_tokens, out_);  // the last page's written slots only
     for (std::size_t at = 0; at < whole; at += cfg_.test_every) {
       const std::size_t n = std::min(cfg_.test_every, whole - at);
       slot.fold_pages(std::span<const std::uint32_t>(rows).subspan(at, n), out_);

@@ -101,11 +101,10 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
     r.load_events = host_->load_back(
         m, [&](Pages n, std::uint32_t owner) { return alloc_evicting(n, owner, &r.evicted, restore_); },
         private_restores_ ? &r.restore_hold : nullptr);
-    const Tokens before = on_device;
-    r.host_loaded = m.matched - before;
+    r.host_loaded = m.matched - on_device;
     if (storage_) {
       const auto [b, e] = storage_->prefetched_range(id);
-      const Tokens lo = std::max(b, before), hi = std::min(e, m.matched);
+      const Tokens lo = std::max(b, on_device), hi = std::min(e, m.matched);
       if (hi > lo) r.storage_loaded = hi - lo;
       storage_->forget(id);
     }

@@ -102,6 +102,16 @@ class DeviceCache {
   // CP sharding: where load-backs put restored pages (default: onto their owners).
   void set_restore_placement(const RestorePlacement* p) { restore_ = p; }
   std::uint32_t shards() const { return pool_.shards(); }
+  // Copies both tiers submitted and ACKs they consumed since the last call (the trace's timeline).
+  std::vector<TransferRecord> take_transfers() {
+    std::vector<TransferRecord> out;
+    if (host_) out = host_->take_transfers();
+    if (storage_) {
+      auto more = storage_->take_transfers();
+      out.insert(out.end(), more.begin(), more.end());
+    }
+    return out;
+  }
   // Every cached (tree) page, for fault injection.
   std::vector<PageId> cached_pages() const;
 

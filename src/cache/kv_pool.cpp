@@ -95,6 +95,18 @@ void KvPool::fold_tokens(std::span<const std::uint32_t> page, std::span<const st
     for (std::size_t k = 0; k < lh; ++k) out[i * lh + k] = F[i] * coef_[k];
 }
 
+void KvPool::fold_slots(std::uint32_t page, std::size_t n, std::span<std::uint64_t> out) const {
+  KVGRID_CHECK(cfg_.payload == Payload::Full, "fold_slots reads stored tokens (full payload only)");
+  const std::size_t lh = layout_.layers * layout_.heads;
+  KVGRID_CHECK(out.size() == lh, "fold_slots into ", out.size(), " words, not ", lh);
+  std::vector<std::uint32_t> pages(n, page), slots(n);
+  for (std::size_t i = 0; i < n; ++i) slots[i] = static_cast<std::uint32_t>(i);
+  std::vector<std::uint64_t> folds(n * lh, 0);
+  fold_tokens(pages, slots, {}, folds);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t k = 0; k < lh; ++k) out[k] += folds[i * lh + k];
+}
+
 void KvPool::reset(std::span<const PageId> pages) {
   if (cfg_.payload != Payload::Digest) return;  // full mode overwrites every slot it later reads
   for (PageId p : pages) {

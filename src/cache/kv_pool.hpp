@@ -58,6 +58,9 @@ class KvPool {
   // per-token storage and takes them from the caller's scratch features F.
   void fold_tokens(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot,
                    std::span<const std::uint64_t> F, std::span<std::uint64_t> out) const;
+  // Full payload: adds the fold of slots [0, n) of `page` into out [l * heads + h] — a partial
+  // page's written tokens (its other slots may hold a previous owner's KV: `reset` leaves them).
+  void fold_slots(std::uint32_t page, std::size_t n, std::span<std::uint64_t> out) const;
   // Prepares freshly allocated pages for new content (digest mode accumulates).
   void reset(std::span<const PageId> pages);
   // Zeroes the listed pages' rows in either payload mode (KV nobody wrote).

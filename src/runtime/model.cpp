@@ -104,15 +104,8 @@ void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tok
     } else {
       pool_.fold_pages(pages_, st.run);
     }
-    if (rem != 0 && !partial_digest) {  // full payload: the partial page's written slots
-      pages_.assign(rem, page_table[start / page_size_].value());
-      slots_.resize(rem);
-      for (std::size_t i = 0; i < rem; ++i) slots_[i] = static_cast<std::uint32_t>(i);
-      folds_.assign(rem * L * H, 0);
-      pool_.fold_tokens(pages_, slots_, {}, folds_);
-      for (std::size_t i = 0; i < rem; ++i)
-        for (std::size_t k = 0; k < L * H; ++k) st.run[k] += folds_[i * L * H + k];
-    }
+    if (rem != 0 && !partial_digest)  // full payload: the partial page's written slots
+      pool_.fold_slots(page_table[start / page_size_].value(), rem, st.run);
     st.ph = kPrefixSeed;
     st.hashed = 0;
     st.primed = true;

@@ -506,17 +506,10 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     }
 
     // Timeline events: copies (modelled start, end, bytes), ACKs consumed, at this step.
-    if (trace) {
-      std::vector<cache::TransferRecord> tr;
-      if (auto* host = dc.host_tier()) tr = host->take_transfers();
-      if (auto* st = dc.storage_tier()) {
-        auto more = st->take_transfers();
-        tr.insert(tr.end(), more.begin(), more.end());
-      }
-      for (const auto& t : tr)
+    if (trace)
+      for (const auto& t : dc.take_transfers())
         emit(step, t.id, t.kind, static_cast<std::int64_t>(t.start_ns), static_cast<std::int64_t>(t.end_ns),
              static_cast<std::int64_t>(t.bytes), 0);
-    }
     done = role == PdRole::None ? exhausted && sched.idle() : in.pd_stop != 0;
     if (role == PdRole::Decode && leader && first_stage && !done) pd.send_answers(clock, sched.idle(), pd_to_peer);
     if (stack.has_draft && shape.pp > 1 && leader && expect_back && !done) {

@@ -68,8 +68,9 @@ TEST(PdLegs, EveryDecodeRankReceivesEachLayerAndHeadOnceFromAHolderAndSidesMirro
           for (std::uint64_t l = g.layer_begin; l < g.layer_end; ++l)
             for (auto h : g.kv_heads) EXPECT_EQ((got[{w, l, h}]), 1) << "decode rank " << w << " layer " << l << " head " << h;
         }
-        if (p.tp == d.tp && p.cp == d.cp && p.pp == d.pp)
+        if (p.tp == d.tp && p.cp == d.cp && p.pp == d.pp) {
           for (const auto& [s, r, l, h] : sent) EXPECT_EQ(r, s + p.size()) << "equal layouts pair w with w + size";
+        }
       }
   }
 }
