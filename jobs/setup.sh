@@ -49,3 +49,15 @@ cmake --build "$build_dir" -j "$jobs" 2>&1 | grep -Ev '^\[ *[0-9]+%\]' || true
 test "${PIPESTATUS[0]}" -eq 0
 [ -x "$build_dir/kvgrid" ] || { echo "setup: build failed ($build_dir/kvgrid missing)" >&2; exit 1; }
 echo "# setup: built $build_dir/kvgrid"
+# The CUDA build (tests/cuda/build_check.sh, a ctest entry) is compiled here, as set-up: the test
+# then only checks it is up to date and runs its tests. KVGRID_CUDA_CHECK=0 skips it.
+if [ "${KVGRID_CUDA_CHECK:-1}" != 0 ] && { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+  cuda_start=$(date +%s)
+  if tests/cuda/build_check.sh "$(cd "$build_dir" && pwd)/cuda-check" >"$build_dir.cuda-check.log" 2>&1; then
+    echo "# setup: built the CUDA check build in $(( $(date +%s) - cuda_start )) s ($build_dir/cuda-check)"
+  else
+    cat "$build_dir.cuda-check.log" >&2
+    echo "setup: the CUDA build failed (log above; KVGRID_CUDA_CHECK=0 skips it)" >&2
+    exit 1
+  fi
+fi

@@ -13,7 +13,8 @@ namespace {
 using Exec = Kokkos::DefaultHostExecutionSpace;
 
 void check_layout(const PageLayout& g) {
-  KVGRID_CHECK(g.layers > 0 && g.heads > 0 && g.page_size > 0 && g.dims > 0 && g.head_ids != nullptr,
+  KVGRID_CHECK(g.layers > 0 && g.heads > 0 && g.page_size > 0 && g.dims > 0 && g.head_ids != nullptr &&
+                   g.slot_coef != nullptr && g.dim_coef != nullptr,
                "bad page layout: layers ", g.layers, " heads ", g.heads, " page_size ", g.page_size, " dims ", g.dims);
 }
 void check_pages(const PageLayout& g, std::span<const std::uint32_t> pages) {
@@ -37,7 +38,7 @@ void write_tokens_full(const PageLayout& g, std::uint64_t* pool, std::span<const
         std::uint64_t rest = 0;
         for (std::size_t d = 0; d + 1 < g.dims; ++d) {
           v[d] = kv_element(F[i], layer, head, d, g.dims);
-          rest += v[d];
+          rest += g.dim_coef[d] * v[d];
         }
         v[g.dims - 1] = F[i] * kv_coeff(layer, head) - rest;
       });
@@ -45,12 +46,14 @@ void write_tokens_full(const PageLayout& g, std::uint64_t* pool, std::span<const
 }
 
 void write_tokens_digest(const PageLayout& g, std::uint64_t* pool, std::span<const std::uint32_t> page,
-                         std::span<const std::uint64_t> F) {
+                         std::span<const std::uint32_t> slot, std::span<const std::uint64_t> F) {
   check_layout(g);
-  KVGRID_CHECK(page.size() == F.size(), "write_tokens_digest: ", page.size(), " pages, ", F.size(), " features");
+  KVGRID_CHECK(page.size() == F.size() && page.size() == slot.size(), "write_tokens_digest: ", page.size(), " pages, ",
+               slot.size(), " slots, ", F.size(), " features");
   check_pages(g, page);
+  for (auto s : slot) KVGRID_CHECK(s < g.page_size, "slot ", s, " >= page_size ", g.page_size);
   // One work item per (layer, head): it owns that word of every page, so no atomics are needed,
-  // and consecutive tokens of one page are summed before a single add (coef × ΣF = Σ coef × F).
+  // and consecutive tokens of one page are summed before a single add (coef × ΣPF = Σ coef × PF).
   Kokkos::parallel_for(
       "kvgrid::write_tokens_digest", Kokkos::RangePolicy<Exec>(0, g.layers * g.heads), KOKKOS_LAMBDA(const std::size_t k) {
         const std::size_t h = k % g.heads, l = k / g.heads;
@@ -59,7 +62,7 @@ void write_tokens_digest(const PageLayout& g, std::uint64_t* pool, std::span<con
         while (i < page.size()) {
           const std::uint32_t p = page[i];
           std::uint64_t sum = 0;
-          for (; i < page.size() && page[i] == p; ++i) sum += F[i];
+          for (; i < page.size() && page[i] == p; ++i) sum += g.slot_coef[slot[i]] * F[i];
           pool[g.digest_index(p, l, h)] += sum * coef;
         }
       });
@@ -67,7 +70,7 @@ void write_tokens_digest(const PageLayout& g, std::uint64_t* pool, std::span<con
 }
 
 void fold_pages_full(const PageLayout& g, const std::uint64_t* pool, std::span<const std::uint32_t> pages,
-                     std::span<std::uint64_t> out, std::size_t layer_begin, std::size_t layer_end) {
+                     std::size_t first_index, std::span<std::uint64_t> out, std::size_t layer_begin, std::size_t layer_end) {
   layer_end = std::min(layer_end, g.layers);
   check_layout(g);
   check_pages(g, pages);
@@ -76,9 +79,15 @@ void fold_pages_full(const PageLayout& g, const std::uint64_t* pool, std::span<c
       "kvgrid::fold_pages_full", Kokkos::RangePolicy<Exec>(layer_begin * g.heads, layer_end * g.heads), KOKKOS_LAMBDA(const std::size_t k) {
         const std::size_t h = k % g.heads, l = k / g.heads;
         std::uint64_t acc = 0;
-        for (auto p : pages) {
-          const std::uint64_t* v = pool + g.full_index(p, l, h, 0, 0);
-          for (std::size_t e = 0; e < g.page_size * g.dims; ++e) acc += v[e];
+        for (std::size_t j = 0; j < pages.size(); ++j) {
+          const std::uint64_t* v = pool + g.full_index(pages[j], l, h, 0, 0);
+          std::uint64_t page = 0;
+          for (std::size_t s = 0; s < g.page_size; ++s, v += g.dims) {
+            std::uint64_t tok = 0;
+            for (std::size_t d = 0; d < g.dims; ++d) tok += g.dim_coef[d] * v[d];
+            page += g.slot_coef[s] * tok;
+          }
+          acc += page_coeff(first_index + j) * page;
         }
         out[k] += acc;
       });
@@ -86,7 +95,7 @@ void fold_pages_full(const PageLayout& g, const std::uint64_t* pool, std::span<c
 }
 
 void fold_pages_digest(const PageLayout& g, const std::uint64_t* pool, std::span<const std::uint32_t> pages,
-                       std::span<std::uint64_t> out, std::size_t layer_begin, std::size_t layer_end) {
+                       std::size_t first_index, std::span<std::uint64_t> out, std::size_t layer_begin, std::size_t layer_end) {
   layer_end = std::min(layer_end, g.layers);
   check_layout(g);
   check_pages(g, pages);
@@ -95,25 +104,26 @@ void fold_pages_digest(const PageLayout& g, const std::uint64_t* pool, std::span
       "kvgrid::fold_pages_digest", Kokkos::RangePolicy<Exec>(layer_begin * g.heads, layer_end * g.heads), KOKKOS_LAMBDA(const std::size_t k) {
         const std::size_t h = k % g.heads, l = k / g.heads;
         std::uint64_t acc = 0;
-        for (auto p : pages) acc += pool[g.digest_index(p, l, h)];
+        for (std::size_t j = 0; j < pages.size(); ++j) acc += page_coeff(first_index + j) * pool[g.digest_index(pages[j], l, h)];
         out[k] += acc;
       });
   Kokkos::fence();
 }
 
 void fold_tokens_full(const PageLayout& g, const std::uint64_t* pool, std::span<const std::uint32_t> page,
-                      std::span<const std::uint32_t> slot, std::span<std::uint64_t> out) {
+                      std::span<const std::uint32_t> slot, std::size_t first_pos, std::span<std::uint64_t> out) {
   check_layout(g);
   check_pages(g, page);
   KVGRID_CHECK(page.size() == slot.size() && out.size() == page.size() * g.layers * g.heads, "fold_tokens_full sizes");
+  for (auto s : slot) KVGRID_CHECK(s < g.page_size, "slot ", s, " >= page_size ", g.page_size);
   const std::size_t n = page.size() * g.layers * g.heads;
   Kokkos::parallel_for(
       "kvgrid::fold_tokens_full", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(const std::size_t k) {
         const std::size_t h = k % g.heads, l = (k / g.heads) % g.layers, i = k / (g.heads * g.layers);
         const std::uint64_t* v = pool + g.full_index(page[i], l, h, slot[i], 0);
         std::uint64_t acc = 0;
-        for (std::size_t d = 0; d < g.dims; ++d) acc += v[d];
-        out[k] = acc;
+        for (std::size_t d = 0; d < g.dims; ++d) acc += g.dim_coef[d] * v[d];
+        out[k] = page_coeff((first_pos + i) / g.page_size) * g.slot_coef[slot[i]] * acc;
       });
   Kokkos::fence();
 }

@@ -1,19 +1,30 @@
-// The synthetic model's arithmetic: verifiable KV as a pure function of the token prefix.
+// The synthetic model's arithmetic: verifiable KV as a pure function of the token prefix, bound to
+// its logical coordinates.
 //
 //   ph(t)         rolling prefix hash of tokens[0..t]
 //   F(t)          token feature  = mix64(ph(t) ^ kFeature)
 //   M(l, h)       odd per (layer, KV head) coefficient
+//   w(d)          odd per element coefficient (w(D-1) = 1): elements are bound to their index, so a
+//                 value moved inside a head vector (K and V swapped, an element off by one) shows
 //   kv(t,l,h,d)   KV element d of token t, layer l, head h: pseudo-random for d < D-1; the last
-//                 element is chosen so that  sum_d kv(t,l,h,d) == F(t) * M(l,h)  (mod 2^64)
-//   fold(page)    sum of a page's elements for one (l, h): sum over its tokens of F(t) * M(l,h);
-//                 in `digest` payload mode the pool stores exactly this one word per page×l×h
+//                 element is chosen so that  sum_d w(d) * kv(t,l,h,d) == F(t) * M(l,h)  (mod 2^64)
+//   P(s), Q(k)    odd coefficients of a slot s inside a page and of the k-th page of a request's
+//                 page table; R(t) = Q(t / page_size) * P(t mod page_size) binds position t
+//   fold(t)       what token t contributes to attention: R(t) * F(t) * M(l,h). A full page applies
+//                 w and P when read (the reader knows which slot it reads); a digest page stores
+//                 sum_s P(s) * F * M per (l, h) (the writer knows the slot) — either way the reader
+//                 applies Q(k) for the position k it reads the page at
 //   G(q), N(l,h)  query weight and odd per (layer, query head) coefficient
-//   attention     C_l = sum_h sum_q G(q) * N(l,h) * run_h(q),  run_h(q) = sum_{t<=q} fold of t
+//   attention     C_l = sum_h sum_q G(q) * N(l,h) * run_h(q),  run_h(q) = sum_{t<=q} fold(t)
 //
 // All arithmetic is wrapping uint64, so sums may be split over TP heads, CP query tokens, pages
-// and chunks in any order without changing a bit. The oracle needs only S(q) = sum_{t<=q} F(t):
+// and chunks in any order without changing a bit. The oracle needs only S(q) = sum_{t<=q} R(t) F(t):
 //   C_l = K(l) * sum_q G(q) * S(q),   K(l) = sum_h N(l,h) * M(l,h)   (MHA)
-// so a wrong, stale or corrupt page anywhere changes the checksum.
+// so a wrong, stale or corrupt page anywhere changes the checksum — and so does a right value at
+// the wrong place: pages swapped or reversed in a page table (Q), slots swapped in a page (P), a
+// block of another layer or head (M), elements moved inside a vector (w). A coefficient difference
+// is even (both odd), so a misplacement goes unseen only if that difference times the values'
+// difference is 0 mod 2^64: the values are pseudo-random words, so practically never.
 #pragma once
 
 #include <cstdint>
@@ -38,12 +49,26 @@ constexpr std::uint64_t kv_coeff(std::uint64_t layer, std::uint64_t head) {
 constexpr std::uint64_t query_coeff(std::uint64_t layer, std::uint64_t head) {
   return mix64(layer * 0x2545f4914f6cdd1dULL + head * 0x94d049bb133111ebULL + 0x7f4a7c15ULL) | 1ULL;
 }
+// Coefficient of element d of a head vector of `dims` elements (the last one: 1, which makes the
+// vector's last element solvable).
+constexpr std::uint64_t dim_coeff(std::uint64_t d, std::uint64_t dims) {
+  return d + 1 == dims ? 1ULL : mix64(d * 0xd1b54a32d192ed03ULL + 0x3c6ef372fe94f82bULL) | 1ULL;
+}
+// Coefficient of slot s inside a page (P) and of the k-th page of a request's page table (Q).
+constexpr std::uint64_t slot_coeff(std::uint64_t slot) { return mix64(slot * 0xaef17502108ef2d9ULL + 0x632be59bd9b4e019ULL) | 1ULL; }
+constexpr std::uint64_t page_coeff(std::uint64_t page_index) {
+  return mix64(page_index * 0x8cb92ba72f3d8dd7ULL + 0x1f83d9abfb41bd6bULL) | 1ULL;
+}
+// R(t): the coefficient of logical position t.
+constexpr std::uint64_t position_coeff(std::uint64_t pos, std::uint64_t page_size) {
+  return page_coeff(pos / page_size) * slot_coeff(pos % page_size);
+}
 // Element d (< dims) of the KV vector of a token with feature F at (layer, head).
 constexpr std::uint64_t kv_element(std::uint64_t F, std::uint64_t layer, std::uint64_t head, std::uint64_t d,
                                    std::uint64_t dims) {
   if (d + 1 < dims) return mix64(F + layer * 0x9e3779b97f4a7c15ULL + head * 0xbf58476d1ce4e5b9ULL + d * 0x94d049bb133111ebULL);
   std::uint64_t rest = 0;
-  for (std::uint64_t e = 0; e + 1 < dims; ++e) rest += kv_element(F, layer, head, e, dims);
+  for (std::uint64_t e = 0; e + 1 < dims; ++e) rest += dim_coeff(e, dims) * kv_element(F, layer, head, e, dims);
   return F * kv_coeff(layer, head) - rest;
 }
 // The token generated after a prefix whose hash is ph.

@@ -16,6 +16,22 @@ std::uint64_t since(Clock::time_point t) {
 }
 }  // namespace
 
+GatherOrder parse_gather_order(const std::string& name) {
+  if (name == "after_restore") return GatherOrder::AfterRestore;
+  KVGRID_CHECK(name == "before_restore_event", "unknown protocol.layer_gather variant '", name, "'");
+  return GatherOrder::BeforeRestoreEvent;
+}
+
+void LayerGather::restore_then_post(std::size_t layer, const std::function<void(std::size_t)>& before_layer) {
+  if (cfg_.order == GatherOrder::AfterRestore) {
+    if (before_layer) before_layer(layer);
+    post(layer);
+    return;
+  }
+  post(layer);  // the bug: the owners' pages are copied into the send buffer before the copy landed
+  if (before_layer) before_layer(layer);
+}
+
 LayerGather::LayerGather(Config cfg, const ShardGroup& group, const cache::KvPool& pool)
     : cfg_(cfg), group_(group), pool_(pool) {
   KVGRID_CHECK(group_.size > 1 && group_.comm != MPI_COMM_NULL, "a layer gather needs a shard group");
@@ -51,10 +67,10 @@ void LayerGather::fold(std::span<const GatherItem> items, std::size_t layer, MPI
     const auto& rows = rows_[i];
     const bool partial = items[i].tail_tokens > 0 && slot.payload() == cache::Payload::Full && !rows.empty();
     const std::size_t whole = rows.size() - (partial ? 1 : 0);
-    if (partial) slot.fold_slots(rows.back(), items[i].tail_tokens, out_);  // the last page's written slots only
+    if (partial) slot.fold_slots(rows.back(), items[i].tail_tokens, rows.size() - 1, out_);  // its written slots only
     for (std::size_t at = 0; at < whole; at += cfg_.test_every) {
       const std::size_t n = std::min(cfg_.test_every, whole - at);
-      slot.fold_pages(std::span<const std::uint32_t>(rows).subspan(at, n), out_);
+      slot.fold_pages(std::span<const std::uint32_t>(rows).subspan(at, n), out_, /*first_index=*/at);
       if (drive && *drive != MPI_REQUEST_NULL) {
         int done = 0;
         KVGRID_MPI_CHECK(MPI_Test(drive, &done, MPI_STATUS_IGNORE));
@@ -93,20 +109,15 @@ std::uint64_t LayerGather::run(std::span<const GatherItem> items, const std::fun
     stats_.blocked_ns += since(tw);
   };
   if (cfg_.overlap) {
-    if (before_layer) before_layer(0);
-    post(0);
+    restore_then_post(0, before_layer);
     for (std::size_t l = 0; l < L; ++l) {
       wait(l);
-      if (l + 1 < L) {
-        if (before_layer) before_layer(l + 1);  // restore(l+1) → gather(l+1)
-        post(l + 1);                            // into the other slot, read two layers ago
-      }
+      if (l + 1 < L) restore_then_post(l + 1, before_layer);  // into the other slot, read two layers ago
       fold(items, l, l + 1 < L ? &req_[(l + 1) % 2] : nullptr);
     }
   } else {
     for (std::size_t l = 0; l < L; ++l) {
-      if (before_layer) before_layer(l);
-      post(l);
+      restore_then_post(l, before_layer);
       wait(l);
       fold(items, l, nullptr);
     }

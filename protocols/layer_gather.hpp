@@ -10,6 +10,13 @@
 // (MPI_Iallgather) before attention on layer l, and attention drives its progress with MPI_Test
 // every `test_every` pages: Open MPI progresses non-blocking collectives only inside MPI calls.
 //
+// Variants (protocol.layer_gather):
+//   after_restore         (correct) gather(l) is posted only after layer l's restore copies landed.
+//   before_restore_event  (buggy) gather(l) is posted before waiting for layer l's restore event:
+//                         owners send what their pages hold before the copy landed — freed pages'
+//                         poison, or the previous owner's KV — and attention reads it: oracle
+//                         mismatches (the restore → gather ordering bug of the first article §1.3).
+//
 // Both slots are charged to the device budget by the caller (runtime gather_charge); the scheduler keeps
 // a batch's gather within one slot (`padded_pages` per request).
 #pragma once
@@ -19,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cache/kv_pool.hpp"
@@ -40,12 +48,16 @@ struct GatherStats {
   std::uint64_t total_ns = 0;    // wall time of the gather-and-fold passes
 };
 
+enum class GatherOrder { AfterRestore, BeforeRestoreEvent };
+GatherOrder parse_gather_order(const std::string& name);  // "after_restore" | "before_restore_event"
+
 class LayerGather {
  public:
   struct Config {
     Pages slot_pages{1024};    // pages of one layer a slot holds
     bool overlap = true;       // post layer l+1's gather before attention on layer l
     std::size_t test_every = 8;  // pages folded between MPI_Test calls
+    GatherOrder order = GatherOrder::AfterRestore;  // protocol.layer_gather
   };
   LayerGather(Config cfg, const ShardGroup& group, const cache::KvPool& pool);
 
@@ -62,6 +74,8 @@ class LayerGather {
 
  private:
   void post(std::size_t layer);
+  // restore(l) → gather(l), in the variant's order: the restore wait first (correct) or after the post (buggy).
+  void restore_then_post(std::size_t layer, const std::function<void(std::size_t)>& before_layer);
   void fold(std::span<const GatherItem> items, std::size_t layer, MPI_Request* drive);
 
   Config cfg_;

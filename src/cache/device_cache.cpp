@@ -225,6 +225,20 @@ void DeviceCache::confirm_restore(RequestId id, Reservation& r, std::span<const 
   debug_verify();
 }
 
+std::vector<PageId> DeviceCache::drop_restore(RequestId id, Reservation& r, std::span<const TokenId> prompt) {
+  KVGRID_CHECK(r.restore_hold != nullptr, "request ", id, " has no private restore to drop");
+  confirm_restore(id, r, prompt, /*ok=*/false);  // waits for the copies, ends the restore unpublished
+  const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
+  const std::size_t from = static_cast<std::size_t>(r.shared.value()) / p, to = static_cast<std::size_t>(r.matched.value()) / p;
+  std::vector<PageId> pages(r.pages.begin() + static_cast<std::ptrdiff_t>(from), r.pages.begin() + static_cast<std::ptrdiff_t>(to));
+  r.matched = r.shared;
+  r.host_loaded = Tokens(0);
+  r.storage_loaded = Tokens(0);
+  r.load_events.clear();
+  debug_verify();
+  return pages;
+}
+
 void DeviceCache::commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens) {
   KVGRID_CHECK(static_cast<std::int64_t>(kv_tokens.size()) == r.kv_tokens.value(), "commit of ", kv_tokens.size(),
                " tokens for a reservation of ", r.kv_tokens);

@@ -86,6 +86,10 @@ class DeviceCache {
   // The agreed outcome of r's restore: ok → the restored range enters the tree (pages another
   // request published meanwhile replace ours, as in insert_computed). Waits for the copies.
   void confirm_restore(RequestId id, Reservation& r, std::span<const TokenId> prompt, bool ok);
+  // A failed private restore becomes a miss (protocol.load_back): never published, the request
+  // keeps its pages and will compute positions [shared, matched) itself; matched shrinks to shared.
+  // Returns those pages (the caller prepares them for new content: KvPool::reset).
+  std::vector<PageId> drop_restore(RequestId id, Reservation& r, std::span<const TokenId> prompt);
   // The request goes away before it finished (client abort): its storage prefetch stops and
   // releases its host pages, its load-back copies are waited for (the loaded pages stay cached in
   // the tree), its private pages are freed and its lock released. Nothing is inserted.
@@ -112,6 +116,8 @@ class DeviceCache {
     }
     return out;
   }
+  // Freed device pages go through `f` (the KV pools poison them; DevicePool::set_on_free).
+  void set_on_free(std::function<void(std::span<const PageId>)> f) { pool_.set_on_free(std::move(f)); }
   // Every cached (tree) page, for fault injection.
   std::vector<PageId> cached_pages() const;
 

@@ -78,6 +78,7 @@ void DevicePool::free(std::span<const PageId> pages) {
     allocated_[p.value()] = false;
     free_[placement_.page_owner(p.value())].push_back(placement_.local_page(p.value()));
   }
+  if (on_free_ && !pages.empty()) on_free_(pages);
 }
 
 bool DevicePool::is_allocated(PageId p) const {

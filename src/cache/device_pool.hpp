@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -36,6 +37,9 @@ class DevicePool {
   // How many pages must be freed (at least) before alloc(n, first_owner) can succeed.
   Pages shortfall(Pages n, std::uint32_t first_owner = 0) const;
   void free(std::span<const PageId> pages);
+  // Called with every freed batch before its pages can be handed out again (the KV pools poison
+  // them: a read of a page that nobody wrote since must not find the KV it held before).
+  void set_on_free(std::function<void(std::span<const PageId>)> f) { on_free_ = std::move(f); }
 
   // Totals over every owner (logical pages).
   Pages capacity() const { return Pages(capacity_.value() * shards()); }
@@ -60,6 +64,7 @@ class DevicePool {
   std::vector<std::vector<std::uint64_t>> free_;  // per owner: free local pages; allocation pops from the back
   std::vector<bool> allocated_;                   // by page id; local page 0 of every owner is padding
   std::vector<Pages> high_water_;
+  std::function<void(std::span<const PageId>)> on_free_;
 };
 
 }  // namespace kvgrid::cache

@@ -11,6 +11,7 @@ HostTier::HostTier(HostTierConfig cfg, RadixTree& tree, KvPool& device_kv, KvPoo
     : cfg_(std::move(cfg)), tree_(tree), device_kv_(device_kv), host_kv_(host_kv), engine_(engine),
       agreement_(agreement), log_(log),
       pool_(cfg_.host_pages, CpPlacement{device_kv.placement().shards, static_cast<std::uint64_t>(tree.page_size().value())}) {
+  pool_.set_on_free([this](std::span<const PageId> pages) { host_kv_.poison(pages); });  // freed host pages hold no old KV
   // The host pool holds the device pool's layers first (packed drafts: then the draft's).
   KVGRID_CHECK(device_kv_.block_compatible(host_kv_) && host_kv_.layers() >= device_kv_.layers() &&
                    host_kv_.layer_base() == device_kv_.layer_base(),

@@ -22,6 +22,10 @@ KvPool::KvPool(KvPoolConfig cfg) : cfg_(std::move(cfg)) {
   layout_.dims = cfg_.dims;
   layout_.layer_base = cfg_.layer_base;
   layout_.head_ids = cfg_.heads.data();
+  for (std::size_t s = 0; s < layout_.page_size; ++s) slot_coef_.push_back(kernels::slot_coeff(s));
+  for (std::size_t d = 0; d < layout_.dims; ++d) dim_coef_.push_back(kernels::dim_coeff(d, layout_.dims));
+  layout_.slot_coef = slot_coef_.data();
+  layout_.dim_coef = dim_coef_.data();
   data_.assign(cfg_.payload == Payload::Full ? layout_.full_words() : layout_.digest_words(), 0);
   for (std::size_t l = 0; l < layout_.layers; ++l)
     for (std::size_t h = 0; h < layout_.heads; ++h) coef_.push_back(kernels::kv_coeff(layout_.layer_base + l, cfg_.heads[h]));
@@ -58,13 +62,13 @@ void KvPool::write(std::span<const std::uint32_t> page, std::span<const std::uin
     F = F_;
   }
   if (cfg_.payload == Payload::Full) kernels::write_tokens_full(layout_, data_.data(), page, slot, F);
-  else kernels::write_tokens_digest(layout_, data_.data(), page, F);
+  else kernels::write_tokens_digest(layout_, data_.data(), page, slot, F);
 }
 
-void KvPool::fold_pages(std::span<const std::uint32_t> pages, std::span<std::uint64_t> out) const {
+void KvPool::fold_pages(std::span<const std::uint32_t> pages, std::span<std::uint64_t> out, std::size_t first_index) const {
   pages = rows(pages);
-  if (cfg_.payload == Payload::Full) kernels::fold_pages_full(layout_, data_.data(), pages, out);
-  else kernels::fold_pages_digest(layout_, data_.data(), pages, out);
+  if (cfg_.payload == Payload::Full) kernels::fold_pages_full(layout_, data_.data(), pages, first_index, out);
+  else kernels::fold_pages_digest(layout_, data_.data(), pages, first_index, out);
 }
 
 std::vector<std::uint64_t> KvPool::page_folds(std::span<const PageId> pages) const {
@@ -77,32 +81,36 @@ std::vector<std::uint64_t> KvPool::page_folds(std::span<const PageId> pages) con
   return out;
 }
 
-void KvPool::fold_pages_layer(std::span<const std::uint32_t> pages, std::size_t layer, std::span<std::uint64_t> out) const {
+void KvPool::fold_pages_layer(std::span<const std::uint32_t> pages, std::size_t first_index, std::size_t layer,
+                              std::span<std::uint64_t> out) const {
   pages = rows(pages);
-  if (cfg_.payload == Payload::Full) kernels::fold_pages_full(layout_, data_.data(), pages, out, layer, layer + 1);
-  else kernels::fold_pages_digest(layout_, data_.data(), pages, out, layer, layer + 1);
+  if (cfg_.payload == Payload::Full) kernels::fold_pages_full(layout_, data_.data(), pages, first_index, out, layer, layer + 1);
+  else kernels::fold_pages_digest(layout_, data_.data(), pages, first_index, out, layer, layer + 1);
 }
 
 void KvPool::fold_tokens(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot,
-                         std::span<const std::uint64_t> F, std::span<std::uint64_t> out) const {
+                         std::span<const std::uint64_t> F, std::size_t first_pos, std::span<std::uint64_t> out) const {
   if (cfg_.payload == Payload::Full) {
-    kernels::fold_tokens_full(layout_, data_.data(), rows(page), slot, out);
+    kernels::fold_tokens_full(layout_, data_.data(), rows(page), slot, first_pos, out);
     return;
   }
-  KVGRID_CHECK(out.size() == F.size() * layout_.layers * layout_.heads, "fold_tokens sizes");
+  KVGRID_CHECK(out.size() == F.size() * layout_.layers * layout_.heads && slot.size() == F.size(), "fold_tokens sizes");
   const std::size_t lh = coef_.size();
-  for (std::size_t i = 0; i < F.size(); ++i)
-    for (std::size_t k = 0; k < lh; ++k) out[i * lh + k] = F[i] * coef_[k];
+  for (std::size_t i = 0; i < F.size(); ++i) {
+    KVGRID_CHECK(slot[i] < layout_.page_size, "slot ", slot[i], " >= page_size ", layout_.page_size);
+    const std::uint64_t w = kernels::page_coeff((first_pos + i) / layout_.page_size) * slot_coef_[slot[i]] * F[i];
+    for (std::size_t k = 0; k < lh; ++k) out[i * lh + k] = w * coef_[k];
+  }
 }
 
-void KvPool::fold_slots(std::uint32_t page, std::size_t n, std::span<std::uint64_t> out) const {
+void KvPool::fold_slots(std::uint32_t page, std::size_t n, std::size_t index, std::span<std::uint64_t> out) const {
   KVGRID_CHECK(cfg_.payload == Payload::Full, "fold_slots reads stored tokens (full payload only)");
   const std::size_t lh = layout_.layers * layout_.heads;
   KVGRID_CHECK(out.size() == lh, "fold_slots into ", out.size(), " words, not ", lh);
   std::vector<std::uint32_t> pages(n, page), slots(n);
   for (std::size_t i = 0; i < n; ++i) slots[i] = static_cast<std::uint32_t>(i);
   std::vector<std::uint64_t> folds(n * lh, 0);
-  fold_tokens(pages, slots, {}, folds);
+  fold_tokens(pages, slots, {}, index * layout_.page_size, folds);
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t k = 0; k < lh; ++k) out[k] += folds[i * lh + k];
 }
@@ -118,15 +126,22 @@ void KvPool::reset(std::span<const PageId> pages) {
   }
 }
 
-void KvPool::clear(std::span<const PageId> pages) {
+void KvPool::poison(std::span<const PageId> pages) {
+  if (cfg_.payload == Payload::Full && !KVGRID_DEBUG_CHECKS_ON()) return;  // costly: tests turn it on
+  fill(pages, kPoison, "poison");
+}
+
+void KvPool::clear(std::span<const PageId> pages) { fill(pages, 0, "clear"); }
+
+void KvPool::fill(std::span<const PageId> pages, std::uint64_t word, const char* what) {
   const std::size_t words = cfg_.payload == Payload::Full ? layout_.layers * layout_.heads * layout_.page_size * layout_.dims
                                                           : layout_.layers * layout_.heads;
   for (PageId p : pages) {
     if (!owns(p)) continue;
     const std::uint32_t r = row(p.value(), true);
-    KVGRID_CHECK(r >= 1 && r < layout_.pages, "clear of page ", p);
+    KVGRID_CHECK(r >= 1 && r < layout_.pages, what, " of page ", p);
     auto* w = data_.data() + (cfg_.payload == Payload::Full ? layout_.full_index(r, 0, 0, 0, 0) : layout_.digest_index(r, 0, 0));
-    std::fill(w, w + words, 0);
+    std::fill(w, w + words, word);
   }
 }
 

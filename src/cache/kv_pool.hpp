@@ -6,6 +6,14 @@
 // about page_size × dims times less memory, for production-sized traces. Page ids are those of
 // DevicePool (row 0 is the padding page).
 //
+// Position binding (kernels/kv_math.hpp): reads say at which page-table index (`first_index`) or
+// position (`first_pos`) they read, and every value enters a fold weighted by its coordinates, so
+// the right page at the wrong place is as visible to the oracle as a wrong page.
+//
+// Freed pages are poisoned (`poison`, called by the tier's allocator hook): digest pages always,
+// full pages with debug checks on (tests) — a read of a page before its copy lands then sees
+// poison, not the bytes of the prefix the page held before.
+//
 // CP sharding (`placement.shards` = N > 1): page ids are logical and this pool holds only the
 // pages its rank owns (owner q mod N == shard_rank), at row ⌊q/N⌋ — the translation happens here,
 // at the copy boundary, and nowhere else. `write` stores only owned pages' tokens and `reset`
@@ -48,21 +56,29 @@ class KvPool {
 
   // Token i goes to slot `slot[i]` of `page[i]`; F[i] is its token feature (kernels/kv_math.hpp).
   void write(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot, std::span<const std::uint64_t> F);
-  // Adds the fold of each listed (complete) page to out[l * heads + h].
-  void fold_pages(std::span<const std::uint32_t> pages, std::span<std::uint64_t> out) const;
-  // Each listed page's folds in turn: [page][l * heads + h] (tests and tools compare pages).
+  // Adds the fold of each listed (complete) page to out[l * heads + h]; pages[j] is read as
+  // page-table entry first_index + j.
+  void fold_pages(std::span<const std::uint32_t> pages, std::span<std::uint64_t> out, std::size_t first_index = 0) const;
+  // Each listed page's folds in turn, each read as page-table entry 0: [page][l * heads + h]
+  // (tests and tools compare pages).
   std::vector<std::uint64_t> page_folds(std::span<const PageId> pages) const;
   // Only local layer `layer` (out still indexed [l * heads + h]).
-  void fold_pages_layer(std::span<const std::uint32_t> pages, std::size_t layer, std::span<std::uint64_t> out) const;
-  // The fold of tokens just written: full mode reads them back from the pool; digest mode has no
-  // per-token storage and takes them from the caller's scratch features F.
+  void fold_pages_layer(std::span<const std::uint32_t> pages, std::size_t first_index, std::size_t layer,
+                        std::span<std::uint64_t> out) const;
+  // The fold of tokens just written, token i read as position first_pos + i: full mode reads them
+  // back from the pool; digest mode has no per-token storage and takes them from the caller's
+  // scratch features F.
   void fold_tokens(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot,
-                   std::span<const std::uint64_t> F, std::span<std::uint64_t> out) const;
-  // Full payload: adds the fold of slots [0, n) of `page` into out [l * heads + h] — a partial
-  // page's written tokens (its other slots may hold a previous owner's KV: `reset` leaves them).
-  void fold_slots(std::uint32_t page, std::size_t n, std::span<std::uint64_t> out) const;
+                   std::span<const std::uint64_t> F, std::size_t first_pos, std::span<std::uint64_t> out) const;
+  // Full payload: adds the fold of slots [0, n) of `page`, read as page-table entry `index`, into
+  // out [l * heads + h] — a partial page's written tokens (its other slots may hold a previous
+  // owner's KV or poison).
+  void fold_slots(std::uint32_t page, std::size_t n, std::size_t index, std::span<std::uint64_t> out) const;
   // Prepares freshly allocated pages for new content (digest mode accumulates).
   void reset(std::span<const PageId> pages);
+  // Fills freed pages with a poison pattern (digest always; full with debug checks on).
+  void poison(std::span<const PageId> pages);
+  static constexpr std::uint64_t kPoison = 0x5fa1ed5fa1ed5fa1ULL;
   // Zeroes the listed pages' rows in either payload mode (KV nobody wrote).
   void clear(std::span<const PageId> pages);
   // Flips one random bit of the page's storage (failpoint device.page.corrupt).
@@ -96,9 +112,11 @@ class KvPool {
   kernels::PageLayout layout_;
   std::vector<std::uint64_t> data_;
   std::vector<std::uint64_t> coef_;  // kv_coeff per [local layer][local head]
+  std::vector<std::uint64_t> slot_coef_, dim_coef_;  // P(s), w(d) (the layout points at them)
   // Row of a logical page (sharded: ⌊q/N⌋); `owned` checks that this rank owns it.
   std::uint32_t row(std::uint32_t page, bool owned) const;
   std::span<const std::uint32_t> rows(std::span<const std::uint32_t> pages) const;  // owned pages' rows
+  void fill(std::span<const PageId> pages, std::uint64_t word, const char* what);  // owned pages' rows, every word
   mutable std::vector<std::uint32_t> rows_, slots_;
   mutable std::vector<std::uint64_t> F_;
 };

@@ -39,6 +39,11 @@ const std::vector<FailpointSpec>& failpoint_catalogue() {
        "error); decode agrees the outcome over its ranks, fails that request (reason pd_restore) before it is decoded "
        "and releases what it held; the restored pages are never published",
        {}},
+      {"transfer.load.fail",
+       "a host->device load-back copy of one layer fails on this rank, and the load's later layers with it (a copy "
+       "error); protocol.load_back agrees the outcome over every rank serving the request: the loaded positions "
+       "become misses everywhere and are recomputed (not in a P/D world: see pd.restore.fail)",
+       {}},
       {"device.page.corrupt",
        "flips bits of a random cached (radix tree) device page at the start of a step; its next reader must see an oracle mismatch",
        {{"bits", 1.0, 1.0, 64.0, "bits flipped"}}},

@@ -102,6 +102,11 @@ Schema build_schema() {
   s.add(skey({"protocol", "pd_restore"}, {"agreed", "unchecked"},
              "P/D decode's host restores: private until their outcome is agreed over decode's ranks (a failed one fails "
              "its request), or (buggy) published at once and never checked"));
+  s.add(skey({"protocol", "layer_gather"}, {"after_restore", "before_restore_event"},
+             "CP-sharded pools: layer l's gather is posted after its restore copies landed, or (buggy) before their event"));
+  s.add(skey({"protocol", "load_back"}, {"agreed", "unchecked"},
+             "host->device load-backs when they can fail (transfer.load.fail): private until their outcome is agreed "
+             "over every rank serving the request (a failed one is recomputed), or (buggy) read at once, never checked"));
   s.add(skey({"protocol", "tp_sync"}, {"min_allreduce", "per_rank", "skip_when_empty"},
              "agreement of ACK consumption in a stage (buggy: per_rank, skip_when_empty)"));
   s.add(skey({"workload", "kind"}, {"tree", "gsp", "multiturn", "mooncake"},
@@ -281,6 +286,8 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.protocol.consensus_interval = c.get_int("protocol.consensus_interval");
   e.protocol.pd = c.get_string("protocol.pd");
   e.protocol.pd_restore = c.get_string("protocol.pd_restore");
+  e.protocol.load_back = c.get_string("protocol.load_back");
+  e.protocol.layer_gather = c.get_string("protocol.layer_gather");
   e.model.cp_split = c.get_string("model.cp_split");
   auto& w = e.workload;
   w.kind = c.get_string("workload.kind");
@@ -400,6 +407,8 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
       if (bad) throw InputError(src + ": " + what + " is not supported in a P/D world yet");
     };
     refuse(d.enabled(), "model.draft.mode = \"" + d.mode + "\" (speculative decoding)");
+    refuse(std::any_of(e.faults.begin(), e.faults.end(), [](const FailpointConfig& f) { return f.name == "transfer.load.fail"; }),
+           "faults.transfer.load.fail (decode's restores fail with faults.pd.restore.fail)");
     // Sharded pools: a page goes from its prefill owner to its decode owner, the same rank index
     // when both shard groups are alike (the owner of position page P is P mod N on both sides).
     const auto& pf = e.topology.groups[0].shape;

@@ -126,6 +126,8 @@ struct ProtocolConfig {
   std::int64_t consensus_interval = 16;  // steps between its checks
   std::string pd = "decode_reuse";       // P/D: decode reuses its own prefix cache, or receives the whole prompt
   std::string pd_restore = "agreed";     // P/D: decode's restores private until agreed, or (buggy) unchecked
+  std::string layer_gather = "after_restore";  // CP sharding: gather(l) after restore(l), or (buggy) before its event
+  std::string load_back = "agreed";      // failing load-backs: private until agreed, or (buggy) unchecked
 };
 
 struct OutputConfig {

@@ -99,13 +99,13 @@ void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tok
     if (before_layer) {
       for (std::size_t l = 0; l < L; ++l) {
         before_layer(l);
-        pool_.fold_pages_layer(pages_, l, st.run);
+        pool_.fold_pages_layer(pages_, /*first_index=*/0, l, st.run);
       }
     } else {
-      pool_.fold_pages(pages_, st.run);
+      pool_.fold_pages(pages_, st.run, /*first_index=*/0);
     }
     if (rem != 0 && !partial_digest)  // full payload: the partial page's written slots
-      pool_.fold_slots(page_table[start / page_size_].value(), rem, st.run);
+      pool_.fold_slots(page_table[start / page_size_].value(), rem, start / page_size_, st.run);
     st.ph = kPrefixSeed;
     st.hashed = 0;
     st.primed = true;
@@ -141,9 +141,9 @@ void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tok
     stage_pages_.resize(n);
     for (std::size_t i = 0; i < n; ++i) stage_pages_[i] = static_cast<std::uint32_t>((start + i) / page_size_ - first + 1);
     staging_->write(stage_pages_, slots_, F_);
-    staging_->fold_tokens(stage_pages_, slots_, F_, folds_);
+    staging_->fold_tokens(stage_pages_, slots_, F_, start, folds_);
   } else {
-    pool_.fold_tokens(pages_, slots_, F_, folds_);
+    pool_.fold_tokens(pages_, slots_, F_, start, folds_);
   }
 
   for (std::size_t l = 0; l < L; ++l) {
@@ -178,7 +178,9 @@ std::uint64_t chain(std::uint64_t in, std::span<const std::uint64_t> layer_check
   return in;
 }
 
-Oracle::Oracle(const ModelGeometry& g) : draft_(g.first_layer != 0) {
+Oracle::Oracle(const ModelGeometry& g, Tokens page_size)
+    : page_size_(static_cast<std::uint64_t>(page_size.value())), draft_(g.first_layer != 0) {
+  KVGRID_CHECK(page_size_ > 0, "oracle of a model with page size ", page_size);
   for (std::uint64_t l = g.first_layer; l < g.first_layer + g.layers; ++l) {
     std::uint64_t k = 0;
     for (std::uint64_t h = 0; h < g.heads; ++h) k += query_coeff(l, h) * kv_coeff(l, g.mla ? 0 : h);
@@ -192,12 +194,12 @@ std::uint64_t Oracle::expected(OracleRequestState& st, RequestId id, std::span<c
   KVGRID_CHECK(st.hashed <= start, "oracle asked for [", start, ", ", end, ") after ", st.hashed, " positions");
   for (; st.hashed < start; ++st.hashed) {
     st.ph = prefix_hash_step(st.ph, tokens[st.hashed]);
-    st.S += token_feature(st.ph);
+    st.S += position_coeff(st.hashed, page_size_) * token_feature(st.ph);
   }
   std::uint64_t T = 0;
   for (std::size_t q = start; q < end; ++q) {
     st.ph = prefix_hash_step(st.ph, tokens[q]);
-    st.S += token_feature(st.ph);
+    st.S += position_coeff(q, page_size_) * token_feature(st.ph);
     T += query_weight(st.ph) * st.S;
   }
   st.hashed = end;

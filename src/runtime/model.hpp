@@ -10,7 +10,9 @@
 // result is one partial attention checksum per local layer; summing them over the stage (TP and
 // CP) gives C_l, and a stage chains its layers with `chain`.
 //
-// Oracle::expected computes the whole chain from the tokens alone, never from pages.
+// Oracle::expected computes the whole chain from the tokens alone, never from pages or from the
+// model's running fold; every value is bound to its position, layer, head and element, so a
+// misplaced value is a mismatch as surely as a wrong one.
 #pragma once
 
 #include <cstdint>
@@ -93,19 +95,21 @@ std::uint64_t chain_seed(RequestId id, std::size_t start, std::size_t end, bool 
 std::uint64_t chain(std::uint64_t in, std::span<const std::uint64_t> layer_checksums);
 
 struct OracleRequestState {
-  std::uint64_t ph = 0, S = 0;  // prefix hash and sum of F over positions < hashed
+  std::uint64_t ph = 0, S = 0;  // prefix hash and sum of R * F over positions < hashed
   std::size_t hashed = 0;
 };
 
 class Oracle {
  public:
-  explicit Oracle(const ModelGeometry& g);
+  // `page_size`: the positions' page-table binding (kernels/kv_math.hpp R(t)).
+  Oracle(const ModelGeometry& g, Tokens page_size);
   // The checksum the last stage must produce for positions [start, end) (from tokens alone).
   std::uint64_t expected(OracleRequestState& st, RequestId id, std::span<const TokenId> tokens, std::size_t start,
                          std::size_t end);
 
  private:
   std::vector<std::uint64_t> K_;  // per layer: sum over heads of N * M
+  std::uint64_t page_size_;
   bool draft_ = false;            // a draft model's oracle (its own chain seed)
 };
 

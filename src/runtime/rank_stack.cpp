@@ -5,11 +5,32 @@
 #include "cache/page_hash.hpp"
 #include "core/check.hpp"
 #include "runtime/pd.hpp"
+#include "protocols/load_back.hpp"
 #include "protocols/pp_sync.hpp"
 #include "protocols/prefetch_consensus.hpp"
 #include "protocols/tp_sync.hpp"
 
 namespace kvgrid {
+
+namespace {
+// Which load-backs fail on this rank: P/D decode's restores from a random layer on
+// (pd.restore.fail, drawn once per restore), elsewhere each layer copy of a load-back
+// (transfer.load.fail, drawn per layer; the load's later layers fail with it). None: loads never fail.
+std::function<std::optional<std::size_t>(std::size_t)> load_fault(const ExperimentConfig& exp, const RankGrid& grid,
+                                                                  FailpointRegistry& faults, DecisionLog& log, Rng& layer_rng) {
+  if (pd_role(exp, grid) == PdRole::Decode)
+    return [&faults, &log, &layer_rng](std::size_t layers) -> std::optional<std::size_t> {
+      if (!faults.evaluate("pd.restore.fail", log.step())) return std::nullopt;
+      return static_cast<std::size_t>(layer_rng.below(layers));
+    };
+  if (!faults.configured("transfer.load.fail")) return {};
+  return [&faults, &log](std::size_t layers) -> std::optional<std::size_t> {
+    for (std::size_t l = 0; l < layers; ++l)
+      if (faults.evaluate("transfer.load.fail", log.step())) return l;
+    return std::nullopt;
+  };
+}
+}  // namespace
 
 RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults, DecisionLog& log)
     : fault_rng(rank_stream(exp.engine.seed, grid.world_rank()).fork("storage.fault.target")),
@@ -63,11 +84,17 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
     agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
   }
   dc = std::make_unique<cache::DeviceCache>(cache::DeviceCacheConfig{exp.cache.page_size, capacity, shard->size}, log);
+  dc->set_on_free([this](std::span<const PageId> pages) {  // a freed page's old KV must not pass for a copy's
+    pool->poison(pages);
+    if (draft_pool) draft_pool->poison(pages);
+  });
   restore = protocols::make_restore_placement(exp.cache.cp_sharding);
   if (shard->size > 1) dc->set_restore_placement(restore.get());
   if (shard->size > 1)
     gather = std::make_unique<protocols::LayerGather>(
-        protocols::LayerGather::Config{exp.cache.gather_pages, exp.cache.gather_overlap, 8}, *shard, *pool);
+        protocols::LayerGather::Config{exp.cache.gather_pages, exp.cache.gather_overlap, 8,
+                                       protocols::parse_gather_order(exp.protocol.layer_gather)},
+        *shard, *pool);
   if (host_kv)
     dc->attach_host_tier({exp.cache.host_pages, exp.cache.write_policy,
                          static_cast<std::uint64_t>(exp.cache.write_through_threshold), exp.cache.load_back_threshold,
@@ -77,12 +104,7 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
                              engine->inject(static_cast<std::uint64_t>(d->param("delay_us") * 1e3), false);
                            return faults.evaluate("transfer.fail", log.step()).has_value();
                          },
-                         pd_role(exp, grid) != PdRole::Decode
-                             ? std::function<std::optional<std::size_t>(std::size_t)>{}
-                             : [&faults, &log, this](std::size_t layers) -> std::optional<std::size_t> {
-                                 if (!faults.evaluate("pd.restore.fail", log.step())) return std::nullopt;
-                                 return static_cast<std::size_t>(restore_fault_rng.below(layers));
-                               }},
+                         load_fault(exp, grid, faults, log, restore_fault_rng)},
                         *pool, *host_kv, *engine, *agreement);
   if (host_kv && shape.pp > 1) {
     publish_agreement = protocols::make_publish_agreement(exp.protocol.pp_sync, grid);
@@ -142,6 +164,12 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   // P/D decode reads a restore steps after it started: its restores stay private until agreed.
   // protocol.pd_restore = unchecked (the bug): published at once, their outcome never looked at.
   if (pd_role(exp, grid) == PdRole::Decode && exp.protocol.pd_restore == "agreed") dc->set_private_restores(true);
+  // Load-backs that can fail (transfer.load.fail) stay private until their outcome is agreed
+  // (protocols/load_back.hpp); protocol.load_back = unchecked (the bug): read at once.
+  private_loads = pd_role(exp, grid) == PdRole::None &&
+                  protocols::private_load_backs(protocols::parse_load_back(exp.protocol.load_back),
+                                                faults.configured("transfer.load.fail"));
+  if (private_loads) dc->set_private_restores(true);
   // device.alloc.fail across stages under pp_sync: PP0's stage decides, later stages follow.
   relay_admissions = faults.configured("device.alloc.fail") && shape.pp > 1 && exp.protocol.pp_sync == "pp_sync";
   if (faults.configured("device.alloc.fail")) {

@@ -50,6 +50,7 @@ struct RankStack {
   std::unique_ptr<protocols::LayerGather> gather;  // CP sharding only
   std::unique_ptr<cache::CrossStageAgreement> cross_stage;        // protocol.prefetch_consensus (PP > 1)
   std::unique_ptr<cache::CrossStageAgreement> publish_agreement;  // protocol.pp_sync's publish (PP > 1)
+  bool private_loads = false;     // load-backs can fail: each waits a step for its agreed outcome (protocol.load_back)
   bool relay_admissions = false;  // device.alloc.fail across stages: PP0 decides, later stages follow
   Rng fault_rng;                  // storage failpoints' targets
   Rng restore_fault_rng;          // pd.restore.fail's first failing layer

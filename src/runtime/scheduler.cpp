@@ -34,7 +34,7 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
   };
   std::int64_t first_steps = 0;
   for (auto& r : running_) {
-    if (!r->prefill_done() || r->finished() || r->awaiting_kv) continue;
+    if (!r->prefill_done() || r->finished() || r->awaiting_kv || r->awaiting_restore) continue;
     if (decode_gathers && !r->model.primed) {
       const std::int64_t want = prompt_slot_pages(*r);
       if (first_steps > 0 && first_steps + want > cfg_.gather_pages) continue;  // the slot is full: next step
@@ -44,7 +44,7 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
   }
   std::int64_t budget = cfg_.chunk_size;
   for (auto& r : running_) {
-    if (r->prefill_done() || r->awaiting_kv || budget <= 0) continue;
+    if (r->prefill_done() || r->awaiting_kv || r->awaiting_restore || budget <= 0) continue;
     const auto take = std::min<std::int64_t>(static_cast<std::int64_t>(r->prompt_len() - r->computed), budget);
     batch.push_back({r.get(), r->computed, r->computed + static_cast<std::size_t>(take), true});
     budget -= take;
@@ -90,6 +90,10 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
     admitted_.push_back(&w);
     if (cfg_.receive_prompt) {  // P/D decode: the prompt's KV comes from prefill, nothing to compute
       w.awaiting_kv = true;
+      continue;
+    }
+    if (w.res.restore_hold) {  // its load-back's outcome is agreed before anyone reads it
+      w.awaiting_restore = true;
       continue;
     }
     const auto take = std::min<std::int64_t>(static_cast<std::int64_t>(w.prompt_len() - w.computed), budget);
@@ -176,7 +180,7 @@ std::vector<std::unique_ptr<ServeRequest>> Scheduler::complete_step(const std::v
   }
   std::vector<std::unique_ptr<ServeRequest>> done;
   for (auto& r : running_) {
-    if (!r->finished() || r->awaiting_kv) continue;
+    if (!r->finished() || r->awaiting_kv || r->awaiting_restore) continue;
     KVGRID_CHECK(r->computed == r->kv_len() && r->tokens.size() == r->kv_len(), "request ", r->spec.id, " finished with ",
                  r->computed, " positions computed of ", r->kv_len());
     cache_.commit(r->spec.id, r->res, r->tokens);

@@ -5,7 +5,8 @@
 //   1. every request in decode produces one token (speculative decoding: its accepted draft
 //      tokens, verified in the same step, and one more);
 //   2. requests in prefill continue, up to `chunk_size` prefill tokens in all (chunked prefill);
-//   3. while budget and `max_running` allow, waiting requests are admitted in arrival order:
+//   3. while budget and `max_running` allow, waiting requests are admitted in arrival order
+//      (one whose load-back must first be agreed, protocol.load_back, is scheduled from the next step):
 //      match_prefix, lock, reserve pages for prompt + output - 1 positions (evicting if needed);
 //      the first one that does not fit stops admission (no overtaking) — pages, or (CP sharding)
 //      room in the batch's gather slot, reserved before its load-back is queued;
@@ -42,6 +43,9 @@ struct ServeRequest {
   std::uint32_t spec_rounds = 0, spec_proposed = 0, spec_accepted = 0, draft_mismatches = 0;
   // P/D decode side: admitted, its prompt's KV suffix still arriving from its prefill peer
   bool awaiting_kv = false;
+  // Admitted with a private load-back whose outcome is still being agreed (protocol.load_back):
+  // not scheduled until `restore_decided`.
+  bool awaiting_restore = false;
   std::uint32_t pd_slot = 0;
   std::vector<transfer::Event> pd_events;  // the suffix's receives, one per transfer leg (runtime/pd.hpp)
   // metrics, on this rank's modelled clock (ns) and wall clock (ns since the run started)
@@ -95,6 +99,12 @@ class Scheduler {
   // P/D decode side: request `id`'s prompt KV is complete at `now_ns`; its first token (the
   // prefill's) is appended and it decodes from the next step on.
   void kv_arrived(RequestId id, std::uint64_t now_ns, std::uint64_t wall_ns);
+  // Request `id`'s private load-back was agreed (protocol.load_back): it is scheduled from now on,
+  // computing from its (possibly shrunk, when the load failed) reused prefix.
+  void restore_decided(ServeRequest& r) {
+    r.awaiting_restore = false;
+    r.computed = static_cast<std::size_t>(r.res.matched.value());
+  }
   // Requests admitted by the last schedule() (admission order), with their reused prefix.
   const std::vector<ServeRequest*>& admitted() const { return admitted_; }
   ServeRequest* find_running(RequestId id);

@@ -15,6 +15,7 @@
 #include "core/log.hpp"
 #include "core/wait.hpp"
 #include "runtime/cost.hpp"
+#include "runtime/load_check.hpp"
 #include "runtime/model.hpp"
 #include "runtime/pd.hpp"
 #include "runtime/pd_decode.hpp"
@@ -65,7 +66,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   const bool relay_admissions = stack.relay_admissions;
   const protocols::ShardGroup& shard = *stack.shard;
   SyntheticModel model(geo, pool, exp.cache.page_size);
-  Oracle oracle(geo);
+  Oracle oracle(geo, exp.cache.page_size);
   // Speculative decoding ([model.draft]): every stage schedules the accepted draft tokens; the
   // last stage runs the draft, checks its checksum against its oracle and draws the acceptance.
   const auto& dcfg = exp.model.draft;
@@ -74,7 +75,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   std::unique_ptr<Oracle> draft_oracle;
   if (stack.has_draft) {
     draft_model = std::make_unique<SyntheticModel>(stack.draft_geo, *stack.draft_pool, exp.cache.page_size);
-    draft_oracle = std::make_unique<Oracle>(stack.draft_geo);
+    draft_oracle = std::make_unique<Oracle>(stack.draft_geo, exp.cache.page_size);
   }
   const std::size_t Ld = stack.has_draft ? stack.draft_geo.local_layers() : 0;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> accepts_next;  // verified at this step, applied at the next
@@ -133,6 +134,8 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   auto flush = [&] {
     if (trace) trace->flush_all(log, faults);
   };
+  std::unique_ptr<LoadCheckStep> load_check;  // load-backs that can fail (protocol.load_back)
+  if (stack.private_loads) load_check = std::make_unique<LoadCheckStep>(grid, sched, dc, pool, stack.draft_pool.get(), emit);
   std::unique_ptr<PdDecodeStep> decode_step;  // P/D decode (runtime/pd_decode.hpp)
   if (role == PdRole::Decode)
     decode_step = std::make_unique<PdDecodeStep>(PdDecodeStep::Context{
@@ -241,13 +244,16 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     // every stage releases them at this same step.
     for (const auto a : in.aborts) {
       const bool prefetching = dc.storage_tier() && dc.storage_tier()->prefetching(RequestId(a));
+      const ServeRequest* running = sched.find_running(RequestId(a));
+      const bool loading = running && running->awaiting_restore;  // its load-back still being agreed
       auto r = sched.abort(RequestId(a));
       KVGRID_CHECK(r != nullptr, "aborted request ", a, " is not here");
       if (role == PdRole::Prefill) pd.forget(RequestId(a));
       ++res.failed;
       if (workload) workload->finished(r->spec.id, clock);  // the client goes on (closed loop)
-      ++(prefetching ? res.aborted_prefetching : res.aborted_other);
-      emit(step, a, "abort", static_cast<std::int64_t>(r->computed), r->res.host_loaded.value(), prefetching ? 1 : 0, 1);
+      ++(prefetching ? res.aborted_prefetching : loading ? res.aborted_loading : res.aborted_other);
+      // a2: 1 mid-prefetch, 2 mid-load-back
+      emit(step, a, "abort", static_cast<std::int64_t>(r->computed), r->res.host_loaded.value(), prefetching ? 1 : loading ? 2 : 0, 1);
       record_failed(*r, 1);  // aborted
     }
 
@@ -255,6 +261,8 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     if (stack.has_draft && shape.pp > 1)
       KVGRID_CHECK(in.accepts == accepts_next, "step ", step, ": the accepted drafts relayed from PP0 differ from this stage's");
     for (const auto& [id, n] : in.accepts) sched.accept_draft(RequestId(id), static_cast<std::uint32_t>(n));
+    // The previous step's load-backs, agreed (intact: computed on; broken: recomputed).
+    if (load_check) load_check->decide(step);
 
     // 2. this rank's own decisions; first the agreed write ACKs (every rank, every round): PP0's
     //    stage agrees, later stages follow the count relayed with the inputs (protocol.pp_sync).
@@ -269,6 +277,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     auto batch = sched.schedule(clock);
     pool.reset(sched.fresh_pages());
     if (stack.draft_pool) stack.draft_pool->reset(sched.fresh_pages());
+    if (load_check) load_check->admitted(step);  // their outcome is agreed before anyone reads them
     // Decode: this step's admissions answered (decode_prefix_len agreed, receives posted);
     // relayed to later stages, which compare.
     const std::vector<PdRecord> decode_answers = decode_step ? decode_step->admissions(step, in.pd) : std::vector<PdRecord>{};
@@ -473,6 +482,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     if (auto* host = dc.host_tier()) host->end_of_step();
     if (auto* st = dc.storage_tier()) st->end_of_step();
     if (decode_step) decode_step->end_of_step();
+    if (load_check) load_check->end_of_step();
     accepts_next = std::move(accepts_out);
     expect_back = rounds_started > 0;
     KVGRID_CHECK(!stack.has_draft || accepts_next.size() == rounds_started, "draft rounds: ", accepts_next.size(), " verified of ",
@@ -547,6 +557,7 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
     if ((step + 1) % exp.output.flush_every == 0 || done) flush();
   }
   KVGRID_CHECK(!decode_step || decode_step->restores_pending() == 0, "the run stopped with restore outcomes still being agreed");
+  KVGRID_CHECK(!load_check || load_check->pending() == 0, "the run stopped with load-back outcomes still being agreed");
   sender.drain(true);
   back_sender.drain(true);
   pd.drain();
@@ -592,6 +603,10 @@ ServeResult run_serve(const ExperimentConfig& exp, const RankGrid& grid, Failpoi
   m.pd_broken = pd.stats().broken;
   m.pd_failed = pd.stats().failed;
   m.pd_restore_failed = pd.stats().restore_failed;
+  if (load_check) {
+    m.load_failed = load_check->failed_requests();
+    m.load_recomputed_tokens = load_check->recomputed_tokens();
+  }
   add_tier_stats(m, dc);
   finish_summary(grid, res);
   res.wall_s = static_cast<double>(wall_ns()) / 1e9;

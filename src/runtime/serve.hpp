@@ -35,7 +35,8 @@ namespace kvgrid {
 struct ServeResult : LoopResult {
   std::int64_t oracle_mismatches = 0;  // world total
   std::int64_t requests = 0, finished = 0, failed = 0;  // failed: aborted (request.abort)
-  std::int64_t aborted_prefetching = 0, aborted_other = 0;  // this rank: aborts mid-prefetch / otherwise
+  // this rank: aborts mid-prefetch / mid-load-back (protocol.load_back, its outcome still being agreed) / otherwise
+  std::int64_t aborted_prefetching = 0, aborted_loading = 0, aborted_other = 0;
   std::int64_t prompt_tokens = 0, cached_tokens = 0;
   std::uint64_t model_ns = 0;          // this rank's modelled clock at the end
   // Speculative decoding over the finished requests (as the last stage verified them; every rank):

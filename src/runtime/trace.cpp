@@ -122,6 +122,8 @@ Handle rank_summary_type() {
   KVGRID_FIELD(pd_broken, H5T_NATIVE_INT64);
   KVGRID_FIELD(pd_failed, H5T_NATIVE_INT64);
   KVGRID_FIELD(pd_restore_failed, H5T_NATIVE_INT64);
+  KVGRID_FIELD(load_failed, H5T_NATIVE_INT64);
+  KVGRID_FIELD(load_recomputed_tokens, H5T_NATIVE_INT64);
 #undef KVGRID_FIELD
   return t;
 }

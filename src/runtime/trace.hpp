@@ -82,6 +82,9 @@ struct RankSummaryRow {
   // P/D: prompt tokens and bytes this prefill rank sent (counted at the send), broken transfers;
   // requests this decode rank failed on a broken transfer, on a broken restore
   std::int64_t pd_sent_tokens = 0, pd_sent_bytes = 0, pd_broken = 0, pd_failed = 0, pd_restore_failed = 0;
+  // protocol.load_back: requests whose load-back failed on some rank of the group (agreed), and
+  // the loaded positions they recomputed instead
+  std::int64_t load_failed = 0, load_recomputed_tokens = 0;
 };
 
 struct RunMeta {

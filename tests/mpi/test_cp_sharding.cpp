@@ -194,5 +194,19 @@ TEST(CpSharding, AnyOwnerRestoreIsCaughtByTheOracle) {
   EXPECT_EQ(bad.divergences(), 0);  // the ranks agree on everything: only the data is wrong
 }
 
+TEST(CpSharding, GatherBeforeTheRestoreEventIsCaughtByTheOracle) {
+  const auto [tp, cp, pp] = cp_layout();
+  if (cp < 2) GTEST_SKIP() << "needs CP peers";
+  // (tiers(): slow host copies — restores land long after a gather that does not wait reads them)
+  auto with = [](const std::string& v) { return std::vector<std::string>{"protocol.layer_gather=" + v}; };
+  DecisionLog bad_log, good_log;
+  auto bad = serve(tiers(tp, cp, pp, "", with("before_restore_event"), 2), bad_log);
+  auto good = serve(tiers(tp, cp, pp, "", with("after_restore"), 2), good_log);
+  EXPECT_GT(bad.mine.h2d_pages, 0);
+  EXPECT_GT(bad.oracle_mismatches, 0) << "a gather posted before its restore landed went unnoticed";
+  EXPECT_EQ(good.oracle_mismatches, 0);
+  EXPECT_EQ(bad.divergences(), 0);  // the ranks agree on everything: only the data is wrong
+}
+
 }  // namespace
 }  // namespace kvgrid

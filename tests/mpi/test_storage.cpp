@@ -10,6 +10,7 @@
 #include "core/check.hpp"
 #include "core/decision_log.hpp"
 #include "core/failpoint.hpp"
+#include "layouts.hpp"
 #include "mpi_util.hpp"
 #include "serve_util.hpp"
 #include "runtime/experiment.hpp"
@@ -41,8 +42,8 @@ ExperimentConfig tiers(std::int64_t seed, const std::string& dir, std::vector<st
 
 using testing::serve;
 
-// Seeds per case: the full count at up to 2 ranks (the quick label), fewer on oversubscribed runs.
-int seeds(int full) { return testing::world_size() <= 2 ? full : 3; }
+// Seeds per case: 3 in the test suite (2 at 8 ranks); jobs/mpi_seeds.sh sweeps more (KVGRID_SEEDS).
+int seeds() { return testing::suite_seeds(testing::world_size() <= 4 ? 3 : 2); }
 
 void expect_clean(const ServeResult& r) {
   EXPECT_EQ(r.finished, 24);
@@ -90,7 +91,7 @@ TEST(Storage, EveryFailpointOverManySeedsKeepsRanksAgreedAndKvCorrect) {
       {"faults.host.alloc.fail.probability=0.2", "faults.host.alloc.fail.ranks=[1]"},
       {"faults.device.alloc.fail.probability=0.2", "faults.device.alloc.fail.ranks=[1]"},
   };
-  const int n = seeds(20);
+  const int n = seeds();
   int run = 0;
   for (const auto& c : cases) {
     std::uint64_t fired = 0;
@@ -120,7 +121,7 @@ TEST(Storage, EveryFailpointOverManySeedsKeepsRanksAgreedAndKvCorrect) {
 TEST(Storage, AbortedRequestsReleaseEverythingMidPrefetchIncluded) {
   const std::string base = testing::shared_temp_dir("storage-abort");
   std::int64_t failed = 0, mid_prefetch = 0;
-  for (std::int64_t seed = 400; seed < 400 + seeds(10); ++seed) {
+  for (std::int64_t seed = 400; seed < 400 + seeds(); ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     DecisionLog log;
     // Slow reads keep prefetches in flight long enough to be aborted.
@@ -189,7 +190,7 @@ TEST(Storage, PerRankAgreementIsCaught) {
   if (testing::world_size() < 2) GTEST_SKIP() << "needs TP peers";
   const std::string base = testing::shared_temp_dir("storage-per-rank");
   int caught = 0;
-  const int n = seeds(20);
+  const int n = seeds();
   for (std::int64_t seed = 300; seed < 300 + n; ++seed) {
     DecisionLog log;
     bool failed = false;

@@ -7,6 +7,8 @@
 // verify() after each step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "tier_rig.hpp"
 
 namespace kvgrid::cache {
@@ -335,6 +337,54 @@ namespace {
 // protocol.pp_sync on one rank per stage: PP0 counts its leading finished write ACKs; a later
 // stage takes PP0's count and consumes exactly that many, blocking on its own copies, without
 // looking at whether they finished.
+// A freed page is poisoned, so a restore into the very page its prefix was evicted from is stale
+// until its copy lands — without poisoning, the page would still hold exactly that KV and a read
+// that jumps ahead of the load event would pass.
+TEST(Poison, ARestoreIntoThePageItWasEvictedFromIsStaleUntilItsCopyLands) {
+  for (const bool poison : {false, true}) {
+    auto rig = host_rig(poison ? "poison" : "no-poison", "write_through", {}, Pages(4));
+    if (poison) rig.dc.set_on_free([&rig](std::span<const PageId> p) { rig.device.poison(p); });
+    const auto a = prompt(16, 1);  // 4 pages: the whole device pool
+    auto r = rig.dc.reserve(RequestId(1), a, Tokens(16));
+    ASSERT_TRUE(r.has_value());
+    const std::vector<PageId> pages_of_a = r->pages;
+    std::vector<std::uint32_t> page, slot;
+    std::vector<std::uint64_t> F;
+    for (std::uint32_t t = 0; t < 16; ++t) {
+      page.push_back(pages_of_a[t / kPage].value());
+      slot.push_back(t % kPage);
+      F.push_back(0x1234 + t);
+    }
+    rig.device.write(page, slot, F);
+    rig.dc.commit(RequestId(1), *r, a);
+    rig.clock = 1'000'000;
+    rig.dc.host_tier()->writing_check();  // backed up: a is on device and host
+    // b takes the whole pool (a is evicted to host-only), then goes away without writing anything.
+    auto b = rig.dc.reserve(RequestId(2), prompt(16, 500), Tokens(16));
+    ASSERT_TRUE(b.has_value());
+    rig.dc.abort(RequestId(2), *b);
+    ASSERT_EQ(rig.dc.tree().peek_prefix(a).matched, Tokens(0));
+    const auto host_of_a = rig.dc.tree().peek_prefix(a).host_pages;  // (a match reuses at most 15 tokens: 3 pages)
+    ASSERT_EQ(host_of_a.size(), 3u);
+    // a again: loaded back from the host into its old pages (the allocator returns the last freed first).
+    auto again = rig.dc.reserve(RequestId(3), a, Tokens(16));
+    ASSERT_TRUE(again.has_value());
+    ASSERT_FALSE(again->load_events.empty());
+    std::vector<PageId> sorted_old = pages_of_a, sorted_new(again->pages.begin(), again->pages.begin() + 3);
+    std::sort(sorted_old.begin(), sorted_old.end());
+    std::sort(sorted_new.begin(), sorted_new.end());
+    EXPECT_TRUE(std::includes(sorted_old.begin(), sorted_old.end(), sorted_new.begin(), sorted_new.end()));
+    bool early = true;  // read before the load event: does the page look like the restore landed?
+    for (std::size_t i = 0; i < 3; ++i) early = early && same_kv(rig, again->pages[i], host_of_a[i]);
+    EXPECT_EQ(early, !poison) << (poison ? "a read before the copy landed found the right KV"
+                                         : "(without poisoning the old KV is still there)");
+    for (auto& e : again->load_events) e.synchronize();
+    for (std::size_t i = 0; i < 3; ++i) EXPECT_TRUE(same_kv(rig, again->pages[i], host_of_a[i])) << "page " << i;
+    rig.dc.abort(RequestId(3), *again);
+    rig.dc.verify();
+  }
+}
+
 TEST(PpSyncRelay, Pp0CountsItsReadyAcksAndALaterStageConsumesExactlyThatMany) {
   auto pp0 = host_rig("relay-pp0");
   auto pp1 = host_rig("relay-pp1", "write_through", [](HostTierConfig&) {}, Pages(64));

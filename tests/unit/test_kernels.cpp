@@ -18,7 +18,7 @@ TEST(KvMath, ElementsOfATokenFoldToFeatureTimesCoefficient) {
   for (std::uint64_t dims : {1, 2, 7, 16}) {
     for (std::uint64_t F : {0ULL, 1ULL, 0xdeadbeefcafef00dULL}) {
       std::uint64_t sum = 0;
-      for (std::uint64_t d = 0; d < dims; ++d) sum += kernels::kv_element(F, 3, 5, d, dims);
+      for (std::uint64_t d = 0; d < dims; ++d) sum += kernels::dim_coeff(d, dims) * kernels::kv_element(F, 3, 5, d, dims);
       EXPECT_EQ(sum, F * kernels::kv_coeff(3, 5)) << "dims " << dims;
     }
   }
@@ -50,14 +50,17 @@ TEST_P(KvKernelGrid, PoolFoldsMatchThePlainReferenceInBothModes) {
     }
   full.write(page, slot, F);
   digest.write(page, slot, F);
-  // Reference: sum over the tokens of the chosen pages of F * M(l, h).
+  // Reference: sum over the tokens of the chosen pages (read as page-table entries 0 and 1) of
+  // Q(entry) * P(slot) * F * M(l, h).
   const std::vector<std::uint32_t> chosen = {3, 9};
   std::vector<std::uint64_t> want(static_cast<std::size_t>(layers * heads), 0);
   for (std::size_t i = 0; i < page.size(); ++i)
     if (page[i] == 3 || page[i] == 9)
       for (int l = 0; l < layers; ++l)
         for (int h = 0; h < heads; ++h)
-          want[static_cast<std::size_t>(l * heads + h)] += F[i] * kernels::kv_coeff(2 + l, head_ids[static_cast<std::size_t>(h)]);
+          want[static_cast<std::size_t>(l * heads + h)] += kernels::page_coeff(page[i] == 3 ? 0 : 1) *
+                                                           kernels::slot_coeff(slot[i]) * F[i] *
+                                                           kernels::kv_coeff(2 + l, head_ids[static_cast<std::size_t>(h)]);
   std::vector<std::uint64_t> got_full(want.size(), 0), got_digest(want.size(), 0);
   full.fold_pages(chosen, got_full);
   digest.fold_pages(chosen, got_digest);
@@ -66,10 +69,10 @@ TEST_P(KvKernelGrid, PoolFoldsMatchThePlainReferenceInBothModes) {
 
   // Per-token folds read back (full) or taken from scratch (digest) agree with the reference.
   std::vector<std::uint64_t> tf(page.size() * want.size()), td(tf.size());
-  full.fold_tokens(page, slot, F, tf);
-  digest.fold_tokens(page, slot, F, td);
+  full.fold_tokens(page, slot, F, /*first_pos=*/0, tf);
+  digest.fold_tokens(page, slot, F, /*first_pos=*/0, td);
   EXPECT_EQ(tf, td);
-  EXPECT_EQ(tf[0], F[0] * kernels::kv_coeff(2, head_ids[0]));
+  EXPECT_EQ(tf[0], kernels::page_coeff(0) * kernels::slot_coeff(0) * F[0] * kernels::kv_coeff(2, head_ids[0]));
 
   // A flipped bit in a read page changes the fold in both modes.
   Rng flip(7);

@@ -7,7 +7,9 @@
 #include <memory>
 #include <tuple>
 
+#include "core/check.hpp"
 #include "core/rng.hpp"
+#include "kernels/kv_math.hpp"
 #include "kokkos_env.hpp"
 #include "runtime/experiment.hpp"
 #include "runtime/model.hpp"
@@ -31,11 +33,13 @@ struct SimGrid {
   std::vector<SimRank> ranks;
   std::unique_ptr<Oracle> oracle;
 
-  SimGrid(int tp, int cp, int pp, const std::string& attention, const std::string& payload, const std::string& split) {
+  SimGrid(int tp, int cp, int pp, const std::string& attention, const std::string& payload, const std::string& split,
+          int head_dim = 3) {
     exp = parse_experiment("", "sim",
                            {"topology.tp=" + std::to_string(tp), "topology.cp=" + std::to_string(cp),
                             "topology.pp=" + std::to_string(pp), "model.layers=5", "model.kv_heads=4",
-                            "model.head_dim=3", "model.attention=" + attention, "model.cp_split=" + split,
+                            "model.head_dim=" + std::to_string(head_dim), "model.attention=" + attention,
+                            "model.cp_split=" + split,
                             "engine.payload=" + payload});
     shape = exp.topology.groups[0].shape;
     for (int r = 0; r < shape.size(); ++r) {
@@ -46,7 +50,7 @@ struct SimGrid {
                                                                     geo.local_layers(), geo.kv_heads, geo.head_dim,
                                                                     cache::parse_payload(payload)});
       sr.model = std::make_unique<SyntheticModel>(geo, *sr.pool, Tokens(kPage));
-      if (r == 0) oracle = std::make_unique<Oracle>(geo);
+      if (r == 0) oracle = std::make_unique<Oracle>(geo, Tokens(kPage));
       ranks.push_back(std::move(sr));
     }
   }
@@ -145,6 +149,108 @@ TEST(ModelGeometry, LayersSplitContiguouslyAndQueriesSplitOverCp) {
   std::vector<bool> owned;
   for (std::size_t q = 10; q < 18; ++q) owned.push_back(g.owns_query(q, 10, 18));
   EXPECT_EQ(owned, (std::vector<bool>{false, false, true, true, true, true, false, false}));
+}
+
+
+// ---- misplaced values: the right KV at the wrong place is an oracle mismatch ----------------
+//
+// Request B reads a 3-page cached prefix that was written directly into the pool (what a restore
+// or a gather would have put there), then computes [48, 60). Each case plants one misplacement —
+// every value in it is a correct value of this prefix, only at the wrong coordinates.
+enum class Misplace { None, SwapPages, ReversePages, SwapSlots, WrongLayerBlock, WrongHeadBlock, OtherLayerPage, SwapKV };
+
+class Misplacement : public ::testing::TestWithParam<std::tuple<std::string, Misplace>> {};
+
+TEST_P(Misplacement, IsAnOracleMismatch) {
+  const auto& [payload, what] = GetParam();
+  if (what == Misplace::SwapKV && payload == "digest") GTEST_SKIP() << "a digest page holds no element vectors";
+  SimGrid g(1, 1, 1, "mha", payload, "interleave", /*head_dim=*/4);  // 4 heads, 5 layers on one rank
+  cache::KvPool& pool = *g.ranks[0].pool;
+  Rng rng(4242);
+  std::vector<TokenId> b(60);
+  for (auto& t : b) t = static_cast<TokenId>(rng.below(1000));
+  const std::vector<PageId> table = {PageId(7), PageId(3), PageId(12), PageId(20)};  // 3 prefix pages + 1 for the chunk
+  // The prefix's KV, as it should be: token t at (table[t / page], t % page).
+  std::vector<std::uint32_t> page, slot;
+  std::vector<std::uint64_t> F;
+  std::uint64_t ph = kernels::kPrefixSeed;
+  for (std::size_t t = 0; t < 48; ++t) {
+    ph = kernels::prefix_hash_step(ph, b[t]);
+    page.push_back(table[t / kPage].value());
+    slot.push_back(static_cast<std::uint32_t>(t % kPage));
+    F.push_back(kernels::token_feature(ph));
+  }
+  if (what == Misplace::SwapSlots) std::swap(slot[16 + 3], slot[16 + 9]);  // two tokens of page 1 trade slots
+  pool.write(page, slot, F);
+  auto block = [&](PageId p, std::size_t l) { return pool.layer_block(p, l); };
+  const std::size_t words = pool.layer_block_bytes() / sizeof(std::uint64_t), per_head = words / pool.heads();
+  std::vector<PageId> read = table;
+  switch (what) {
+    case Misplace::SwapPages: std::swap(read[0], read[1]); break;
+    case Misplace::ReversePages: std::reverse(read.begin(), read.begin() + 3); break;
+    case Misplace::WrongLayerBlock:  // page 1's layer 2 holds its layer 3 (the neighbouring layer)
+      std::copy(block(table[1], 3), block(table[1], 3) + words, block(table[1], 2));
+      break;
+    case Misplace::WrongHeadBlock:  // page 2, layer 0: heads 1 and 2 trade places
+      std::swap_ranges(block(table[2], 0) + per_head, block(table[2], 0) + 2 * per_head, block(table[2], 0) + 2 * per_head);
+      break;
+    case Misplace::OtherLayerPage:  // page 0's layer 1 holds page 1's layer 1 (same prefix, same layer, another page)
+      std::copy(block(table[1], 1), block(table[1], 1) + words, block(table[0], 1));
+      break;
+    case Misplace::SwapKV: {  // page 0, layer 4, head 3, slot 5: K (elements 0-1) and V (2-3) trade places
+      std::uint64_t* v = block(table[0], 4) + 3 * per_head + 5 * 4;
+      std::swap_ranges(v, v + 2, v + 2);
+      break;
+    }
+    default: break;
+  }
+  std::vector<ModelRequestState> st(1);
+  OracleRequestState o;
+  const std::uint64_t want = g.oracle->expected(o, RequestId(9), b, 48, 60);
+  const std::uint64_t got = g.forward(st, RequestId(9), b, 48, 60, read);
+  if (what == Misplace::None) EXPECT_EQ(got, want) << "the hand-written prefix itself is wrong";
+  else EXPECT_NE(got, want) << "a misplaced value went unnoticed";
+}
+
+std::string misplacement_name(const ::testing::TestParamInfo<std::tuple<std::string, Misplace>>& i) {
+  static const char* names[] = {"None",      "SwapPages",       "ReversePages",   "SwapSlots",
+                                "WrongLayerBlock", "WrongHeadBlock", "OtherLayerPage", "SwapKV"};
+  return std::get<0>(i.param) + "_" + names[static_cast<int>(std::get<1>(i.param))];
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryCase, Misplacement,
+                         ::testing::Combine(::testing::Values("full", "digest"),
+                                            ::testing::Values(Misplace::None, Misplace::SwapPages, Misplace::ReversePages,
+                                                              Misplace::SwapSlots, Misplace::WrongLayerBlock,
+                                                              Misplace::WrongHeadBlock, Misplace::OtherLayerPage,
+                                                              Misplace::SwapKV)),
+                         misplacement_name);
+
+// A freed page is poisoned: the bytes of the prefix it held are gone, so a read before a copy
+// into it lands is a mismatch even when the copy would have brought back the very same KV.
+TEST(Poison, FreedPagesNoLongerHoldTheirOldKv) {
+  const bool was = debug_checks_enabled();
+  set_debug_checks(true);  // full pages are poisoned only with debug checks on (tests)
+  for (const char* payload : {"full", "digest"}) {
+    SimGrid g(1, 1, 1, "mha", payload, "interleave");
+    cache::KvPool& pool = *g.ranks[0].pool;
+    std::vector<TokenId> a(40);
+    Rng rng(5);
+    for (auto& t : a) t = static_cast<TokenId>(rng.below(1000));
+    const std::vector<PageId> table = {PageId(4), PageId(5), PageId(6)};
+    std::vector<ModelRequestState> sa(1);
+    OracleRequestState oa;
+    ASSERT_EQ(g.forward(sa, RequestId(1), a, 0, 40, table), g.oracle->expected(oa, RequestId(1), a, 0, 40));
+    // A second request reads the prefix back: right. After poisoning page 5 (it was freed), wrong.
+    std::vector<ModelRequestState> sb(1);
+    OracleRequestState ob;
+    const std::uint64_t want = g.oracle->expected(ob, RequestId(2), a, 32, 40);
+    EXPECT_EQ(g.forward(sb, RequestId(2), a, 32, 40, table), want) << payload;
+    pool.poison(std::vector<PageId>{PageId(5)});
+    std::vector<ModelRequestState> sc(1);
+    EXPECT_NE(g.forward(sc, RequestId(2), a, 32, 40, table), want) << payload;
+  }
+  set_debug_checks(was);
 }
 
 }  // namespace

@@ -1,0 +1,51 @@
+// The serving step's part of protocol.load_back (protocols/load_back.hpp) when load-backs can
+// fail: every rank of the group, in this order each step —
+//   decide()       before scheduling: the agreed outcomes of the load-backs admitted at the
+//                  previous step (PP = 1: one MIN over the stage now; PP > 1: the pipelined MIN
+//                  over every stage finishes now). Intact: published, the request computes from
+//                  its whole reused prefix. Broken on any rank: never published, the request
+//                  computes the loaded positions itself (event `load_fail`, its tokens counted).
+//                  A request aborted meanwhile is skipped (its abort waited for the copies);
+//   admitted()     after scheduling: this step's admissions with a private load-back, each with
+//                  "none of my copies failed";
+//   end_of_step()  after the step's message went out: PP > 1 starts the agreement.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "cache/device_cache.hpp"
+#include "cache/kv_pool.hpp"
+#include "protocols/pd_restore.hpp"
+#include "runtime/scheduler.hpp"
+
+namespace kvgrid {
+
+class LoadCheckStep {
+ public:
+  using Emit = std::function<void(std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1,
+                                  std::int64_t a2, std::int32_t status)>;
+  // `draft_pool` may be null. The references must outlive the step.
+  LoadCheckStep(const RankGrid& grid, Scheduler& sched, cache::DeviceCache& dc, cache::KvPool& pool, cache::KvPool* draft_pool,
+                Emit emit);
+
+  void decide(std::int64_t step);
+  void admitted(std::int64_t step);
+  void end_of_step() { agreement_.end_of_step(); }
+  std::size_t pending() const { return agreement_.pending(); }
+  // Requests whose load-back failed somewhere, and the positions they recomputed (this rank's view,
+  // the same on every rank).
+  std::int64_t failed_requests() const { return failed_; }
+  std::int64_t recomputed_tokens() const { return recomputed_; }
+
+ private:
+  Scheduler& sched_;
+  cache::DeviceCache& dc_;
+  cache::KvPool& pool_;
+  cache::KvPool* draft_pool_;
+  Emit emit_;
+  protocols::RestoreAgreement agreement_;
+  std::int64_t failed_ = 0, recomputed_ = 0;
+};
+
+}  // namespace kvgrid
