@@ -116,6 +116,10 @@ nlohmann::json report_json(const RunTrace& run) {
     }
     j["transferred_tokens"] = {{"d2h", d2h}, {"h2d", h2d}, {"storage_read", sr}, {"storage_write", sw}, {"pd", pd_tokens}};
     j["storage_failed_pages"] = sf;
+    // protocol.load_back: load-backs broken on some rank of the group (agreed: the same on every rank)
+    if (!run.summary_ranks.empty())
+      j["load_back"] = {{"failed_requests", run.summary_ranks.front().load_failed},
+                        {"recomputed_tokens", run.summary_ranks.front().load_recomputed_tokens}};
     // Bytes of every rank (each moves its own shard), and the modelled busy time of one rank's
     // streams (simulated engine; 0 with real copies).
     std::int64_t b[4] = {0, 0, 0, 0};
@@ -271,6 +275,12 @@ std::string report_text(const RunTrace& run) {
                         : 0.0,
                     j["failed_by_reason"]["pd_transfer"].get<unsigned long long>(),
                     j["failed_by_reason"]["pd_restore"].get<unsigned long long>(), j["output_token_throughput"].get<double>());
+      os << line;
+    }
+    if (j.contains("load_back") && j["load_back"]["failed_requests"].get<std::int64_t>() > 0) {
+      std::snprintf(line, sizeof(line), "# load-backs: %lld broken on some rank, their %lld tokens recomputed (never read)\n",
+                    static_cast<long long>(j["load_back"]["failed_requests"].get<std::int64_t>()),
+                    static_cast<long long>(j["load_back"]["recomputed_tokens"].get<std::int64_t>()));
       os << line;
     }
     if (j.contains("spec")) {

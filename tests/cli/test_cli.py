@@ -350,6 +350,41 @@ def pd_restore_fail():
     expect(rc == 1 and m and int(m.group(1)) > 0, "unchecked restores caught by the oracle", so, se)
 
 
+def load_back_fail():
+    """Broken host->device load-backs (transfer.load.fail, drawn per rank and layer copy) at
+    TP2xPP2 with aborts: the verdict is OK, the requests whose load broke on some rank (load_broken)
+    are exactly those recomputed on every rank (load_fail, the same set on each), the report counts
+    them, and cached + computed = prompt tokens still. A P/D world refuses the failpoint (exit 2);
+    protocol.load_back = unchecked reads the broken loads: FAILED on oracle mismatches."""
+    sets = ["--set", "topology.cp=1", "--set", "topology.pp=2", "--set", "workload.multiturn.clients=8",
+            "--set", "workload.multiturn.rounds=4", "--set", "faults.transfer.load.fail.probability=0.02",
+            "--set", "engine.debug_checks=true"]
+    rc, so, se = run(4, TIERS, "--out", out("lb"), *sets, "--set", "faults.request.abort.probability=0.01")
+    expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so,
+           "broken load-backs run", so, se)
+    broke, fails, mid_load = set(), [], set()
+    with h5py.File(out("lb/run.h5"), "r") as f:
+        for r in f["ranks"]:
+            ev = f["ranks"][r]["events"][:]
+            broke |= {int(x) for x in ev[ev["op"] == b"load_broken"]["request"]}
+            fails.append(sorted(int(x) for x in ev[ev["op"] == b"load_fail"]["request"]))
+            ab = ev[ev["op"] == b"abort"]
+            mid_load |= {int(x) for x in ab[ab["args"][:, 2] == 2]["request"]}  # aborted before its outcome was read
+    print("load-backs broken on some rank:", sorted(broke), "recomputed:", fails[0], "aborted mid-load:", sorted(mid_load))
+    expect(broke and all(x == fails[0] for x in fails), "every rank recomputes the same requests", fails)
+    expect(set(fails[0]) == broke - mid_load, "exactly the broken ones", sorted(broke), fails[0], sorted(mid_load))
+    j = json.loads(tool("report", out("lb"), "--json")[1])
+    expect(j["load_back"]["failed_requests"] == len(fails[0]) and j["load_back"]["recomputed_tokens"] > 0, "report", j)
+    expect(sum(j["cached_tokens"].values()) + j["computed_tokens"] == j["prompt_tokens"], "cached + computed = prompt", j)
+    rc, so, se = tool("report", out("lb"))
+    expect(f"# load-backs: {len(fails[0])} broken on some rank" in so, "report text", so)
+    rc, so, se = run(4, PDMT, "--out", out("lb-pd"), "--set", "faults.transfer.load.fail.probability=0.1")
+    expect(rc == 2 and "faults.transfer.load.fail" in se + so and "P/D" in se + so, "refused in a P/D world", so, se)
+    rc, so, se = run(4, TIERS, "--out", out("lb-bug"), *sets, "--set", "protocol.load_back=unchecked")
+    m = re.search(r"# oracle mismatches: (\d+) FAILED", so)
+    expect(rc == 1 and m and int(m.group(1)) > 0, "unchecked load-backs caught by the oracle", so[-3000:], se[-3000:])
+
+
 def help_and_usage():
     for args in (["--help"], ["run", "--help"], ["report", "--help"], ["check", "--help"]):
         rc, so, se = tool(*args)
