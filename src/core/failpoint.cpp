@@ -42,7 +42,8 @@ const std::vector<FailpointSpec>& failpoint_catalogue() {
       {"transfer.load.fail",
        "a host->device load-back copy of one layer fails on this rank, and the load's later layers with it (a copy "
        "error); protocol.load_back agrees the outcome over every rank serving the request: the loaded positions "
-       "become misses everywhere and are recomputed (not in a P/D world: see pd.restore.fail)",
+       "become misses everywhere and are recomputed (in a P/D world: prefill's load-backs; decode's restores fail with "
+       "pd.restore.fail)",
        {}},
       {"device.page.corrupt",
        "flips bits of a random cached (radix tree) device page at the start of a step; its next reader must see an oracle mismatch",

@@ -407,8 +407,6 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
       if (bad) throw InputError(src + ": " + what + " is not supported in a P/D world yet");
     };
     refuse(d.enabled(), "model.draft.mode = \"" + d.mode + "\" (speculative decoding)");
-    refuse(std::any_of(e.faults.begin(), e.faults.end(), [](const FailpointConfig& f) { return f.name == "transfer.load.fail"; }),
-           "faults.transfer.load.fail (decode's restores fail with faults.pd.restore.fail)");
     // Sharded pools: a page goes from its prefill owner to its decode owner, the same rank index
     // when both shard groups are alike (the owner of position page P is P mod N on both sides).
     const auto& pf = e.topology.groups[0].shape;

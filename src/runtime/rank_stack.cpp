@@ -14,8 +14,9 @@ namespace kvgrid {
 
 namespace {
 // Which load-backs fail on this rank: P/D decode's restores from a random layer on
-// (pd.restore.fail, drawn once per restore), elsewhere each layer copy of a load-back
-// (transfer.load.fail, drawn per layer; the load's later layers fail with it). None: loads never fail.
+// (pd.restore.fail, drawn once per restore), elsewhere — one group, or P/D prefill — each layer
+// copy of a load-back (transfer.load.fail, drawn per layer; the load's later layers fail with it).
+// None: loads never fail.
 std::function<std::optional<std::size_t>(std::size_t)> load_fault(const ExperimentConfig& exp, const RankGrid& grid,
                                                                   FailpointRegistry& faults, DecisionLog& log, Rng& layer_rng) {
   if (pd_role(exp, grid) == PdRole::Decode)
@@ -166,7 +167,8 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   if (pd_role(exp, grid) == PdRole::Decode && exp.protocol.pd_restore == "agreed") dc->set_private_restores(true);
   // Load-backs that can fail (transfer.load.fail) stay private until their outcome is agreed
   // (protocols/load_back.hpp); protocol.load_back = unchecked (the bug): read at once.
-  private_loads = pd_role(exp, grid) == PdRole::None &&
+  // (P/D decode: its restores are private anyway, and fail with pd.restore.fail.)
+  private_loads = pd_role(exp, grid) != PdRole::Decode &&
                   protocols::private_load_backs(protocols::parse_load_back(exp.protocol.load_back),
                                                 faults.configured("transfer.load.fail"));
   if (private_loads) dc->set_private_restores(true);

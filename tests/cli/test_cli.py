@@ -354,8 +354,9 @@ def load_back_fail():
     """Broken host->device load-backs (transfer.load.fail, drawn per rank and layer copy) at
     TP2xPP2 with aborts: the verdict is OK, the requests whose load broke on some rank (load_broken)
     are exactly those recomputed on every rank (load_fail, the same set on each), the report counts
-    them, and cached + computed = prompt tokens still. A P/D world refuses the failpoint (exit 2);
-    protocol.load_back = unchecked reads the broken loads: FAILED on oracle mismatches."""
+    them, and cached + computed = prompt tokens still. In a P/D world prefill's load-backs break and
+    are recomputed by every prefill rank; protocol.load_back = unchecked reads the broken loads:
+    FAILED on oracle mismatches."""
     sets = ["--set", "topology.cp=1", "--set", "topology.pp=2", "--set", "workload.multiturn.clients=8",
             "--set", "workload.multiturn.rounds=4", "--set", "faults.transfer.load.fail.probability=0.02",
             "--set", "engine.debug_checks=true"]
@@ -378,8 +379,15 @@ def load_back_fail():
     expect(sum(j["cached_tokens"].values()) + j["computed_tokens"] == j["prompt_tokens"], "cached + computed = prompt", j)
     rc, so, se = tool("report", out("lb"))
     expect(f"# load-backs: {len(fails[0])} broken on some rank" in so, "report text", so)
-    rc, so, se = run(4, PDMT, "--out", out("lb-pd"), "--set", "faults.transfer.load.fail.probability=0.1")
-    expect(rc == 2 and "faults.transfer.load.fail" in se + so and "P/D" in se + so, "refused in a P/D world", so, se)
+    # P/D: prefill's load-backs break (decode's restores have pd.restore.fail): recomputed by prefill,
+    # every request decoded oracle-OK.
+    rc, so, se = run(4, PDMT, "--out", out("lb-pd"), "--set", "workload.gsp.groups=2", "--set", "workload.gsp.turns=3",
+                     "--set", "cache.device_pages=300", "--set", "faults.transfer.load.fail.probability=0.05")
+    expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, "P/D prefill's broken load-backs", so, se)
+    with h5py.File(out("lb-pd/run.h5"), "r") as f:
+        pf = [sorted(int(x) for x in f["ranks"][r]["events"][:][f["ranks"][r]["events"]["op"][:] == b"load_fail"]["request"])
+              for r in f["ranks"] if int(f["ranks"][r].attrs["group"]) == 0]
+    expect(pf[0] and all(x == pf[0] for x in pf), "prefill ranks recompute the same broken loads", pf)
     rc, so, se = run(4, TIERS, "--out", out("lb-bug"), *sets, "--set", "protocol.load_back=unchecked")
     m = re.search(r"# oracle mismatches: (\d+) FAILED", so)
     expect(rc == 1 and m and int(m.group(1)) > 0, "unchecked load-backs caught by the oracle", so[-3000:], se[-3000:])
