@@ -1,19 +1,16 @@
 #include "protocols/pd_restore.hpp"
 
+#include "core/agree.hpp"
 #include "core/check.hpp"
 #include "core/wait.hpp"
 
 namespace kvgrid::protocols {
 
-RestoreAgreement::RestoreAgreement(const RankGrid& grid) : pipelined_(grid.shape().pp > 1) {
-  KVGRID_MPI_CHECK(MPI_Comm_dup(grid.stage(), &stage_));
-  KVGRID_MPI_CHECK(MPI_Comm_dup(grid.group(), &group_));
-}
+RestoreAgreement::RestoreAgreement(const RankGrid& grid)
+    : pipelined_(grid.shape().pp > 1), stage_(grid.stage()), group_(grid.group()) {}
 
 RestoreAgreement::~RestoreAgreement() {
   if (req_ != MPI_REQUEST_NULL) MPI_Request_free(&req_);
-  MPI_Comm_free(&stage_);
-  MPI_Comm_free(&group_);
 }
 
 void RestoreAgreement::add(RequestId id, std::uint64_t ready_ns, bool local_ok) { adding_.push_back({id, ready_ns, local_ok}); }
@@ -22,7 +19,7 @@ std::vector<RestoreAgreement::Outcome> RestoreAgreement::decided() {
   std::vector<Outcome> out;
   if (pipelined_) {
     if (agreeing_.empty()) return out;
-    wait_mpi(&req_, "pd_restore all-reduce(MIN) of restore outcomes over the decode group");
+    wait_mpi(&req_, "restore outcomes: all-reduce(MIN) over the group");
     for (std::size_t i = 0; i < agreeing_.size(); ++i) agreeing_[i].ok = agreeing_ok_[i] != 0;
     out.swap(agreeing_);
     agreeing_ok_.clear();
@@ -31,13 +28,7 @@ std::vector<RestoreAgreement::Outcome> RestoreAgreement::decided() {
   if (adding_.empty()) return out;
   std::vector<std::uint64_t> ok;
   for (const auto& o : adding_) ok.push_back(o.ok ? 1 : 0);
-  int size = 1;
-  KVGRID_MPI_CHECK(MPI_Comm_size(stage_, &size));
-  if (size > 1) {
-    MPI_Request req;
-    KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, ok.data(), static_cast<int>(ok.size()), MPI_UINT64_T, MPI_MIN, stage_, &req));
-    wait_mpi(&req, "pd_restore all-reduce(MIN) of restore outcomes over the stage");
-  }
+  agree_min(stage_.get(), ok, "restore outcomes: all-reduce(MIN) over the stage");
   for (std::size_t i = 0; i < adding_.size(); ++i) adding_[i].ok = ok[i] != 0;
   out.swap(adding_);
   return out;
@@ -49,7 +40,7 @@ void RestoreAgreement::end_of_step() {
   agreeing_.swap(adding_);
   for (const auto& o : agreeing_) agreeing_ok_.push_back(o.ok ? 1 : 0);
   KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, agreeing_ok_.data(), static_cast<int>(agreeing_ok_.size()), MPI_UINT64_T,
-                                  MPI_MIN, group_, &req_));
+                                  MPI_MIN, group_.get(), &req_));
 }
 
 }  // namespace kvgrid::protocols

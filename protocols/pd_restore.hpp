@@ -25,13 +25,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/agree.hpp"
 #include "core/ids.hpp"
 #include "core/topology.hpp"
 
 namespace kvgrid::protocols {
 
-// The agreed variant's outcome agreement. Every decode rank makes the same calls in the same
-// order: add() for each request whose suffix arrived (in the records' order), decided() before
+// The agreed variant's outcome agreement (also protocol.load_back's, over a group's ranks). Every
+// rank of the group makes the same calls in the same order: add() for each request whose suffix arrived (in the records' order), decided() before
 // and after a step's records, end_of_step() after the step's message went out.
 class RestoreAgreement {
  public:
@@ -56,7 +57,7 @@ class RestoreAgreement {
 
  private:
   bool pipelined_;
-  MPI_Comm stage_ = MPI_COMM_NULL, group_ = MPI_COMM_NULL;
+  DupComm stage_, group_;
   MPI_Request req_ = MPI_REQUEST_NULL;
   std::vector<Outcome> adding_, agreeing_;
   std::vector<std::uint64_t> agreeing_ok_;  // in flight while req_ is

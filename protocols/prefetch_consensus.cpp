@@ -1,5 +1,6 @@
 #include "protocols/prefetch_consensus.hpp"
 
+#include "core/agree.hpp"
 #include "core/check.hpp"
 #include "core/wait.hpp"
 
@@ -7,70 +8,54 @@ namespace kvgrid::protocols {
 
 namespace {
 
-void min_over(MPI_Comm comm, std::vector<std::uint64_t>& v, const char* what) {
-  int size = 1;
-  KVGRID_MPI_CHECK(MPI_Comm_size(comm, &size));
-  if (size == 1 || v.empty()) return;
-  MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_UINT64_T, MPI_MIN, comm, &req));
-  wait_mpi(&req, what);
-}
+void min_over(MPI_Comm comm, std::vector<std::uint64_t>& v, const char* what) { agree_min(comm, v, what); }
 
 // A non-blocking MIN over one communicator (one operation in flight).
 class Pipelined {
  public:
-  explicit Pipelined(MPI_Comm c) { KVGRID_MPI_CHECK(MPI_Comm_dup(c, &comm_)); }
-  ~Pipelined() { MPI_Comm_free(&comm_); }
+  explicit Pipelined(MPI_Comm c) : comm_(c) {}
   void begin(std::vector<std::uint64_t>& v) {
     KVGRID_CHECK(req_ == MPI_REQUEST_NULL, "a second pipelined agreement while one is in flight");
-    KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_UINT64_T, MPI_MIN, comm_, &req_));
+    KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_UINT64_T, MPI_MIN, comm_.get(), &req_));
   }
   void end() {
     if (req_ != MPI_REQUEST_NULL) wait_mpi(&req_, "pipelined all-reduce(MIN) of backup outcomes");
   }
 
  private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  DupComm comm_;
   MPI_Request req_ = MPI_REQUEST_NULL;
 };
 
 class PpConsensus final : public cache::CrossStageAgreement {
  public:
-  PpConsensus(MPI_Comm stage, MPI_Comm pp, MPI_Comm group, bool first) : first_(first), group_(group) {
-    KVGRID_MPI_CHECK(MPI_Comm_dup(stage, &stage_));
-    KVGRID_MPI_CHECK(MPI_Comm_dup(pp, &pp_));
-  }
-  ~PpConsensus() override {
-    MPI_Comm_free(&stage_);
-    MPI_Comm_free(&pp_);
-  }
+  PpConsensus(MPI_Comm stage, MPI_Comm pp, MPI_Comm group, bool first) : stage_(stage), pp_(pp), first_(first), group_(group) {}
   void min_begin(std::vector<std::uint64_t>& v) override { group_.begin(v); }  // the whole grid: every stage
   void min_end() override { group_.end(); }
   std::string_view name() const override { return "pp_consensus"; }
   void min(std::vector<std::uint64_t>& v) override {
-    min_over(stage_, v, "prefetch_consensus all-reduce(MIN) over the stage");
-    min_over(pp_, v, "prefetch_consensus all-reduce(MIN) across stages");
+    min_over(stage_.get(), v, "prefetch_consensus all-reduce(MIN) over the stage");
+    min_over(pp_.get(), v, "prefetch_consensus all-reduce(MIN) across stages");
   }
   bool decides() const override { return first_; }
 
  private:
-  MPI_Comm stage_ = MPI_COMM_NULL, pp_ = MPI_COMM_NULL;
+  DupComm stage_, pp_;
   bool first_;
   Pipelined group_;
 };
 
 class PerRank final : public cache::CrossStageAgreement {
  public:
-  explicit PerRank(MPI_Comm stage) : pipelined_(stage) { KVGRID_MPI_CHECK(MPI_Comm_dup(stage, &stage_)); }
-  ~PerRank() override { MPI_Comm_free(&stage_); }
+  explicit PerRank(MPI_Comm stage) : stage_(stage), pipelined_(stage) {}
   void min_begin(std::vector<std::uint64_t>& v) override { pipelined_.begin(v); }  // the stage only (the bug)
   void min_end() override { pipelined_.end(); }
   std::string_view name() const override { return "per_rank"; }
-  void min(std::vector<std::uint64_t>& v) override { min_over(stage_, v, "prefetch_consensus all-reduce(MIN) over the stage"); }
+  void min(std::vector<std::uint64_t>& v) override { min_over(stage_.get(), v, "prefetch_consensus all-reduce(MIN) over the stage"); }
   bool decides() const override { return true; }  // the bug: every stage decides its own stops
 
  private:
-  MPI_Comm stage_ = MPI_COMM_NULL;
+  DupComm stage_;
   Pipelined pipelined_;
 };
 

@@ -2,35 +2,14 @@
 
 #include <cstdint>
 
+#include "core/agree.hpp"
 #include "core/check.hpp"
-#include "core/wait.hpp"
 
 namespace kvgrid::protocols {
 
 namespace {
 
-std::uint64_t min_over(MPI_Comm comm, std::uint64_t v) {
-  std::uint64_t mine = v, out = 0;
-  MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Iallreduce(&mine, &out, 1, MPI_UINT64_T, MPI_MIN, comm, &req));
-  wait_mpi(&req, "tp_sync all-reduce(MIN)");
-  return out;
-}
-
-// Owns a duplicate of the stage communicator (created collectively, freed at the end).
-class DupComm {
- public:
-  explicit DupComm(MPI_Comm c) { KVGRID_MPI_CHECK(MPI_Comm_dup(c, &comm_)); }
-  ~DupComm() {
-    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-  }
-  DupComm(const DupComm&) = delete;
-  DupComm& operator=(const DupComm&) = delete;
-  MPI_Comm get() const { return comm_; }
-
- private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
-};
+std::uint64_t min_over(MPI_Comm comm, std::uint64_t v) { return agree_min(comm, v, "tp_sync all-reduce(MIN)"); }
 
 class MinAllreduce final : public cache::AckAgreement {
  public:

@@ -219,6 +219,78 @@ std::string schema_help() {
 }
 
 namespace {
+// Relations between keys (each key alone was validated when read); throws InputError naming them.
+void check_relations(const ExperimentConfig& e, const std::string& src) {
+  const auto& d = e.model.draft;
+  const auto& w = e.workload;
+  for (const auto& g : e.topology.groups) {
+    // CP sharding: the two gather slots are charged to every rank's device budget.
+    if (e.cache.cp_sharding != "replicated" && protocols::shard_group_size(g.shape, e.model.attention == "mla") > 1 &&
+        g.shape.pp <= e.model.layers) {
+      const Pages charged = gather_charge(e, static_cast<std::size_t>(e.model.layers / g.shape.pp));
+      if (charged >= e.cache.device_pages)
+        throw InputError(src + ": cache.device_pages = " + std::to_string(e.cache.device_pages.value()) +
+                         " leaves no KV pages once the two gather slots of cache.gather_pages = " +
+                         std::to_string(e.cache.gather_pages.value()) + " are charged (" + std::to_string(charged.value()) +
+                         " pages at " + std::to_string(e.model.layers / g.shape.pp) +
+                         " layers per stage): raise cache.device_pages or lower cache.gather_pages");
+    }
+    if (g.shape.pp > e.model.layers)
+      throw InputError(src + ": topology " + g.name + " has pp = " + std::to_string(g.shape.pp) +
+                       " stages but model.layers = " + std::to_string(e.model.layers) + " (each stage needs a layer)");
+    if (e.model.attention == "mha" && e.model.kv_heads % g.shape.tp != 0)
+      throw InputError(src + ": model.kv_heads = " + std::to_string(e.model.kv_heads) +
+                       " is not divisible by the " + g.name + " group's tp = " + std::to_string(g.shape.tp) +
+                       " (MHA splits heads over TP)");
+    if (d.enabled() && e.model.attention == "mha" && d.kv_heads % g.shape.tp != 0)
+      throw InputError(src + ": model.draft.kv_heads = " + std::to_string(d.kv_heads) + " is not divisible by the " +
+                       g.name + " group's tp = " + std::to_string(g.shape.tp) + " (the draft splits heads like the target)");
+    if (d.enabled() && e.cache.cp_sharding != "replicated" &&
+        protocols::shard_group_size(g.shape, e.model.attention == "mla") > 1)
+      throw InputError(src + ": model.draft.mode = \"" + d.mode + "\" with cache.cp_sharding = \"" + e.cache.cp_sharding +
+                       "\": draft KV over a sharded pool is not supported (use cache.cp_sharding = \"replicated\")");
+  }
+  // P/D: the groups may differ in tp, cp and pp (runtime/pd.hpp pairs the ranks that hold each
+  // layer and head).
+  if (e.topology.groups.size() == 2 && w.kind != "tree") {
+    auto refuse = [&](bool bad, const std::string& what) {
+      if (bad) throw InputError(src + ": " + what + " is not supported in a P/D world yet");
+    };
+    refuse(d.enabled(), "model.draft.mode = \"" + d.mode + "\" (speculative decoding)");
+    // Sharded pools: a page goes from its prefill owner to its decode owner, the same rank index
+    // when both shard groups are alike (the owner of position page P is P mod N on both sides).
+    const auto& pf = e.topology.groups[0].shape;
+    const auto& dc = e.topology.groups[1].shape;
+    if (e.cache.cp_sharding != "replicated" && (pf.tp != dc.tp || pf.cp != dc.cp))
+      throw InputError(src + ": cache.cp_sharding = \"" + e.cache.cp_sharding + "\" in a P/D world needs equal tp and cp on "
+                       "both sides (prefill " + pf.str() + ", decode " + dc.str() +
+                       "): each page goes from its owner on prefill to its owner on decode");
+    // transfer tags: one slot per request in flight, one tag per layer
+    if (e.engine.max_running * e.model.layers > 30000)
+      throw InputError(src + ": engine.max_running × model.layers = " + std::to_string(e.engine.max_running * e.model.layers) +
+                       " exceeds the 30000 P/D transfer tags (one per request in flight and layer)");
+  }
+  if (w.tree.prompt_tokens_min > w.tree.prompt_tokens_max)
+    throw InputError(src + ": workload.tree.prompt_tokens_min = " + std::to_string(w.tree.prompt_tokens_min) +
+                     " exceeds workload.tree.prompt_tokens_max = " + std::to_string(w.tree.prompt_tokens_max));
+  if (e.cache.host_pages.value() > 0) {
+    if (w.kind == "tree")
+      throw InputError(src + ": cache.host_pages: the host tier needs a serving workload (gsp, multiturn, mooncake), not \"tree\"");
+  }
+  if (e.cache.storage != "none" && e.cache.host_pages.value() == 0)
+    throw InputError(src + ": cache.storage = \"" + e.cache.storage +
+                     "\" needs the host tier: prefetched pages land in host memory (set cache.host_pages > 0)");
+  if (d.enabled()) {
+    if (w.kind == "tree")
+      throw InputError(src + ": model.draft.mode = \"" + d.mode + "\" needs a serving workload (gsp, multiturn, mooncake), not \"tree\"");
+    const std::string why = cache::draft_layout_problem(d.mode, {d.kv_heads, d.head_dim, d.dtype},
+                                                        {e.model.kv_heads, e.model.head_dim, "bf16"});
+    if (!why.empty()) throw InputError(src + ": " + why);
+  }
+  if (w.kind == "mooncake" && w.mooncake.trace.empty())
+    throw InputError(src + ": workload.kind = \"mooncake\" needs workload.mooncake.trace");
+}
+
 ExperimentConfig from_config(const Config& c, const std::string& name) {
   ExperimentConfig e;
   e.name = name;
@@ -371,74 +443,7 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
     e.faults.push_back(std::move(f));
   }
 
-  // Relations between keys.
-  const auto& src = c.source();
-  for (const auto& g : e.topology.groups) {
-    // CP sharding: the two gather slots are charged to every rank's device budget.
-    if (e.cache.cp_sharding != "replicated" && protocols::shard_group_size(g.shape, e.model.attention == "mla") > 1 &&
-        g.shape.pp <= e.model.layers) {
-      const Pages charged = gather_charge(e, static_cast<std::size_t>(e.model.layers / g.shape.pp));
-      if (charged >= e.cache.device_pages)
-        throw InputError(src + ": cache.device_pages = " + std::to_string(e.cache.device_pages.value()) +
-                         " leaves no KV pages once the two gather slots of cache.gather_pages = " +
-                         std::to_string(e.cache.gather_pages.value()) + " are charged (" + std::to_string(charged.value()) +
-                         " pages at " + std::to_string(e.model.layers / g.shape.pp) +
-                         " layers per stage): raise cache.device_pages or lower cache.gather_pages");
-    }
-    if (g.shape.pp > e.model.layers)
-      throw InputError(src + ": topology " + g.name + " has pp = " + std::to_string(g.shape.pp) +
-                       " stages but model.layers = " + std::to_string(e.model.layers) + " (each stage needs a layer)");
-    if (e.model.attention == "mha" && e.model.kv_heads % g.shape.tp != 0)
-      throw InputError(src + ": model.kv_heads = " + std::to_string(e.model.kv_heads) +
-                       " is not divisible by the " + g.name + " group's tp = " + std::to_string(g.shape.tp) +
-                       " (MHA splits heads over TP)");
-    if (d.enabled() && e.model.attention == "mha" && d.kv_heads % g.shape.tp != 0)
-      throw InputError(src + ": model.draft.kv_heads = " + std::to_string(d.kv_heads) + " is not divisible by the " +
-                       g.name + " group's tp = " + std::to_string(g.shape.tp) + " (the draft splits heads like the target)");
-    if (d.enabled() && e.cache.cp_sharding != "replicated" &&
-        protocols::shard_group_size(g.shape, e.model.attention == "mla") > 1)
-      throw InputError(src + ": model.draft.mode = \"" + d.mode + "\" with cache.cp_sharding = \"" + e.cache.cp_sharding +
-                       "\": draft KV over a sharded pool is not supported (use cache.cp_sharding = \"replicated\")");
-  }
-  // P/D: the groups may differ in tp, cp and pp (runtime/pd.hpp pairs the ranks that hold each
-  // layer and head).
-  if (e.topology.groups.size() == 2 && w.kind != "tree") {
-    auto refuse = [&](bool bad, const std::string& what) {
-      if (bad) throw InputError(src + ": " + what + " is not supported in a P/D world yet");
-    };
-    refuse(d.enabled(), "model.draft.mode = \"" + d.mode + "\" (speculative decoding)");
-    // Sharded pools: a page goes from its prefill owner to its decode owner, the same rank index
-    // when both shard groups are alike (the owner of position page P is P mod N on both sides).
-    const auto& pf = e.topology.groups[0].shape;
-    const auto& dc = e.topology.groups[1].shape;
-    if (e.cache.cp_sharding != "replicated" && (pf.tp != dc.tp || pf.cp != dc.cp))
-      throw InputError(src + ": cache.cp_sharding = \"" + e.cache.cp_sharding + "\" in a P/D world needs equal tp and cp on "
-                       "both sides (prefill " + pf.str() + ", decode " + dc.str() +
-                       "): each page goes from its owner on prefill to its owner on decode");
-    // transfer tags: one slot per request in flight, one tag per layer
-    if (e.engine.max_running * e.model.layers > 30000)
-      throw InputError(src + ": engine.max_running × model.layers = " + std::to_string(e.engine.max_running * e.model.layers) +
-                       " exceeds the 30000 P/D transfer tags (one per request in flight and layer)");
-  }
-  if (w.tree.prompt_tokens_min > w.tree.prompt_tokens_max)
-    throw InputError(src + ": workload.tree.prompt_tokens_min = " + std::to_string(w.tree.prompt_tokens_min) +
-                     " exceeds workload.tree.prompt_tokens_max = " + std::to_string(w.tree.prompt_tokens_max));
-  if (e.cache.host_pages.value() > 0) {
-    if (w.kind == "tree")
-      throw InputError(src + ": cache.host_pages: the host tier needs a serving workload (gsp, multiturn, mooncake), not \"tree\"");
-  }
-  if (e.cache.storage != "none" && e.cache.host_pages.value() == 0)
-    throw InputError(src + ": cache.storage = \"" + e.cache.storage +
-                     "\" needs the host tier: prefetched pages land in host memory (set cache.host_pages > 0)");
-  if (d.enabled()) {
-    if (w.kind == "tree")
-      throw InputError(src + ": model.draft.mode = \"" + d.mode + "\" needs a serving workload (gsp, multiturn, mooncake), not \"tree\"");
-    const std::string why = cache::draft_layout_problem(d.mode, {d.kv_heads, d.head_dim, d.dtype},
-                                                        {e.model.kv_heads, e.model.head_dim, "bf16"});
-    if (!why.empty()) throw InputError(src + ": " + why);
-  }
-  if (w.kind == "mooncake" && w.mooncake.trace.empty())
-    throw InputError(src + ": workload.kind = \"mooncake\" needs workload.mooncake.trace");
+  check_relations(e, c.source());
   e.effective_toml = c.effective_toml();
   return e;
 }

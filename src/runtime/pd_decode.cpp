@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/agree.hpp"
 #include "core/check.hpp"
 #include "core/wait.hpp"
 
@@ -87,18 +88,10 @@ std::vector<PdRecord> PdDecodeStep::admissions(std::int64_t step, const std::vec
     for (const auto* r : admitted) {
       KVGRID_CHECK(r->res.matched.value() % exp_.cache.page_size.value() == 0, "decode_prefix_len is not page-aligned");
       lens.push_back(static_cast<std::uint64_t>(r->res.matched.value()));
-      lens.push_back(~static_cast<std::uint64_t>(r->res.matched.value()));
     }
-    if (stage_size_ > 1) {
-      std::vector<std::uint64_t> mins(lens.size());
-      MPI_Request req;
-      KVGRID_MPI_CHECK(MPI_Iallreduce(lens.data(), mins.data(), static_cast<int>(lens.size()), MPI_UINT64_T, MPI_MIN,
-                                      grid_.stage(), &req));
-      wait_mpi(&req, "Iallreduce of decode_prefix_len at step " + std::to_string(step));
-      if (mins != lens)
-        throw RunFailure("decode ranks of stage " + std::to_string(pp) + " disagree on decode_prefix_len at step " +
-                         std::to_string(step) + ": their cache decisions diverged");
-    }
+    if (stage_size_ > 1 && !all_equal(grid_.stage(), lens, "all-reduce of decode_prefix_len at step " + std::to_string(step)))
+      throw RunFailure("decode ranks of stage " + std::to_string(pp) + " disagree on decode_prefix_len at step " +
+                       std::to_string(step) + ": their cache decisions diverged");
     answers = pd_.post_receives(admitted);
     for (const auto* r : admitted)
       hooks_.emit(step, r->spec.id.value(), "pd_admit", r->res.matched.value(), r->res.host_loaded.value(),

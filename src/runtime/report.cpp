@@ -14,32 +14,15 @@ nlohmann::json attr_json(const h5::AttrValue& v) {
 }
 }  // namespace
 
-nlohmann::json report_json(const RunTrace& run) {
-  nlohmann::json j;
-  j["run"] = run.run_file;
-  j["experiment"] = run.meta_string("experiment");
-  j["seed"] = run.meta_int("seed");
-  j["topology"] = run.meta_string("topology");
-  j["world_size"] = run.meta_int("world_size");
-  j["workload"] = run.meta_string("workload");
-  j["git_revision"] = run.meta_string("git_revision");
-  j["complete"] = run.summary.has_value();
-  if (run.summary) {
-    for (const auto& [k, v] : *run.summary) j[k] = attr_json(v);
-  } else {
-    j["verdict"] = nullptr;
-  }
-  std::int64_t matched = 0, prompt = 0;
-  for (const auto& s : run.summary_ranks) {
-    matched += s.matched_tokens;
-    prompt += s.prompt_tokens;
-  }
-  j["device_hit_rate"] = prompt ? static_cast<double>(matched) / static_cast<double>(prompt) : 0.0;
+namespace {
+// The serving loop's figures: requests, tokens by tier, TTFT, transfers, P/D, speculative
+// decoding, load-backs and per-round rows.
+void add_serving(nlohmann::json& j, const RunTrace& run) {
   // Requests of the serving loop, as recorded by the last stage's leader (first group with rows).
   std::vector<RequestRow> reqs;
   for (const auto& r : run.ranks)
     if (reqs.empty() && !r.requests.empty()) reqs = r.requests;
-  if (run.meta_string("workload") != "tree") {
+  {
     auto pct = [](std::vector<double> v, double q) {
       if (v.empty()) return 0.0;
       std::sort(v.begin(), v.end());
@@ -192,6 +175,31 @@ nlohmann::json report_json(const RunTrace& run) {
       j["rounds"] = rs;
     }
   }
+}
+}  // namespace
+
+nlohmann::json report_json(const RunTrace& run) {
+  nlohmann::json j;
+  j["run"] = run.run_file;
+  j["experiment"] = run.meta_string("experiment");
+  j["seed"] = run.meta_int("seed");
+  j["topology"] = run.meta_string("topology");
+  j["world_size"] = run.meta_int("world_size");
+  j["workload"] = run.meta_string("workload");
+  j["git_revision"] = run.meta_string("git_revision");
+  j["complete"] = run.summary.has_value();
+  if (run.summary) {
+    for (const auto& [k, v] : *run.summary) j[k] = attr_json(v);
+  } else {
+    j["verdict"] = nullptr;
+  }
+  std::int64_t matched = 0, prompt = 0;
+  for (const auto& s : run.summary_ranks) {
+    matched += s.matched_tokens;
+    prompt += s.prompt_tokens;
+  }
+  j["device_hit_rate"] = prompt ? static_cast<double>(matched) / static_cast<double>(prompt) : 0.0;
+  if (run.meta_string("workload") != "tree") add_serving(j, run);
   if (run.summary) {
     auto get = [&](const char* k) -> std::int64_t {
       auto it = run.summary->find(k);

@@ -393,6 +393,15 @@ def load_back_fail():
     expect(rc == 1 and m and int(m.group(1)) > 0, "unchecked load-backs caught by the oracle", so[-3000:], se[-3000:])
 
 
+def decision_digests():
+    """Every quick shipped experiment at seed 1 takes exactly the decisions recorded in
+    tests/golden/decision_digests.txt (jobs/digests.py --check; the job checks seeds 1-3 and the
+    slow experiments too): a change meant to keep behaviour keeps them."""
+    p = subprocess.run([os.path.join(SRC, "jobs", "digests.py"), "--check", "--quick", "--seeds", "1"], capture_output=True,
+                       text=True, env=dict(ENV, KVGRID_BIN=BIN, MPIEXEC=MPIEXEC), timeout=240)
+    expect(p.returncode == 0 and "7 of 7 digests as recorded" in p.stdout, "decisions as recorded", p.stdout, p.stderr)
+
+
 def help_and_usage():
     for args in (["--help"], ["run", "--help"], ["report", "--help"], ["check", "--help"]):
         rc, so, se = tool(*args)

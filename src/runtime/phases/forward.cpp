@@ -1,0 +1,52 @@
+// Phase `forward`: the model over this rank's layers, heads and query tokens for every batch entry
+// (and, on the last stage, the draft over its own pages), one stage all-reduce of the partial
+// checksums. Pages loaded back from the host are read layer by layer, each after its own copy
+// landed. Modelled time pipelines the layers: layer l starts when layer l-1's compute and layer
+// l's copies (and gather) are done; the draft runs after the target's last layer.
+#include "core/check.hpp"
+#include "core/wait.hpp"
+#include "runtime/cost.hpp"
+#include "runtime/serve_loop.hpp"
+#include "runtime/spec_decode.hpp"
+
+namespace kvgrid {
+
+void ServeLoop::forward(Step& s) {
+  auto& batch = s.batch;
+  partials_.assign(batch.size() * (L_ + Ld_), 0);  // target layers, then (last stage) the draft's
+  StepWork work;
+  const std::size_t L = L_;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    auto& e = batch[i];
+    auto& events = e.req->res.load_events;  // load_back: one event per (node, local layer)
+    auto wait_layer = [&events, L](std::size_t l) {
+      for (std::size_t k = l; k < events.size(); k += L) events[k].synchronize();
+    };
+    model_.forward(e.req->model, e.req->tokens, e.start, e.end, e.req->res.pages,
+                   std::span<std::uint64_t>(partials_).subspan(i * L_, L_),
+                   events.empty() ? std::function<void(std::size_t)>{} : std::function<void(std::size_t)>(wait_layer));
+    for (auto& ev : events) ev.synchronize();  // (all were, unless the request had no cached prefix to read)
+    events.clear();
+    if (draft_model_)  // the draft reads its own pages (restored with the target's, or not)
+      draft_model_->forward(e.req->draft, e.req->tokens, e.start, e.end, e.req->res.pages,
+                            std::span<std::uint64_t>(partials_).subspan(batch.size() * L_ + i * Ld_, Ld_));
+    work.add(e.start, e.end, e.prefill);
+  }
+  if (stage_size_ > 1 && !batch.empty()) {
+    MPI_Request req;
+    KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, partials_.data(), static_cast<int>(partials_.size()), MPI_UINT64_T, MPI_SUM,
+                                    grid_.stage(), &req));
+    wait_mpi(&req, "Iallreduce of attention checksums at step " + std::to_string(s.index));
+  }
+  const auto& shape = grid_.shape();
+  const std::uint64_t compute = compute_ns(exp_.cost, work, L_, shape.tp, shape.cp);
+  const std::uint64_t draft_ns = draft_model_ ? draft_step_ns(exp_.cost, exp_.model.draft, work, batch, Ld_, shape.tp, shape.cp) : 0;
+  const std::uint64_t step_ns =
+      compute + draft_ns + (stage_size_ > 1 && !batch.empty() ? static_cast<std::uint64_t>(exp_.cost.allreduce_ns) : 0);
+  clock_ = s.start_ns;  // the copies' completion times enter through the layer pipeline instead
+  for (std::size_t l = 0; l < L_; ++l)
+    clock_ = std::max(clock_, s.layer_ready[l]) + (compute * (l + 1) / L_ - compute * l / L_);
+  clock_ += step_ns - compute;
+}
+
+}  // namespace kvgrid

@@ -1,0 +1,64 @@
+// Phase `report`: the step's timeline records (copies and ACKs), whether the run is done, P/D
+// decode's answers to prefill and the drafts' verified counts back to PP0, the periodic check
+// (tree and decision digests, verify()) and the online consensus checker, the progress row and
+// the trace's flush.
+#include <cstdio>
+
+#include "core/check.hpp"
+#include "core/log.hpp"
+#include "core/wait.hpp"
+#include "runtime/rank_check.hpp"
+#include "runtime/serve_loop.hpp"
+
+namespace kvgrid {
+
+void ServeLoop::report(Step& s) {
+  const std::int64_t step = s.index;
+  if (trace_)
+    for (const auto& t : dc_.take_transfers())
+      emit(step, t.id, t.kind, static_cast<std::int64_t>(t.start_ns), static_cast<std::int64_t>(t.end_ns),
+           static_cast<std::int64_t>(t.bytes), 0);
+  done_ = role_ == PdRole::None ? s.in.exhausted != 0 && sched_.idle() : s.in.pd_stop != 0;
+  if (role_ == PdRole::Decode && leader_ && first_stage_ && !done_) pd_.send_answers(clock_, sched_.idle(), pd_to_peer_);
+  if (stack_.has_draft && grid_.shape().pp > 1 && leader_ && expect_back_ && !done_) {
+    StepMessage back;
+    back.clock_ns = clock_;
+    back.accepts = accepts_next_;
+    back_sender_.send(back, 0, grid_.pp(), kTagBackward);
+  }
+  if (trace_) trace_->set_completed_step(static_cast<std::uint64_t>(step));
+  if ((step + 1) % exp_.engine.check_every == 0 || done_) {
+    CheckOutcome co = periodic_check(grid_, dc_, log_, local_failures_, step, res_, print_);
+    emit(step, 0, "check", static_cast<std::int64_t>(co.tree_differs.size()), static_cast<std::int64_t>(co.decisions_differ.size()),
+         co.verify_failures, co.agree() ? 0 : 1);
+  }
+  if (online_ && ((step + 1) % exp_.protocol.consensus_interval == 0 || done_)) {
+    if (auto found = online_->check(step)) {
+      emit(step, 0, "divergence", 0, 0, 0, 1);
+      flush();  // every rank's log up to here, for `kvgrid check`
+      if (!found->empty()) log_all(*found);
+      // Nobody stops (MPI_Abort) before the reporting rank has printed.
+      MPI_Request req;
+      KVGRID_MPI_CHECK(MPI_Ibarrier(grid_.world(), &req));
+      wait_mpi(&req, "Ibarrier after the consensus check's report");
+      throw DivergenceFound("the online consensus checker found a rank divergence at step " + std::to_string(step) +
+                                (found->empty() ? " (reported by another rank)" : " (above)"),
+                            *found);
+    }
+  }
+  if (print_ && ((step + 1) % exp_.output.report_every == 0 || done_)) progress_row(step);
+  if ((step + 1) % exp_.output.flush_every == 0 || done_) flush();
+}
+
+void ServeLoop::progress_row(std::int64_t step) {
+  char row[200];
+  const double hit =
+      res_.prompt_tokens ? 100.0 * static_cast<double>(res_.cached_tokens) / static_cast<double>(res_.prompt_tokens) : 0.0;
+  std::snprintf(row, sizeof(row), "%7lld %7lld/%-7llu %7zu %7zu %6.2f %8lld %9.3f %7.2f", static_cast<long long>(step + 1),
+                static_cast<long long>(res_.finished), static_cast<unsigned long long>(total_known_), sched_.waiting(),
+                sched_.running(), hit, static_cast<long long>(dc_.pool().used_pages().value()),
+                static_cast<double>(clock_) / 1e6, static_cast<double>(wall_ns()) / 1e9);
+  log0(row);
+}
+
+}  // namespace kvgrid
