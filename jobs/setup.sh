@@ -13,7 +13,7 @@ packages=(
   libtrilinos-kokkos-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libssl-dev
   libgtest-dev libbenchmark-dev
-  python3-matplotlib python3-h5py python3-numpy
+  python3-matplotlib python3-h5py python3-numpy python3-jsonschema
 )
 
 missing=()

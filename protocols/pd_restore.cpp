@@ -6,6 +6,12 @@
 
 namespace kvgrid::protocols {
 
+PdRestore parse_pd_restore(const std::string& name) {
+  if (name == "agreed") return PdRestore::Agreed;
+  KVGRID_CHECK(name == "unchecked", "unknown protocol.pd_restore variant '", name, "'");
+  return PdRestore::Unchecked;
+}
+
 RestoreAgreement::RestoreAgreement(const RankGrid& grid)
     : pipelined_(grid.shape().pp > 1), stage_(grid.stage()), group_(grid.group()) {}
 

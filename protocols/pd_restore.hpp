@@ -23,6 +23,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/agree.hpp"
@@ -30,6 +31,11 @@
 #include "core/topology.hpp"
 
 namespace kvgrid::protocols {
+
+enum class PdRestore { Agreed, Unchecked };
+PdRestore parse_pd_restore(const std::string& name);  // "agreed" | "unchecked"
+// Whether decode's restores stay private until agreed (DeviceCache::set_private_restores).
+inline bool private_restores(PdRestore v) { return v == PdRestore::Agreed; }
 
 // The agreed variant's outcome agreement (also protocol.load_back's, over a group's ranks). Every
 // rank of the group makes the same calls in the same order: add() for each request whose suffix arrived (in the records' order), decided() before

@@ -13,6 +13,7 @@ class Relay final : public PpSync {
     if (!upstream) return host.agreed_ready_writes();  // PP0: the stage's MIN
     return static_cast<std::size_t>(*upstream);        // later stages follow, never query
   }
+  bool relays_admissions() const override { return true; }
 };
 
 class IndependentPolling final : public PpSync {
@@ -21,6 +22,7 @@ class IndependentPolling final : public PpSync {
   std::size_t write_acks(cache::HostTier& host, std::optional<std::uint64_t>) override {
     return host.agreed_ready_writes();  // the bug: each stage decides from its own events
   }
+  bool relays_admissions() const override { return false; }  // each stage its own outcomes, too
 };
 
 }  // namespace

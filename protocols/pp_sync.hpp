@@ -11,11 +11,17 @@
 //                        exactly that many, FIFO, blocking on each one's local completion, and
 //                        never query their own events. Sends are the step messages' bounded
 //                        non-blocking sends; no barrier.
-//   independent_polling  (buggy) every stage agrees inside itself on what it sees finished
+//                        With device.alloc.fail, PP0's stage also decides every admission's
+//                        allocation outcome and relays it in the step message; later stages
+//                        follow it (their pools hold the same pages).
+//   independent_polling  (buggy) every stage agrees inside itself on what it sees finished — and,
+//                        being independent, on its own admissions' allocation outcomes too
+//                        (device.alloc.fail on one stage then also parts the stages).
 //
 // Loads need no relay here: a load-back is waited for (per layer) by the request that reads it,
-// within its admission step, so no load ACK queue outlives a step — except P/D decode's, read
-// steps later and agreed by protocols/pd_restore.
+// within its admission step, so no load ACK queue outlives a step — except where loads can fail
+// (protocols/load_back) and P/D decode's, read steps later (protocols/pd_restore), whose outcomes
+// are agreed over every stage.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +41,8 @@ class PpSync {
   // How many leading write ACKs this rank consumes at this step. `upstream`: what the previous
   // stage consumed at this step (absent on PP0). Every rank of a stage calls it at the same point.
   virtual std::size_t write_acks(cache::HostTier& host, std::optional<std::uint64_t> upstream) = 0;
+  // Whether PP0's admission outcomes are relayed to later stages (device.alloc.fail, PP > 1).
+  virtual bool relays_admissions() const = 0;
 };
 
 // Throws InputError for an unknown variant name.

@@ -8,7 +8,7 @@
 #include <optional>
 #include <ctime>
 #include <iostream>
-#include <kvgrid/build_info.hpp>
+#include "core/build_info.hpp"
 #include <sstream>
 
 #include "app/commands.hpp"
@@ -28,7 +28,7 @@
 namespace kvgrid::app {
 
 std::string version_string() {
-  return std::string("kvgrid ") + build::kVersion + " (git " + build::kGitRevision + ")";
+  return std::string("kvgrid ") + build::version() + " (git " + build::git_revision() + ")";
 }
 
 namespace {

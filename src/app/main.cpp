@@ -4,11 +4,15 @@
 //   kvgrid report RUN [--json]
 //   kvgrid check RUN
 //   kvgrid timeline RUN > run.json
+//   kvgrid help [COMMAND]
 //
 // Exit codes: 0 success, 1 FAILED verdict (or a watchdog / internal error), 2 bad input.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdlib>
+#include <string>
+#include <vector>
 #include <iostream>
 
 #include "app/commands.hpp"
@@ -26,7 +30,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("experiment", run.experiment, "experiment file (TOML)");
   run_cmd->add_option("--out", run.out, "run directory (default results/<experiment>/<seed>-<time>/)");
   run_cmd->add_option("--seed", run.seed, "run seed (overrides engine.seed)")->check(CLI::NonNegativeNumber);
-  run_cmd->add_option("--set", run.sets, "override a key: section.key=value (repeatable)");
+  run_cmd->add_option("--set", run.sets, "override a key: section.key=value (repeatable; one pair each)")
+      ->allow_extra_args(false);  // `--set k=v EXPERIMENT`: the experiment is not a second pair
   run_cmd->add_flag("--keys", run.list_keys, "list every experiment key with its type and meaning, then exit");
   run_cmd->add_flag("--world-size", run.print_world_size, "print the number of ranks the experiment needs, then exit");
   run_cmd->add_flag("--strict", run.strict, "an oracle mismatch stops the run at once (engine.strict = true)");
@@ -46,6 +51,25 @@ int main(int argc, char** argv) {
       "timeline", "export the run as Chrome/Perfetto trace events (JSON on stdout; open in ui.perfetto.dev)");
   timeline_cmd->add_option("run", timeline_run, "run directory or its run.h5")->required();
 
+  // `kvgrid help [COMMAND]`, and an unknown command named as such (not "argument not expected").
+  const std::vector<std::string> commands = {"run", "report", "check", "timeline", "help"};
+  if (argc >= 2 && argv[1][0] != '-' && std::find(commands.begin(), commands.end(), argv[1]) == commands.end()) {
+    std::cerr << "kvgrid: unknown command '" << argv[1] << "' (commands: run, report, check, timeline, help; see kvgrid --help)\n";
+    return 2;
+  }
+  if (argc >= 2 && std::string(argv[1]) == "help") {
+    if (argc == 2) {
+      std::cout << app.help();
+      return 0;
+    }
+    for (auto* sub : {run_cmd, report_cmd, check_cmd, timeline_cmd})
+      if (sub->get_name() == argv[2]) {
+        std::cout << sub->help();
+        return 0;
+      }
+    std::cerr << "kvgrid help: unknown command '" << argv[2] << "' (commands: run, report, check, timeline)\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -24,11 +24,11 @@ std::size_t draft_host_layers(const std::string& mode, std::size_t target_layers
 }
 
 DraftState::DraftState(std::string mode, KvPool& device, KvPool* target_host, std::size_t target_layers)
-    : mode_(std::move(mode)), device_(device), target_host_(target_host), target_layers_(target_layers) {
+    : mode_(std::move(mode)), packed_(mode_ == "packed"), device_(device), target_host_(target_host), target_layers_(target_layers) {
   KVGRID_CHECK(mode_ == "packed" || mode_ == "sidecar" || mode_ == "target_only", "draft mode '", mode_, "'");
   KVGRID_CHECK(!device_.sharded(), "a draft model over a CP-sharded pool");
   if (!target_host_) return;
-  if (mode_ == "packed") {
+  if (packed_) {
     if (!target_host_->block_compatible(device_))
       throw InputError("model.draft.mode = \"packed\": the draft's KV blocks (" + std::to_string(device_.heads()) +
                        " heads of " + std::to_string(device_.config().dims) + " elements per rank) differ from the target's (" +
@@ -45,19 +45,19 @@ DraftState::DraftState(std::string mode, KvPool& device, KvPool* target_host, st
 
 const KvPool* DraftState::host() const {
   if (sidecar_) return sidecar_.get();
-  return mode_ == "packed" ? target_host_ : nullptr;
+  return packed_ ? target_host_ : nullptr;
 }
 
 std::vector<transfer::Copy> DraftState::backup_copies(std::span<const PageId> host_pages, std::span<const PageId> device_pages) {
   if (sidecar_) return flat(layer_copies(*sidecar_, host_pages, device_, device_pages));
-  if (mode_ == "packed" && target_host_)
+  if (packed_ && target_host_)
     return flat(layer_copies_at(*target_host_, host_pages, target_layers_, device_, device_pages, 0, device_.layers()));
   return {};
 }
 
 std::vector<transfer::Copy> DraftState::restore_copies(std::span<const PageId> device_pages, std::span<const PageId> host_pages) {
   if (sidecar_) return flat(layer_copies(device_, device_pages, *sidecar_, host_pages));
-  if (mode_ == "packed" && target_host_)
+  if (packed_ && target_host_)
     return flat(layer_copies_at(device_, device_pages, 0, *target_host_, host_pages, target_layers_, device_.layers()));
   device_.clear(device_pages);  // target_only: the draft gets nothing back
   return {};

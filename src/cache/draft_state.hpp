@@ -59,6 +59,7 @@ class DraftState {
 
  private:
   std::string mode_;
+  bool packed_;  // mode_ == "packed", decided once
   KvPool& device_;
   KvPool* target_host_;
   std::size_t target_layers_;

@@ -6,9 +6,16 @@
 
 namespace kvgrid::cache {
 
+WritePolicy parse_write_policy(const std::string& name) {
+  if (name == "write_through") return WritePolicy::WriteThrough;
+  if (name == "write_through_selective") return WritePolicy::WriteThroughSelective;
+  KVGRID_CHECK(name == "write_back", "write policy '", name, "'");
+  return WritePolicy::WriteBack;
+}
+
 HostTier::HostTier(HostTierConfig cfg, RadixTree& tree, KvPool& device_kv, KvPool& host_kv,
                    transfer::TransferEngine& engine, AckAgreement& agreement, DecisionLog& log)
-    : cfg_(std::move(cfg)), tree_(tree), device_kv_(device_kv), host_kv_(host_kv), engine_(engine),
+    : cfg_(std::move(cfg)), policy_(parse_write_policy(cfg_.write_policy)), tree_(tree), device_kv_(device_kv), host_kv_(host_kv), engine_(engine),
       agreement_(agreement), log_(log),
       pool_(cfg_.host_pages, CpPlacement{device_kv.placement().shards, static_cast<std::uint64_t>(tree.page_size().value())}) {
   pool_.set_on_free([this](std::span<const PageId> pages) { host_kv_.poison(pages); });  // freed host pages hold no old KV
@@ -16,13 +23,10 @@ HostTier::HostTier(HostTierConfig cfg, RadixTree& tree, KvPool& device_kv, KvPoo
   KVGRID_CHECK(device_kv_.block_compatible(host_kv_) && host_kv_.layers() >= device_kv_.layers() &&
                    host_kv_.layer_base() == device_kv_.layer_base(),
                "host and device KV pools differ in geometry");
-  KVGRID_CHECK(cfg_.write_policy == "write_through" || cfg_.write_policy == "write_through_selective" ||
-                   cfg_.write_policy == "write_back",
-               "write policy '", cfg_.write_policy, "'");
 }
 
 void HostTier::backup_path(TreeNode* node) {
-  if (cfg_.write_policy == "write_back") return;  // backups happen on eviction
+  if (policy_ == WritePolicy::WriteBack) return;  // backups happen on eviction
   std::vector<TreeNode*> path;  // bottom-up, then reversed
   for (TreeNode* n = node; n != tree_.root() && n->host.empty() && n->ext.pending_write == 0; n = n->parent)
     path.push_back(n);
@@ -30,7 +34,7 @@ void HostTier::backup_path(TreeNode* node) {
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
   for (TreeNode* n : path) {
     if (n->device.empty()) break;  // cannot happen on a freshly inserted path; keep the prefix rule
-    if (cfg_.write_policy == "write_through_selective" && n->ext.hit_count < cfg_.write_through_threshold) break;
+    if (policy_ == WritePolicy::WriteThroughSelective && n->ext.hit_count < cfg_.write_through_threshold) break;
     const Pages need(static_cast<std::int64_t>(n->key.size() / p));
     bool faulted = false;
     // The host copy of a page lives on the device page's owner (the node's rotation).

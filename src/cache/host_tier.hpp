@@ -35,6 +35,11 @@
 
 namespace kvgrid::cache {
 
+// protocol-free cache policies, parsed once when the tier is built (never compared as strings on
+// the hot path).
+enum class WritePolicy { WriteThrough, WriteThroughSelective, WriteBack };
+WritePolicy parse_write_policy(const std::string& name);  // InternalError for an unknown name
+
 struct HostTierConfig {
   Pages host_pages{0};
   std::string write_policy = "write_through";  // or "write_through_selective", "write_back"
@@ -72,12 +77,12 @@ class HostTier {
   // A match reached `node` (its path's hit counts were bumped): under write_through_selective,
   // back up what reached the threshold.
   void on_hit(TreeNode* node) {
-    if (cfg_.write_policy == "write_through_selective") backup_path(node);
+    if (policy_ == WritePolicy::WriteThroughSelective) backup_path(node);
   }
   // write_back: a device eviction victim that is not backed up is backed up now, with its
   // unbacked ancestors (top-down, synchronously), so that it survives as a host-only node.
   void write_back(TreeNode* victim);
-  bool writes_back() const { return cfg_.write_policy == "write_back"; }
+  bool writes_back() const { return policy_ == WritePolicy::WriteBack; }
   // Consumes the agreed number of leading finished write ACKs. Call once per scheduler round on
   // every rank of the stage, queue empty or not. = consume_writes(agreed_ready_writes()).
   void writing_check();
@@ -154,6 +159,7 @@ class HostTier {
   transfer::Event submit_backup(std::span<const PageId> host_pages, std::span<const PageId> device_pages);
 
   HostTierConfig cfg_;
+  WritePolicy policy_;
   RadixTree& tree_;
   KvPool& device_kv_;
   KvPool& host_kv_;

@@ -52,6 +52,9 @@ StorageTier::StorageTier(StorageTierConfig cfg, RadixTree& tree, HostTier& host,
       store_(std::make_unique<FileStorage>(cfg_.dir, cfg_.capacity_bytes)), jitter_(Rng(cfg_.seed).fork("storage.jitter")) {
   KVGRID_CHECK(cfg_.stop_policy == "best_effort" || cfg_.stop_policy == "wait_complete" || cfg_.stop_policy == "timeout",
                "prefetch stop policy '", cfg_.stop_policy, "'");
+  stop_ = cfg_.stop_policy == "best_effort" ? StopPolicy::BestEffort
+          : cfg_.stop_policy == "timeout"   ? StopPolicy::Timeout
+                                            : StopPolicy::WaitComplete;
   KVGRID_CHECK(cfg_.batch_pages >= 1, "storage batch of ", cfg_.batch_pages, " pages");
   host_.on_published([this](TreeNode* n) { backup(n); });
 }
@@ -279,7 +282,7 @@ std::pair<std::size_t, bool> StorageTier::local_progress(const Prefetch& pf) con
   std::size_t acks = 0;  // leading ACKs this rank has seen
   while (acks < pf.batches.size() && seen(pf.batches[acks])) ++acks;
   const bool all = acks == pf.batches.size();
-  return {acks, all || cfg_.stop_policy == "best_effort" || (cfg_.stop_policy == "timeout" && now >= pf.deadline_ns)};
+  return {acks, all || stop_ == StopPolicy::BestEffort || (stop_ == StopPolicy::Timeout && now >= pf.deadline_ns)};
 }
 
 std::size_t StorageTier::done_pages(Prefetch& pf, std::size_t acks) {

@@ -178,6 +178,7 @@ class StorageTier {
   std::vector<std::string> keys_for(std::span<const TokenId> tokens, std::size_t from_page) const;
 
   StorageTierConfig cfg_;
+  enum class StopPolicy { BestEffort, WaitComplete, Timeout } stop_;  // cfg_.stop_policy, parsed once
   RadixTree& tree_;
   HostTier& host_;
   KvPool& host_kv_;

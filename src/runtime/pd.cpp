@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/agree.hpp"
 #include "core/check.hpp"
 #include "core/wait.hpp"
 #include "runtime/model.hpp"
@@ -10,6 +11,12 @@ namespace kvgrid {
 
 namespace {
 constexpr int kPdTagBase = 1000;  // transfer tags: kPdTagBase + slot × model.layers + global layer
+}
+
+bool pd_decode_reuse(const std::string& variant) {
+  if (variant == "decode_reuse") return true;
+  KVGRID_CHECK(variant == "full_transfer", "unknown protocol.pd variant '", variant, "'");
+  return false;
 }
 
 PdRole pd_role(const ExperimentConfig& exp, const RankGrid& grid) {
@@ -122,6 +129,15 @@ void PdLink::send_answers(std::uint64_t clock_ns, bool idle, std::vector<PdRecor
 PdLink::WorldTotals PdLink::world_totals(std::int64_t received_tokens, std::int64_t finished, std::int64_t failed) const {
   const bool first = grid_.world_rank() == grid_.coord().group_base;
   const bool p = first && role_ == PdRole::Prefill, d = first && role_ == PdRole::Decode;
+  // Every decode rank counted its group's requests, receives and failures: they must agree
+  // before the first one's count stands for the group.
+  if (role_ == PdRole::Decode) {
+    const std::uint64_t mine[5] = {static_cast<std::uint64_t>(received_tokens), static_cast<std::uint64_t>(stats_.failed),
+                                   static_cast<std::uint64_t>(stats_.restore_failed), static_cast<std::uint64_t>(finished),
+                                   static_cast<std::uint64_t>(failed)};
+    if (!all_equal(grid_.group(), mine, "agreement of decode's request counts"))
+      throw RunFailure("decode ranks counted different received tokens, finished or failed requests: their decisions diverged");
+  }
   std::int64_t v[6] = {p ? stats_.sent_tokens : 0, d ? received_tokens : 0, d ? stats_.failed : 0,
                        d ? stats_.restore_failed : 0, d ? finished : 0, d ? failed : 0};
   MPI_Request req;

@@ -6,6 +6,7 @@
 #include "core/check.hpp"
 #include "runtime/pd.hpp"
 #include "protocols/load_back.hpp"
+#include "protocols/pd_restore.hpp"
 #include "protocols/pp_sync.hpp"
 #include "protocols/prefetch_consensus.hpp"
 #include "protocols/tp_sync.hpp"
@@ -164,7 +165,8 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   }
   // P/D decode reads a restore steps after it started: its restores stay private until agreed.
   // protocol.pd_restore = unchecked (the bug): published at once, their outcome never looked at.
-  if (pd_role(exp, grid) == PdRole::Decode && exp.protocol.pd_restore == "agreed") dc->set_private_restores(true);
+  if (pd_role(exp, grid) == PdRole::Decode && protocols::private_restores(protocols::parse_pd_restore(exp.protocol.pd_restore)))
+    dc->set_private_restores(true);
   // Load-backs that can fail (transfer.load.fail) stay private until their outcome is agreed
   // (protocols/load_back.hpp); protocol.load_back = unchecked (the bug): read at once.
   // (P/D decode: its restores are private anyway, and fail with pd.restore.fail.)
@@ -173,7 +175,8 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
                                                 faults.configured("transfer.load.fail"));
   if (private_loads) dc->set_private_restores(true);
   // device.alloc.fail across stages under pp_sync: PP0's stage decides, later stages follow.
-  relay_admissions = faults.configured("device.alloc.fail") && shape.pp > 1 && exp.protocol.pp_sync == "pp_sync";
+  pp_sync = protocols::make_pp_sync(exp.protocol.pp_sync);
+  relay_admissions = faults.configured("device.alloc.fail") && shape.pp > 1 && pp_sync->relays_admissions();
   if (faults.configured("device.alloc.fail")) {
     if (!agreement) agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
     dc->set_alloc_fault([&faults, &log] { return faults.evaluate("device.alloc.fail", log.step()).has_value(); }, *agreement);

@@ -18,6 +18,7 @@
 #include "core/topology.hpp"
 #include "protocols/cp_sharding.hpp"
 #include "protocols/layer_gather.hpp"
+#include "protocols/pp_sync.hpp"
 #include "runtime/experiment.hpp"
 #include "runtime/model.hpp"
 #include "transfer/transfer_engine.hpp"
@@ -50,6 +51,7 @@ struct RankStack {
   std::unique_ptr<protocols::LayerGather> gather;  // CP sharding only
   std::unique_ptr<cache::CrossStageAgreement> cross_stage;        // protocol.prefetch_consensus (PP > 1)
   std::unique_ptr<cache::CrossStageAgreement> publish_agreement;  // protocol.pp_sync's publish (PP > 1)
+  std::unique_ptr<protocols::PpSync> pp_sync;  // protocol.pp_sync: write ACKs and admissions across stages
   bool private_loads = false;     // load-backs can fail: each waits a step for its agreed outcome (protocol.load_back)
   bool relay_admissions = false;  // device.alloc.fail across stages: PP0 decides, later stages follow
   Rng fault_rng;                  // storage failpoints' targets

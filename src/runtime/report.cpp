@@ -15,6 +15,12 @@ nlohmann::json attr_json(const h5::AttrValue& v) {
 }  // namespace
 
 namespace {
+std::string hex64(std::uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof(b), "0x%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
 // The serving loop's figures: requests, tokens by tier, TTFT, transfers, P/D, speculative
 // decoding, load-backs and per-round rows.
 void add_serving(nlohmann::json& j, const RunTrace& run) {
@@ -35,7 +41,8 @@ void add_serving(nlohmann::json& j, const RunTrace& run) {
       double ttft = 0, decode = 0;
     };
     std::uint64_t spec_rounds = 0, spec_proposed = 0, spec_accepted = 0, draft_mismatches = 0, output = 0;
-    double decode_ms = 0;
+    double decode_ms = 0, tpot_ms = 0;
+    std::uint64_t tpot_n = 0, later_tokens = 0;
     std::map<std::uint32_t, Round> rounds;
     std::uint64_t failed = 0, failed_abort = 0, failed_pd = 0, failed_restore = 0;
     for (const auto& q : reqs) {
@@ -69,6 +76,11 @@ void add_serving(nlohmann::json& j, const RunTrace& run) {
       draft_mismatches += q.draft_mismatches;
       output += q.output_tokens;
       decode_ms += static_cast<double>(q.decode_ns) / 1e6;
+      if (q.output_tokens > 1) {  // time per output token after the first (modelled)
+        tpot_ms += static_cast<double>(q.decode_ns) / 1e6 / static_cast<double>(q.output_tokens - 1);
+        ++tpot_n;
+        later_tokens += q.output_tokens - 1;
+      }
     }
     auto rate = [&](std::uint64_t x) { return prompt ? static_cast<double>(x) / static_cast<double>(prompt) : 0.0; };
     const double hit = rate(cached);
@@ -137,10 +149,18 @@ void add_serving(nlohmann::json& j, const RunTrace& run) {
     for (double t : ttft) mean += t;
     mean = ttft.empty() ? 0.0 : mean / static_cast<double>(ttft.size());
     j["ttft_model_ms"] = {{"mean", mean}, {"p50", pct(ttft, 0.5)}, {"p90", pct(ttft, 0.9)}, {"p99", pct(ttft, 0.99)}};
+    // SGLang bench_serving's names for the same figures (modelled clock, not a measured GPU).
+    j["mean_ttft_ms"] = mean;
+    j["median_ttft_ms"] = pct(ttft, 0.5);
+    j["p99_ttft_ms"] = pct(ttft, 0.99);
     const double duration_s = reqs.empty() || last_finish <= first_arrival ? 0.0 : static_cast<double>(last_finish - first_arrival) / 1e9;
     j["modelled_duration_s"] = duration_s;
     j["input_token_throughput"] = duration_s > 0 ? static_cast<double>(prompt) / duration_s : 0.0;
     j["output_token_throughput"] = duration_s > 0 ? static_cast<double>(output) / duration_s : 0.0;
+    j["input_throughput"] = j["input_token_throughput"];
+    j["mean_tpot_ms"] = tpot_n ? tpot_ms / static_cast<double>(tpot_n) : 0.0;         // per request, then the mean
+    j["mean_itl_ms"] = later_tokens ? decode_ms / static_cast<double>(later_tokens) : 0.0;  // over every later token
+    j["output_throughput"] = j["output_token_throughput"];
     const std::size_t done = reqs.size() - failed;
     j["decode_time_model_ms_mean"] = done ? decode_ms / static_cast<double>(done) : 0.0;
     // Speculative decoding: a round verifies its accepted draft tokens and adds one, so the
@@ -180,6 +200,8 @@ void add_serving(nlohmann::json& j, const RunTrace& run) {
 
 nlohmann::json report_json(const RunTrace& run) {
   nlohmann::json j;
+  j["schema_version"] = kReportSchemaVersion;
+  j["kvgrid_version"] = run.meta_string("kvgrid_version");
   j["run"] = run.run_file;
   j["experiment"] = run.meta_string("experiment");
   j["seed"] = run.meta_int("seed");
@@ -198,7 +220,10 @@ nlohmann::json report_json(const RunTrace& run) {
     matched += s.matched_tokens;
     prompt += s.prompt_tokens;
   }
-  j["device_hit_rate"] = prompt ? static_cast<double>(matched) / static_cast<double>(prompt) : 0.0;
+  // The tree loop has the device tier only; the serving loop replaces this with the rate by tier
+  // (add_serving), so that every rate is named for the tier it counts.
+  const double total = prompt ? static_cast<double>(matched) / static_cast<double>(prompt) : 0.0;
+  j["hit_rate"] = {{"device", total}, {"total", total}};
   if (run.meta_string("workload") != "tree") add_serving(j, run);
   if (run.summary) {
     auto get = [&](const char* k) -> std::int64_t {
@@ -227,8 +252,8 @@ nlohmann::json report_json(const RunTrace& run) {
     }
     for (const auto& s : run.summary_ranks) {
       if (s.rank != r.world_rank) continue;
-      x["tree_digest"] = s.tree_digest;
-      x["decision_digest"] = s.decision_digest;
+      x["tree_digest"] = hex64(s.tree_digest);  // strings: above 2^53 a JSON number loses bits in jq and JavaScript
+      x["decision_digest"] = hex64(s.decision_digest);
       x["tree_pages"] = s.tree_pages;
       x["tree_nodes"] = s.tree_nodes;
       x["requests"] = s.requests;
@@ -260,15 +285,17 @@ std::string report_text(const RunTrace& run) {
   } else {
     os << "# incomplete: no /summary (the run did not end cleanly)\n";
   }
-  if (j.contains("finished")) {
+  if (j["workload"] != "tree" && j.contains("prompt_tokens")) {  // the serving loop's figures
     char line[400];
     std::snprintf(line, sizeof(line),
-                  "# requests %llu finished, prompt tokens %llu, cached %llu (hit rate: device %.2f%%, host %.2f%%), computed %llu\n"
+                  "# requests %llu finished, prompt tokens %llu = cached %llu (hit rate: device %.2f%%, host %.2f%%, storage "
+                  "%.2f%%) + computed %llu\n"
                   "# TTFT (modelled) ms: mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f;  input throughput %.0f tokens/s over %.3f s\n",
                   j["finished"].get<unsigned long long>(), j["prompt_tokens"].get<unsigned long long>(),
-                  j["cached_tokens"]["device"].get<unsigned long long>() + j["cached_tokens"]["host"].get<unsigned long long>(),
+                  j["cached_tokens"]["device"].get<unsigned long long>() + j["cached_tokens"]["host"].get<unsigned long long>() +
+                      j["cached_tokens"]["storage"].get<unsigned long long>(),
                   100.0 * j["hit_rate"]["device"].get<double>(), 100.0 * j["hit_rate"]["host"].get<double>(),
-                  j["computed_tokens"].get<unsigned long long>(), j["ttft_model_ms"]["mean"].get<double>(),
+                  100.0 * j["hit_rate"]["storage"].get<double>(), j["computed_tokens"].get<unsigned long long>(), j["ttft_model_ms"]["mean"].get<double>(),
                   j["ttft_model_ms"]["p50"].get<double>(), j["ttft_model_ms"]["p90"].get<double>(),
                   j["ttft_model_ms"]["p99"].get<double>(), j["input_token_throughput"].get<double>(),
                   j["modelled_duration_s"].get<double>());
@@ -312,8 +339,8 @@ std::string report_text(const RunTrace& run) {
     }
   } else if (run.summary) {
     char hr[64];
-    std::snprintf(hr, sizeof(hr), "%.2f", 100.0 * j["device_hit_rate"].get<double>());
-    os << "# device hit rate " << hr << "% of prompt tokens\n";
+    std::snprintf(hr, sizeof(hr), "%.2f", 100.0 * j["hit_rate"]["device"].get<double>());
+    os << "# device hit rate " << hr << "% of prompt tokens (the tree loop has the device tier only)\n";
   }
   os << "#  rank group tp cp pp   events decisions faults  last_step\n";
   for (const auto& r : j["ranks"]) {

@@ -9,6 +9,11 @@
 
 namespace kvgrid {
 
+// The JSON report's schema version (docs: tests/cli/report.schema.json): bumped when a field
+// changes meaning. 2: digests as hex strings; `hit_rate` by tier replaces `device_hit_rate`;
+// SGLang bench_serving names beside kvgrid's; `schema_version`, `kvgrid_version`.
+inline constexpr int kReportSchemaVersion = 2;
+
 nlohmann::json report_json(const RunTrace& run);
 std::string report_text(const RunTrace& run);
 

@@ -24,7 +24,7 @@ SchedulerConfig ServeLoop::scheduler_config(const ExperimentConfig& exp, const R
   scfg.gather_pages = stack.shard->size > 1 ? exp.cache.gather_pages.value() : 0;
   scfg.shards = stack.shard->size;
   scfg.receive_prompt = pd.role() == PdRole::Decode;
-  scfg.reuse = exp.protocol.pd == "decode_reuse";
+  scfg.reuse = pd_decode_reuse(exp.protocol.pd);
   if (pd.role() == PdRole::Prefill) scfg.admit_gate = [&pd](RequestId id) { return pd.bootstrapped(id); };
   return scfg;
 }
@@ -51,7 +51,6 @@ ServeLoop::ServeLoop(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
       model_(stack_.geo, pool_, exp.cache.page_size),
       oracle_(stack_.geo, exp.cache.page_size),
       Ld_(stack_.has_draft ? stack_.draft_geo.local_layers() : 0),
-      pp_sync_(protocols::make_pp_sync(exp.protocol.pp_sync)),
       pd_(exp, grid, pool_, faults, stack_.kv_bytes_scale),
       role_(pd_.role()),
       sched_(scheduler_config(exp, stack_, pd_), dc_),
@@ -87,7 +86,7 @@ ServeLoop::ServeLoop(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
 }
 
 ServeResult ServeLoop::run() {
-  if (print_) log0("#  step  finished/total  waiting running   hit%    pages  model_ms  wall_s");
+  if (print_) log0("#  step  finished/total  waiting running   dev%  host%  stor%    pages  model_ms  wall_s");
   std::int64_t step = 0;
   for (; !done_; ++step) {
     Step s;

@@ -37,7 +37,9 @@ struct ServeResult : LoopResult {
   std::int64_t requests = 0, finished = 0, failed = 0;  // failed: aborted (request.abort)
   // this rank: aborts mid-prefetch / mid-load-back (protocol.load_back, its outcome still being agreed) / otherwise
   std::int64_t aborted_prefetching = 0, aborted_loading = 0, aborted_other = 0;
-  std::int64_t prompt_tokens = 0, cached_tokens = 0;
+  // Finished requests' prompt tokens, and of them the cached ones — all tiers; of those, loaded
+  // back from the host; of those, prefetched from storage (this rank's view).
+  std::int64_t prompt_tokens = 0, cached_tokens = 0, host_tokens = 0, storage_tokens = 0;
   std::uint64_t model_ns = 0;          // this rank's modelled clock at the end
   // Speculative decoding over the finished requests (as the last stage verified them; every rank):
   // draft rounds, tokens proposed and accepted, steps whose draft checksum mismatched, and an

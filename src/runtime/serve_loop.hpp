@@ -130,7 +130,6 @@ class ServeLoop {
   bool expect_back_ = false;  // PP0 (PP > 1): the previous step had draft rounds, their counts come back
   Sender back_sender_;        // the last stage's leader → PP0's leader
   // Protocols of the loop.
-  std::unique_ptr<protocols::PpSync> pp_sync_;
   std::unique_ptr<protocols::ConsensusChecker> online_;
   // P/D (runtime/pd.hpp): this rank's group prefills or decodes; the leaders exchange control records.
   PdLink pd_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/agree.hpp"
 #include "core/check.hpp"
 #include "core/hash.hpp"
 #include "core/wait.hpp"
@@ -42,6 +43,10 @@ void share_spec_counts(const RankGrid& grid, ServeResult& res) {
   std::uint64_t v[5] = {static_cast<std::uint64_t>(res.spec_rounds), static_cast<std::uint64_t>(res.spec_proposed),
                         static_cast<std::uint64_t>(res.spec_accepted), static_cast<std::uint64_t>(res.draft_mismatches),
                         res.spec_digest};
+  // The last stage verified the rounds: every rank of it must have counted the same, then the
+  // world takes its counts (the other stages hold none).
+  if (grid.is_last_stage() && !all_equal(grid.stage(), std::span<const std::uint64_t>(v, 5), "agreement of draft counts"))
+    throw RunFailure("the last stage's ranks counted different draft rounds or acceptances: their verification diverged");
   MPI_Request req;
   KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, 5, MPI_UINT64_T, MPI_MAX, grid.world(), &req));
   wait_mpi(&req, "Iallreduce of speculative decoding counts");

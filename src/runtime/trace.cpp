@@ -4,7 +4,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include <kvgrid/build_info.hpp>
+#include "core/build_info.hpp"
 
 #include "core/check.hpp"
 
@@ -181,9 +181,9 @@ TraceWriter::TraceWriter(const std::string& dir, const RankGrid& grid, const Run
     h5::write_attr(g.get(), "started", meta.started);
     h5::write_attr(g.get(), "seed", meta.seed);
     h5::write_attr(g.get(), "world_size", meta.world_size);
-    h5::write_attr(g.get(), "kvgrid_version", std::string(build::kVersion));
-    h5::write_attr(g.get(), "git_revision", std::string(build::kGitRevision));
-    h5::write_attr(g.get(), "hdf5_version", std::string(build::kHdf5Version));
+    h5::write_attr(g.get(), "kvgrid_version", std::string(build::version()));
+    h5::write_attr(g.get(), "git_revision", std::string(build::git_revision()));
+    h5::write_attr(g.get(), "hdf5_version", std::string(build::hdf5_version()));
     char mpi_ver[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
     KVGRID_MPI_CHECK(MPI_Get_library_version(mpi_ver, &len));

@@ -85,6 +85,16 @@ def tree_ok():
         expect(len(digests) == 1, "tree digests agree in the summary")
     rc, so, _ = tool("check", out("t"))
     expect(rc == 0 and "rank divergences: 0 OK" in so, "offline check of a clean run", so)
+    # One build identity in every output: --version, the run header, /meta, the report.
+    ver = re.search(r"\(git ([0-9a-f]+(?:-dirty)?|unknown)\)", tool("--version")[1])
+    expect(ver, "kvgrid --version names its revision", tool("--version"))
+    rev = ver.group(1)
+    with h5py.File(out("t/run.h5"), "r") as f:
+        meta = f["meta"].attrs["git_revision"]
+    meta = meta.decode() if isinstance(meta, bytes) else str(meta)
+    rc, rep, _ = tool("report", out("t"))
+    j = json.loads(tool("report", out("t"), "--json")[1])
+    expect(meta == rev == j["git_revision"] and f"git {rev}" in rep, "the same revision everywhere", rev, meta, rep)
 
 
 def planted_divergence_fails():
@@ -210,8 +220,7 @@ def report_json():
     expect(j["requests"] == j["finished"] == 256 and j["failed"] == 0, "request counts", so)
     expect(set(j["cached_tokens"]) == {"device", "host", "storage"}, "cached tokens by tier", so)
     expect(set(j["hit_rate"]) == {"device", "host", "storage", "total"}, "hit rate by tier", so)
-    expect(j["computed_tokens"] == j["prompt_tokens"] - j["cached_tokens"]["device"] - j["cached_tokens"]["host"],
-           "computed tokens", so)
+    expect(j["computed_tokens"] == j["prompt_tokens"] - sum(j["cached_tokens"].values()), "computed tokens", so)
     expect(j["transferred_tokens"] == {"d2h": 0, "h2d": 0, "storage_read": 0, "storage_write": 0, "pd": 0}, "no tiers, no copies", so)
     expect(0.5 < j["hit_rate"]["device"] < 1.0, "gsp reuses its system prompts", so)
     t = j["ttft_model_ms"]
@@ -226,6 +235,27 @@ def report_json():
         rows = f["ranks/00004/requests"]  # last stage's leader (pp 1, cp 0, tp 0)
         expect(rows.shape[0] == 256 and int(rows["oracle_ok"].min()) == 1, "requests table")
         expect(f["ranks/00000/requests"].shape[0] == 0, "only the checker records requests")
+    # For tools: the report against its JSON Schema (docs/report.schema.json) — a serving run and a
+    # tree run; digests as hex strings; SGLang bench_serving's names beside kvgrid's.
+    import jsonschema
+    with open(os.path.join(SRC, "docs", "report.schema.json")) as f:
+        schema = json.load(f)
+    jsonschema.validate(j, schema)
+    expect(j["schema_version"] == 2 and j["kvgrid_version"], "schema and kvgrid versions", j)
+    expect(all(re.fullmatch(r"0x[0-9a-f]{16}", r["decision_digest"]) for r in j["ranks"]), "hex digests", j["ranks"])
+    expect(j["mean_ttft_ms"] == t["mean"] and j["median_ttft_ms"] == t["p50"] and j["p99_ttft_ms"] == t["p99"]
+           and j["input_throughput"] == j["input_token_throughput"] and j["mean_tpot_ms"] > 0 and j["mean_itl_ms"] > 0,
+           "SGLang-compatible names", j)
+    rc, so, se = run(8, TREE, "--out", out("j-tree"), *FAST)
+    jt = json.loads(tool("report", out("j-tree"), "--json")[1])
+    jsonschema.validate(jt, schema)
+    expect("device_hit_rate" not in jt and jt["hit_rate"]["device"] == jt["hit_rate"]["total"] > 0, "tree: device tier only", jt)
+    for bad in ({**j, "schema_version": 1}, {**j, "ranks": [{**j["ranks"][0], "tree_digest": 12345}]}):
+        try:
+            jsonschema.validate(bad, schema)
+            expect(False, "the schema rejects a wrong report", bad["schema_version"])
+        except jsonschema.ValidationError:
+            pass
 
 def pd_world():
     pd = write("pd.toml", "[workload]\nkind = \"tree\"\n" 
@@ -402,6 +432,44 @@ def decision_digests():
     expect(p.returncode == 0 and "7 of 7 digests as recorded" in p.stdout, "decisions as recorded", p.stdout, p.stderr)
 
 
+def metric_identity():
+    """Every figure is named for what it counts and they add up, with each tier combination (device
+    only, + host, + host + storage): cached (device + host + storage) + computed = prompt tokens in
+    the text report, the JSON and the trace's requests table, and the last progress row's
+    dev% / host% / stor% are the JSON's hit rates by tier."""
+    base = ["--set", "topology.cp=1", "--set", "workload.multiturn.clients=4", "--set", "workload.multiturn.rounds=4"]
+    combos = {"device": ["--set", "cache.storage=none", "--set", "cache.host_pages=0"],
+              "host": ["--set", "cache.storage=none", "--set", "cache.device_pages=96"],
+              "storage": ["--set", "cache.device_pages=96", "--set", "cache.host_pages=110"]}
+    for name, sets in combos.items():
+        rc, so, se = run(2, TIERS, "--out", out("mi-" + name), *base, *sets)
+        expect(rc == 0 and "# verdict: OK" in so, f"{name} run", so, se)
+        j = json.loads(tool("report", out("mi-" + name), "--json")[1])
+        cached = j["cached_tokens"]
+        expect(sum(cached.values()) + j["computed_tokens"] == j["prompt_tokens"], f"{name}: JSON adds up", j)
+        expect(abs(sum(j["hit_rate"][t] for t in ("device", "host", "storage")) - j["hit_rate"]["total"]) < 1e-9,
+               f"{name}: rates by tier add up to the total", j["hit_rate"])
+        tiers_used = {t for t, v in cached.items() if v > 0}
+        allowed = {"device": {"device"}, "host": {"device", "host"}, "storage": {"device", "host", "storage"}}[name]
+        expect(name in tiers_used and tiers_used <= allowed, f"{name}: tokens come from its tiers, its own included", cached)
+        text = tool("report", out("mi-" + name))[1]
+        m = re.search(r"prompt tokens (\d+) = cached (\d+) \(hit rate: device ([\d.]+)%, host ([\d.]+)%, storage ([\d.]+)%\) "
+                      r"\+ computed (\d+)", text)
+        expect(m and int(m.group(1)) == int(m.group(2)) + int(m.group(6)) == j["prompt_tokens"]
+               and int(m.group(2)) == sum(cached.values()), f"{name}: the text report adds up", text)
+        with h5py.File(out(f"mi-{name}/run.h5"), "r") as f:
+            q = [f["ranks"][r]["requests"][:] for r in f["ranks"] if len(f["ranks"][r]["requests"])][0]
+        q = q[q["failed"] == 0]
+        expect(int(q["cached_tokens"].sum()) + int(q["computed_tokens"].sum()) == int(q["prompt_tokens"].sum()) == j["prompt_tokens"],
+               f"{name}: the trace adds up", q["cached_tokens"].sum(), q["computed_tokens"].sum(), q["prompt_tokens"].sum())
+        expect(int(q["host_tokens"].sum()) == cached["host"] + cached["storage"]
+               and int(q["storage_tokens"].sum()) == cached["storage"], f"{name}: host and storage columns", cached)
+        rows = [l.split() for l in so.splitlines() if re.match(r"^ +\d+ +\d+/", l)]
+        dev, host, stor = (float(x) for x in rows[-1][4:7])
+        expect(abs(dev - 100 * j["hit_rate"]["device"]) < 0.01 and abs(host - 100 * j["hit_rate"]["host"]) < 0.01
+               and abs(stor - 100 * j["hit_rate"]["storage"]) < 0.01, f"{name}: progress row by tier", rows[-1], j["hit_rate"])
+
+
 def help_and_usage():
     for args in (["--help"], ["run", "--help"], ["report", "--help"], ["check", "--help"]):
         rc, so, se = tool(*args)
@@ -409,9 +477,16 @@ def help_and_usage():
     rc, so, se = tool("run", "--keys")
     expect(rc == 0 and "cache.page_size" in so and 'faults."rank.stall".probability' in so, "key list", so)
     rc, so, se = tool("frobnicate")
-    expect(rc == 2, f"unknown command exit {rc}", so, se)
+    expect(rc == 2 and "unknown command 'frobnicate'" in se, f"unknown command exit {rc}", so, se)
     rc, so, se = tool("report")
     expect(rc == 2, "missing argument exit 2", so, se)
+    rc, so, se = tool("help")
+    expect(rc == 0 and "run" in so and "timeline" in so, "kvgrid help", so, se)
+    rc, so, se = tool("help", "report")
+    expect(rc == 0 and "--json" in so, "kvgrid help report", so, se)
+    # `--set k=v EXPERIMENT`: the experiment is not swallowed as a second pair.
+    rc, so, se = tool("run", "--set", "cache.page_size=32", TREE, "--world-size")
+    expect(rc == 0 and so.strip() == "8", "--set before the experiment", so, se)
 
 
 def quickstart_serve_ok():

@@ -11,7 +11,7 @@ void ServeLoop::cache_events(Step& s) {
   if (stack_.relay_admissions && !first_stage_) dc_.follow_admissions(s.in.admits);
   if (auto* host = dc_.host_tier()) {
     s.write_acks = static_cast<std::uint32_t>(
-        pp_sync_->write_acks(*host, first_stage_ ? std::nullopt : std::optional<std::uint64_t>(s.in.write_acks)));
+        stack_.pp_sync->write_acks(*host, first_stage_ ? std::nullopt : std::optional<std::uint64_t>(s.in.write_acks)));
     host->consume_writes(s.write_acks);
   }
 }

@@ -12,6 +12,8 @@ void ServeLoop::complete(Step& s) {
     ++res_.finished;
     res_.prompt_tokens += static_cast<std::int64_t>(r->prompt_len());
     res_.cached_tokens += r->res.matched.value();
+    res_.host_tokens += r->res.host_loaded.value();
+    res_.storage_tokens += r->res.storage_loaded.value();
     if (workload_ && role_ == PdRole::None) workload_->finished(r->spec.id, clock_);  // P/D: when decode finished it
     if (role_ == PdRole::Decode && leader_ && first_stage_) pd_to_peer_.push_back({kPdFinished, r->spec.id.value(), clock_});
     res_.spec_rounds += r->spec_rounds;

@@ -51,12 +51,16 @@ void ServeLoop::report(Step& s) {
 }
 
 void ServeLoop::progress_row(std::int64_t step) {
+  // Hit rates by tier over the finished requests' prompt tokens: device = cached - loaded back,
+  // host = loaded back - prefetched, storage = prefetched (they add up to the cached share).
+  auto pct = [this](std::int64_t x) {
+    return res_.prompt_tokens ? 100.0 * static_cast<double>(x) / static_cast<double>(res_.prompt_tokens) : 0.0;
+  };
   char row[200];
-  const double hit =
-      res_.prompt_tokens ? 100.0 * static_cast<double>(res_.cached_tokens) / static_cast<double>(res_.prompt_tokens) : 0.0;
-  std::snprintf(row, sizeof(row), "%7lld %7lld/%-7llu %7zu %7zu %6.2f %8lld %9.3f %7.2f", static_cast<long long>(step + 1),
+  std::snprintf(row, sizeof(row), "%7lld %7lld/%-7llu %7zu %7zu %6.2f %6.2f %6.2f %8lld %9.3f %7.2f", static_cast<long long>(step + 1),
                 static_cast<long long>(res_.finished), static_cast<unsigned long long>(total_known_), sched_.waiting(),
-                sched_.running(), hit, static_cast<long long>(dc_.pool().used_pages().value()),
+                sched_.running(), pct(res_.cached_tokens - res_.host_tokens), pct(res_.host_tokens - res_.storage_tokens),
+                pct(res_.storage_tokens), static_cast<long long>(dc_.pool().used_pages().value()),
                 static_cast<double>(clock_) / 1e6, static_cast<double>(wall_ns()) / 1e9);
   log0(row);
 }

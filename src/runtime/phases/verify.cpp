@@ -52,8 +52,14 @@ void ServeLoop::check_oracle(Step& s, std::size_t i) {
   ++local_mismatches_;
   e.req->oracle_ok = false;
   emit(s.index, e.req->spec.id.value(), "oracle_mismatch", static_cast<std::int64_t>(e.start), static_cast<std::int64_t>(e.end), 0, 1);
-  log_all("oracle mismatch at step " + std::to_string(s.index) + ": request " + std::to_string(e.req->spec.id.value()) +
-          " positions [" + std::to_string(e.start) + ", " + std::to_string(e.end) + ")");
+  // The first few are printed, the rest counted (the footer and the trace's events have them all).
+  constexpr std::int64_t kPrinted = 5;
+  if (local_mismatches_ <= kPrinted)
+    log_all("oracle mismatch at step " + std::to_string(s.index) + ": request " + std::to_string(e.req->spec.id.value()) +
+            " positions [" + std::to_string(e.start) + ", " + std::to_string(e.end) + ")" +
+            (local_mismatches_ == kPrinted ? " (further mismatches are counted, not printed: see the footer and the "
+                                             "trace's oracle_mismatch events)"
+                                           : ""));
   if (exp_.engine.strict) {
     flush();
     throw RunFailure("oracle mismatch with --strict: request " + std::to_string(e.req->spec.id.value()) + " at step " +
