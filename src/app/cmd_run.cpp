@@ -2,16 +2,20 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <cerrno>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <ctime>
 #include <iostream>
-#include "core/build_info.hpp"
 #include <sstream>
 
 #include "app/commands.hpp"
+#include "core/build_info.hpp"
 #include "core/check.hpp"
 #include "core/decision_log.hpp"
 #include "core/failpoint.hpp"
@@ -258,7 +262,23 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
 
 int cmd_run(const RunOptions& opt, int argc, char** argv) {
   if (opt.list_keys) {
-    std::cout << schema_help();
+    if (opt.keys_template.empty()) {
+      std::cout << schema_help(opt.keys_json ? "json" : "text");
+      return 0;
+    }
+    // A new file only: an existing experiment is never overwritten.
+    std::error_code ec;
+    if (std::filesystem::exists(opt.keys_template, ec)) {
+      std::cerr << "kvgrid run: error: --template " << opt.keys_template << ": exists (not overwritten)\n";
+      return 2;
+    }
+    std::ofstream f(opt.keys_template);
+    f << schema_help("template");
+    if (!f) {
+      std::cerr << "kvgrid run: error: --template " << opt.keys_template << ": cannot write (" << std::strerror(errno) << ")\n";
+      return 2;
+    }
+    std::cout << "# wrote " << opt.keys_template << "\n";
     return 0;
   }
   if (opt.print_world_size) {  // no MPI: used by jobs/run.sh to choose -np

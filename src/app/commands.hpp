@@ -12,6 +12,8 @@ struct RunOptions {
   std::int64_t seed = -1;
   std::vector<std::string> sets;
   bool list_keys = false;
+  bool keys_json = false;       // --keys --json
+  std::string keys_template;    // --keys --template FILE: a commented experiment file
   bool strict = false;
   bool print_world_size = false;
 };

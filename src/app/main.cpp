@@ -32,7 +32,11 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--seed", run.seed, "run seed (overrides engine.seed)")->check(CLI::NonNegativeNumber);
   run_cmd->add_option("--set", run.sets, "override a key: section.key=value (repeatable; one pair each)")
       ->allow_extra_args(false);  // `--set k=v EXPERIMENT`: the experiment is not a second pair
-  run_cmd->add_flag("--keys", run.list_keys, "list every experiment key with its type and meaning, then exit");
+  run_cmd->add_flag("--keys", run.list_keys,
+                    "list every experiment key with its type, range, default and meaning, then exit");
+  run_cmd->add_flag("--json", run.keys_json, "with --keys: as JSON");
+  run_cmd->add_option("--template", run.keys_template,
+                      "with --keys: write a commented experiment file with every key at its default to FILE");
   run_cmd->add_flag("--world-size", run.print_world_size, "print the number of ranks the experiment needs, then exit");
   run_cmd->add_flag("--strict", run.strict, "an oracle mismatch stops the run at once (engine.strict = true)");
 

@@ -1,8 +1,12 @@
 #include "core/config.hpp"
 
+#include <algorithm>
+
 #include <toml++/toml.h>
 
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +17,37 @@
 namespace kvgrid {
 
 namespace {
+
+// "; did you mean `cache.device_pages`?" — the schema key nearest to `key` by edit distance
+// (within a third of its length), and where the full list is.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string nearest_key_hint(const Schema& schema, const std::string& key) {
+  std::string best;
+  std::size_t best_d = key.size() / 3 + 1;
+  for (const auto& k : schema.keys()) {
+    const std::string name = key_path_string(k.path);
+    const std::size_t d = edit_distance(key, name);
+    if (d < best_d) {
+      best_d = d;
+      best = name;
+    }
+  }
+  return (best.empty() ? std::string() : "; did you mean '" + best + "'?") + " (every key: kvgrid run --keys)";
+}
 
 bool needs_quotes(const std::string& s) {
   if (s.empty()) return true;
@@ -84,8 +119,14 @@ std::string expected_text(const KeySpec& k) {
     os << ")";
   }
   if (k.min || k.max) {
-    os << " in [" << (k.min ? std::to_string(*k.min) : std::string("-inf")) << ", "
-       << (k.max ? std::to_string(*k.max) : std::string("inf")) << "]";
+    const bool integer = k.type == ValueType::Integer || k.type == ValueType::IntArray;
+    auto num = [integer](double v) {
+      std::ostringstream n;
+      if (integer) n << static_cast<long long>(v);
+      else n << v;
+      return n.str();
+    };
+    os << " in [" << (k.min ? num(*k.min) : std::string("-inf")) << ", " << (k.max ? num(*k.max) : std::string("inf")) << "]";
   }
   return os.str();
 }
@@ -209,8 +250,14 @@ Config Config::load(const Schema& schema, const std::string& path,
                     const std::vector<std::string>& overrides) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a directory, not an experiment file");
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open experiment file for reading");
+  if (!in) {
+    const int err = errno;
+    const auto resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec).string();
+    throw InputError(path + ": cannot open experiment file for reading (" + (resolved.empty() ? path : resolved) +
+                     ": " + std::strerror(err ? err : ENOENT) + ")");
+  }
   std::stringstream ss;
   ss << in.rdbuf();
   if (in.bad()) throw InputError(path + ": read error");
@@ -251,7 +298,7 @@ Config Config::parse(const Schema& schema, std::string_view text, const std::str
         self(self, *node.as_table());
       } else {
         throw InputError(where(source_name, node) + ": unknown key '" + key_path_string(path) + "'" +
-                         (node.is_table() ? " (table)" : "") + "; see the README's configuration section");
+                         (node.is_table() ? " (table)" : "") + nearest_key_hint(schema, key_path_string(path)));
       }
       path.pop_back();
     }
@@ -264,7 +311,7 @@ Config Config::parse(const Schema& schema, std::string_view text, const std::str
       throw InputError("--set " + ov + ": expected key.path=value");
     std::string key = ov.substr(0, eq), val = ov.substr(eq + 1);
     const KeySpec* spec = schema.find_dotted(key);
-    if (!spec) throw InputError("--set " + ov + ": unknown key '" + key + "'");
+    if (!spec) throw InputError("--set " + ov + ": unknown key '" + key + "'" + nearest_key_hint(schema, key));
     const std::string loc = "--set " + ov;
     toml::table vt;
     bool parsed = false;

@@ -1,9 +1,12 @@
 #include "runtime/experiment.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <optional>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "cache/draft_state.hpp"
 #include "core/check.hpp"
@@ -193,26 +196,83 @@ const Schema& experiment_schema() {
   return s;
 }
 
-std::string schema_help() {
+namespace {
+std::string number_text(double v, bool integer) {
   std::ostringstream os;
-  for (const auto& k : experiment_schema().keys()) {
+  if (integer && std::abs(v) < 9.2e18) os << static_cast<long long>(v);
+  else os << v;
+  return os.str();
+}
+std::string default_text(const KeySpec& k) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) return "\"" + v + "\"";
+        else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) return "[]";
+        else return number_text(static_cast<double>(v), std::is_integral_v<T>);
+      },
+      k.default_value);
+}
+std::string range_text(const KeySpec& k) {
+  if (!k.min && !k.max) return "";
+  const bool integer = k.type == ValueType::Integer || k.type == ValueType::IntArray;
+  return "[" + (k.min ? number_text(*k.min, integer) : std::string("-inf")) + ", " +
+         (k.max ? number_text(*k.max, integer) : std::string("inf")) + "]";
+}
+}  // namespace
+
+std::string schema_help(const std::string& format) {
+  std::ostringstream os;
+  const auto& keys = experiment_schema().keys();
+  if (format == "json") {
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& k : keys) {
+      nlohmann::json x = {{"key", key_path_string(k.path)}, {"type", value_type_name(k.type)}, {"doc", k.doc}};
+      if (!k.optional_table) x["default"] = nlohmann::json::parse(default_text(k));
+      const bool integer = k.type == ValueType::Integer || k.type == ValueType::IntArray;
+      if (k.min) x["min"] = integer ? nlohmann::json(static_cast<long long>(*k.min)) : nlohmann::json(*k.min);
+      if (k.max) x["max"] = integer ? nlohmann::json(static_cast<long long>(*k.max)) : nlohmann::json(*k.max);
+      if (!k.choices.empty()) x["choices"] = k.choices;
+      all.push_back(std::move(x));
+    }
+    return all.dump(1) + "\n";
+  }
+  if (format == "template") {
+    // A commented experiment file: every table with its keys at their defaults, commented out
+    // (uncomment what you change); failpoints are listed, one example shown.
+    os << "# kvgrid experiment — every key at its default (kvgrid run --keys --template). Uncomment what you change.\n"
+       << "# Keys, types, ranges and meanings: kvgrid run --keys. Run: mpirun -np <tp*cp*pp> build/kvgrid run THIS.toml\n";
+    std::string table;
+    for (const auto& k : keys) {
+      if (k.optional_table || k.path.front() == "faults") continue;
+      const std::string t = key_path_string(std::vector<std::string>(k.path.begin(), k.path.end() - 1));
+      if (t != table) {
+        os << "\n[" << t << "]\n";
+        table = t;
+      }
+      os << "# " << k.doc << " (" << value_type_name(k.type);
+      if (!k.choices.empty()) {
+        os << ":";
+        for (const auto& c : k.choices) os << " " << c;
+      }
+      if (const auto r = range_text(k); !r.empty()) os << " in " << r;
+      os << ")\n# " << k.path.back() << " = " << default_text(k) << "\n";
+    }
+    os << "\n# Failpoints (each a table [faults.\"NAME\"] with probability, ranks, from_step and its parameters):\n#";
+    for (const auto& fp : failpoint_catalogue()) os << " " << fp.name;
+    os << "\n# [faults.\"transfer.load.fail\"]\n# probability = 0.05\n";
+    return os.str();
+  }
+  for (const auto& k : keys) {
     os << key_path_string(k.path) << "  (" << value_type_name(k.type);
     if (!k.choices.empty()) {
       os << ":";
       for (const auto& c : k.choices) os << " " << c;
     }
+    if (const auto r = range_text(k); !r.empty()) os << " in " << r;
     os << ")";
-    if (!k.optional_table) {
-      std::visit(
-          [&](const auto& v) {
-            using T = std::decay_t<decltype(v)>;
-            if constexpr (std::is_same_v<T, std::string>) os << "  default \"" << v << "\"";
-            else if constexpr (std::is_same_v<T, bool>) os << "  default " << (v ? "true" : "false");
-            else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) os << "  default []";
-            else os << "  default " << v;
-          },
-          k.default_value);
-    }
+    if (!k.optional_table) os << "  default " << default_text(k);
     os << "  " << k.doc << "\n";
   }
   return os.str();

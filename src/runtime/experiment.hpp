@@ -171,6 +171,8 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
 ExperimentConfig parse_experiment(std::string_view toml, const std::string& name,
                                   const std::vector<std::string>& overrides, std::int64_t seed = -1);
 // One line per key: "section.key  type  default  doc".
-std::string schema_help();
+// Every experiment key: "text" (one line each, with type, choices, range, default and meaning),
+// "json" (an array of objects), "template" (a commented experiment file at the defaults).
+std::string schema_help(const std::string& format = "text");
 
 }  // namespace kvgrid

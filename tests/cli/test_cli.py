@@ -127,12 +127,14 @@ def determinism():
 def bad_input():
     cases = [
         (write("malformed.toml", "[cache]\npage_size = = 3\n"), [], r"malformed\.toml:2:\d+: malformed TOML"),
-        (write("unknown.toml", "[cache]\npage_sise = 4\n"), [], r"unknown\.toml:2:\d+: unknown key 'cache\.page_sise'"),
+        (write("unknown.toml", "[cache]\npage_sise = 4\n"), [],
+         r"unknown\.toml:2:\d+: unknown key 'cache\.page_sise'; did you mean 'cache\.page_size'\? \(every key: kvgrid run --keys\)"),
         (write("type.toml", "[cache]\npage_size = \"x\"\n"), [], r"'cache\.page_size': expected integer.*found string"),
         (write("range.toml", "[workload.tree]\nfollowup_prob = 2.0\n"), [], r"followup_prob.*out of range"),
-        (QUICK, ["--set", "cache.bogus=1"], r"--set cache\.bogus=1: unknown key"),
+        (QUICK, ["--set", "cache.bogus=1"], r"--set cache\.bogus=1: unknown key 'cache\.bogus' \(every key: kvgrid run --keys\)"),
+        (QUICK, ["--set", "cache.devce_pages=1"], r"unknown key 'cache\.devce_pages'; did you mean 'cache\.device_pages'\?"),
         (QUICK, ["--set", "cache.page_size=abc"], r"expected integer"),
-        (out("does-not-exist.toml"), [], r"cannot open experiment file"),
+        (out("does-not-exist.toml"), [], r"cannot open experiment file for reading \(/.*does-not-exist\.toml: No such file or directory\)"),
         (TMP, [], r"is a directory"),
         (QUICK, ["--set", "debug.kill_rank=99"], r"rank 99 does not exist"),
         (QUICK, ["--set", "cache.cp_sharding=mirrored"], r"'cache\.cp_sharding': expected string \(one of \"replicated\" \"sharded\" \"any_owner_restore\"\), found \"mirrored\""),
@@ -476,6 +478,19 @@ def help_and_usage():
         expect(rc == 0 and "Usage" in so + se or "usage" in (so + se).lower(), f"{args} help", so, se)
     rc, so, se = tool("run", "--keys")
     expect(rc == 0 and "cache.page_size" in so and 'faults."rank.stall".probability' in so, "key list", so)
+    expect("cache.page_size  (integer in [1, 65536])  default 16" in so, "ranges as integers, defaults", so)
+    rc, so, se = tool("run", "--keys", "--json")
+    keys = {k["key"]: k for k in json.loads(so)}
+    expect(keys["cache.page_size"]["default"] == 16 and keys["cache.page_size"]["min"] == 1
+           and keys["protocol.load_back"]["choices"] == ["agreed", "unchecked"], "--keys --json", so[:2000])
+    rc, so, se = tool("run", "--keys", "--template", out("template.toml"))
+    expect(rc == 0 and os.path.exists(out("template.toml")), "--template writes a file", so, se)
+    rc, so, se = tool("run", out("template.toml"), "--world-size")
+    expect(rc == 0 and so.strip() == "1", "the template is a valid experiment", so, se)
+    rc, so, se = tool("run", "--keys", "--template", out("template.toml"))
+    expect(rc == 2 and "not overwritten" in se, "an existing file is never overwritten", so, se)
+    rc, so, se = tool("run", TREE, "--set", "cache.page_size=0", "--world-size")
+    expect(rc == 2 and "expected integer in [1, 65536], found 0" in se, "integer range in the message", se)
     rc, so, se = tool("frobnicate")
     expect(rc == 2 and "unknown command 'frobnicate'" in se, f"unknown command exit {rc}", so, se)
     rc, so, se = tool("report")
