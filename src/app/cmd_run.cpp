@@ -72,7 +72,7 @@ std::string utc_now() {
   return buf;
 }
 
-void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::string& dir) {
+void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::string& dir, bool verbose) {
   std::ostringstream os;
   os << "# " << version_string() << "\n";
   os << "# experiment " << exp.name << " (" << exp.source << ")\n";
@@ -98,7 +98,8 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
     if (exp.cache.cp_sharding != "replicated")
       os << " (gather slots of " << exp.cache.gather_pages << " pages, overlap " << (exp.cache.gather_overlap ? "on" : "off") << ")";
     os << "\n# protocols: tp_sync " << exp.protocol.tp_sync << ", pp_sync " << exp.protocol.pp_sync << ", prefetch_consensus "
-       << exp.protocol.prefetch_consensus << ", online consensus check " << exp.protocol.consensus_check
+       << exp.protocol.prefetch_consensus << ", load_back " << exp.protocol.load_back << ", layer_gather "
+       << exp.protocol.layer_gather << ", online consensus check " << exp.protocol.consensus_check
        << " (+ periodic digest check, offline kvgrid check)";
     if (exp.topology.groups.size() == 2)
       os << "; P/D " << exp.protocol.pd << " (suffix link " << exp.cost.pd_link_gb_s << " GB/s, " << exp.cost.pd_latency_us
@@ -109,9 +110,14 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
   if (exp.faults.empty()) os << " none";
   for (const auto& f : exp.faults) os << " " << f.name << "(p=" << f.probability << ")";
   os << "\n# watchdog deadline " << exp.engine.deadline_s << " s\n";
-  os << "# output " << dir << "\n# effective configuration:";
-  std::istringstream cfg(exp.effective_toml);
-  for (std::string line; std::getline(cfg, line);) os << "\n#" << (line.empty() ? "" : "   " + line);
+  os << "# output " << dir;
+  if (verbose) {  // -v: every key as the run uses it (it is in the trace's /meta/config either way)
+    os << "\n# effective configuration:";
+    std::istringstream cfg(exp.effective_toml);
+    for (std::string line; std::getline(cfg, line);) os << "\n#" << (line.empty() ? "" : "   " + line);
+  } else {
+    os << " (full configuration: -v, or the trace's /meta/config)";
+  }
   log0(os.str());
 }
 
@@ -122,6 +128,7 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
     if (opt.strict) sets.push_back("engine.strict=true");
     ExperimentConfig e = load_experiment(opt.experiment, sets, opt.seed);
     e.validate_for_world(world_size);
+    e.output.quiet = opt.quiet;
     return e;
   });
   set_wait_deadline(std::chrono::duration<double>(exp.engine.deadline_s));
@@ -152,7 +159,7 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
   meta.world_size = world_size;
   std::unique_ptr<TraceWriter> trace =
       on_every_rank(grid.world(), [&] { return std::make_unique<TraceWriter>(dir, grid, meta); });
-  print_header(exp, grid, dir);
+  print_header(exp, grid, dir, opt.verbose);
 
   // A passed deadline: report, keep what the trace has, stop the whole job with exit 1.
   set_watchdog_handler([&](const WatchdogReport& r) {

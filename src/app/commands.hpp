@@ -16,6 +16,7 @@ struct RunOptions {
   std::string keys_template;    // --keys --template FILE: a commented experiment file
   bool strict = false;
   bool print_world_size = false;
+  bool verbose = false, quiet = false;  // -v: the full configuration in the header; -q: no progress rows
 };
 
 std::string version_string();

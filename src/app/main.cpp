@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
                       "with --keys: write a commented experiment file with every key at its default to FILE");
   run_cmd->add_flag("--world-size", run.print_world_size, "print the number of ranks the experiment needs, then exit");
   run_cmd->add_flag("--strict", run.strict, "an oracle mismatch stops the run at once (engine.strict = true)");
+  run_cmd->add_flag("-v,--verbose", run.verbose, "print the full effective configuration in the header");
+  run_cmd->add_flag("-q,--quiet", run.quiet, "no progress rows (the header and the verdict only)");
 
   std::string report_run;
   bool report_as_json = false;

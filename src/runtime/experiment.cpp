@@ -178,7 +178,9 @@ Schema build_schema() {
   }
   s.add(skey({"output", "dir"}, {}, "run directory (empty: results/<experiment>/<seed>-<time>; --out overrides)"));
   s.add(ikey({"output", "flush_every"}, 8, 1, kBig, "steps between trace flushes"));
-  s.add(ikey({"output", "report_every"}, 50, 1, kBig, "steps between console rows"));
+  s.add(ikey({"output", "report_every"}, 50, 1, kBig, "steps between console rows (at most; see report_seconds)"));
+  s.add(fkey({"output", "report_seconds"}, 1.0, 0.0, 3600.0,
+             "serving loop: at least this many wall seconds between console rows (0: every report_every steps); the last row always"));
   s.add(ikey({"debug", "plant_divergence_rank"}, -1, -1, 1e7,
              "testing: this world rank takes one extra decision (tree loop: caches an extra prompt) (-1: off)"));
   s.add(ikey({"debug", "plant_divergence_step"}, 0, 0, kBig, "testing: step of the planted divergence"));
@@ -484,6 +486,7 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.output.dir = c.get_string("output.dir");
   e.output.flush_every = c.get_int("output.flush_every");
   e.output.report_every = c.get_int("output.report_every");
+  e.output.report_seconds = c.get_float("output.report_seconds");
   e.debug.plant_divergence_rank = c.get_int("debug.plant_divergence_rank");
   e.debug.plant_divergence_step = c.get_int("debug.plant_divergence_step");
   e.debug.kill_rank = c.get_int("debug.kill_rank");

@@ -133,6 +133,8 @@ struct ProtocolConfig {
 struct OutputConfig {
   std::string dir;  // empty: results/<experiment>/<seed>-<time>
   std::int64_t flush_every = 8, report_every = 50;
+  double report_seconds = 1.0;  // serving loop: wall seconds between console rows, at least (0: off)
+  bool quiet = false;           // kvgrid run -q: no progress rows (set by the CLI, not a key)
 };
 
 struct DebugConfig {

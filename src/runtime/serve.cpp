@@ -86,7 +86,8 @@ ServeLoop::ServeLoop(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
 }
 
 ServeResult ServeLoop::run() {
-  if (print_) log0("#  step  finished/total  waiting running   dev%  host%  stor%    pages  model_ms  wall_s");
+  if (print_ && !exp_.output.quiet)
+    log0("#  step  finished/total  waiting running   dev%  host%  stor%    pages  model_ms  wall_s  done%   eta_s");
   std::int64_t step = 0;
   for (; !done_; ++step) {
     Step s;

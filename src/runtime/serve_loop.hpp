@@ -149,6 +149,7 @@ class ServeLoop {
   std::vector<std::uint64_t> partials_;  // [batch entry][local layer], then the draft's
   std::uint64_t gather_ns_ = 0;          // modelled time of this rank's layer gathers
   bool done_ = false;
+  double last_row_s_ = -1e9;  // wall seconds of the last progress row (rows are throttled)
 };
 
 }  // namespace kvgrid

@@ -507,6 +507,16 @@ def help_and_usage():
 def quickstart_serve_ok():
     rc, so, se = run(8, QUICK, "--out", out("q"))
     expect(rc == 0, f"quickstart exit {rc}", so, se)
+    # A compact header (the full configuration only with -v), rows with done% and ETA; -q: none.
+    header = [l for l in so.splitlines() if l.startswith("#") and "step  finished" not in l]
+    expect(len([l for l in header if not l.startswith("# ") or "effective configuration" in l]) == 0
+           and "full configuration: -v" in so, "compact header", so)
+    rows = [l.split() for l in so.splitlines() if re.match(r"^ +\d+ +\d+/", l)]
+    expect(rows and rows[-1][10] == "100.0" and rows[-1][11] == "0.0", "the last row: 100% done, no time left", rows)
+    rc, so2, se = run(8, QUICK, "--out", out("q-v"), "-v", "--set", "workload.gsp.groups=2")
+    expect(rc == 0 and "# effective configuration:" in so2 and "#   [cache]" in so2, "-v prints the configuration", so2)
+    rc, so3, se = run(8, QUICK, "--out", out("q-q"), "-q", "--set", "workload.gsp.groups=2")
+    expect(rc == 0 and not re.search(r"^ +\d+ +\d+/", so3, re.M) and "# verdict: OK" in so3, "-q: no rows", so3)
     for line in ["# seed 1", "# topology TP2xCP2xPP2, world 8 ranks", "# oracle mismatches: 0 OK",
                  "# rank divergences: 0 OK", "# verify failures: 0 OK", "# verdict: OK",
                  "# requests 256 finished of 256"]:

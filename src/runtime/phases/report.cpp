@@ -2,6 +2,7 @@
 // decode's answers to prefill and the drafts' verified counts back to PP0, the periodic check
 // (tree and decision digests, verify()) and the online consensus checker, the progress row and
 // the trace's flush.
+#include <algorithm>
 #include <cstdio>
 
 #include "core/check.hpp"
@@ -46,7 +47,14 @@ void ServeLoop::report(Step& s) {
                             *found);
     }
   }
-  if (print_ && ((step + 1) % exp_.output.report_every == 0 || done_)) progress_row(step);
+  if (print_ && !exp_.output.quiet && ((step + 1) % exp_.output.report_every == 0 || done_)) {
+    // Throttled by wall time (output only: no decision reads it); the last row always.
+    const double now_s = static_cast<double>(wall_ns()) / 1e9;
+    if (done_ || now_s - last_row_s_ >= exp_.output.report_seconds) {
+      progress_row(step);
+      last_row_s_ = now_s;
+    }
+  }
   if ((step + 1) % exp_.output.flush_every == 0 || done_) flush();
 }
 
@@ -56,12 +64,19 @@ void ServeLoop::progress_row(std::int64_t step) {
   auto pct = [this](std::int64_t x) {
     return res_.prompt_tokens ? 100.0 * static_cast<double>(x) / static_cast<double>(res_.prompt_tokens) : 0.0;
   };
-  char row[200];
-  std::snprintf(row, sizeof(row), "%7lld %7lld/%-7llu %7zu %7zu %6.2f %6.2f %6.2f %8lld %9.3f %7.2f", static_cast<long long>(step + 1),
-                static_cast<long long>(res_.finished), static_cast<unsigned long long>(total_known_), sched_.waiting(),
-                sched_.running(), pct(res_.cached_tokens - res_.host_tokens), pct(res_.host_tokens - res_.storage_tokens),
-                pct(res_.storage_tokens), static_cast<long long>(dc_.pool().used_pages().value()),
-                static_cast<double>(clock_) / 1e6, static_cast<double>(wall_ns()) / 1e9);
+  // Done: finished (and failed) of the requests known so far; ETA: wall time at the rate so far.
+  const double wall_s = static_cast<double>(wall_ns()) / 1e9;
+  const auto ended = static_cast<double>(res_.finished + res_.failed);
+  const double done = total_known_ ? std::min(1.0, ended / static_cast<double>(total_known_)) : 0.0;
+  char eta[16] = "      -";
+  if (done > 0) std::snprintf(eta, sizeof(eta), "%7.1f", wall_s * (1.0 - done) / done);
+  char row[220];
+  std::snprintf(row, sizeof(row), "%7lld %7lld/%-7llu %7zu %7zu %6.2f %6.2f %6.2f %8lld %9.3f %7.2f %6.1f %s",
+                static_cast<long long>(step + 1), static_cast<long long>(res_.finished),
+                static_cast<unsigned long long>(total_known_), sched_.waiting(), sched_.running(),
+                pct(res_.cached_tokens - res_.host_tokens), pct(res_.host_tokens - res_.storage_tokens), pct(res_.storage_tokens),
+                static_cast<long long>(dc_.pool().used_pages().value()), static_cast<double>(clock_) / 1e6, wall_s,
+                100.0 * done, eta);
   log0(row);
 }
 
