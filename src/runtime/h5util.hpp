@@ -57,6 +57,7 @@ class AppendTable {
   AppendTable(hid_t loc, const std::string& name, hid_t type, std::size_t chunk_rows);
   void append(const void* rows, std::size_t n);
   std::uint64_t rows() const { return rows_; }
+  hid_t dataset() const { return dset_.get(); }
 
  private:
   Handle dset_;

@@ -7,6 +7,7 @@
 #include "core/build_info.hpp"
 
 #include "core/check.hpp"
+#include "runtime/trace_schema.hpp"
 
 namespace kvgrid {
 
@@ -189,7 +190,17 @@ TraceWriter::TraceWriter(const std::string& dir, const RankGrid& grid, const Run
     KVGRID_MPI_CHECK(MPI_Get_library_version(mpi_ver, &len));
     std::string mv(mpi_ver, static_cast<std::size_t>(len));
     h5::write_attr(g.get(), "mpi_version", mv.substr(0, mv.find('\n')));
-    h5::write_attr(g.get(), "schema_version", static_cast<std::int64_t>(1));
+    h5::write_attr(g.get(), "schema_version", static_cast<std::int64_t>(2));  // 2: units and descriptions (trace_schema)
+    // The rank whose file holds the run's requests table: the last stage's leader of the group that
+    // records them (P/D: decode); -1 for the tree loop, which has none.
+    const auto& spec = grid.spec();
+    const int rg = static_cast<int>(spec.groups.size()) - 1;
+    const int requests_rank =
+        meta.workload == "tree" ? -1 : layout_rank(spec, rg, spec.groups[static_cast<std::size_t>(rg)].shape.pp - 1, 0, 0);
+    h5::write_attr(g.get(), "requests_rank", static_cast<std::int64_t>(requests_rank));
+    h5::write_attr(g.get(), "description",
+                   std::string("the run: configuration, seed, topology, versions; /ranks/NNNNN link to the rank files "
+                               "(events, decisions, faults, requests), /summary at a clean end"));
     Handle ranks(KVGRID_HDF5_CHECK(H5Gcreate2(run.get(), "ranks", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
                  Handle::Kind::Group);
     for (int r = 0; r < grid.world_size(); ++r) {
@@ -209,6 +220,10 @@ TraceWriter::TraceWriter(const std::string& dir, const RankGrid& grid, const Run
   decisions_tbl_ = h5::AppendTable(file_.get(), "decisions", dec_type_.get(), 1024);
   faults_tbl_ = h5::AppendTable(file_.get(), "faults", fault_type_.get(), 64);
   requests_tbl_ = h5::AppendTable(file_.get(), "requests", req_type_.get(), 256);
+  describe_table(events_tbl_.dataset(), trace_table("events"));
+  describe_table(decisions_tbl_.dataset(), trace_table("decisions"));
+  describe_table(faults_tbl_.dataset(), trace_table("faults"));
+  describe_table(requests_tbl_.dataset(), trace_table("requests"));
   KVGRID_HDF5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_LOCAL));
 }
 
@@ -301,6 +316,7 @@ void TraceWriter::write_summary(const std::string& dir, const RunSummary& s) {
   Handle d(KVGRID_HDF5_CHECK(H5Dcreate2(g.get(), "ranks", t.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
            Handle::Kind::Dataset);
   KVGRID_HDF5_CHECK(H5Dwrite(d.get(), t.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, s.ranks.data()));
+  describe_table(d.get(), trace_table("summary/ranks"));
 }
 
 }  // namespace kvgrid

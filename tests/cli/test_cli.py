@@ -472,6 +472,52 @@ def metric_identity():
                and abs(stor - 100 * j["hit_rate"]["storage"]) < 0.01, f"{name}: progress row by tier", rows[-1], j["hit_rate"])
 
 
+def trace_self_describing():
+    """The trace explains itself: every column of every table (events, decisions, faults,
+    requests, summary/ranks) carries a unit and a description, every op and decision name seen has
+    its meaning, /meta names the rank file holding the requests table, and jobs/export.sh writes
+    the tables as CSV — over a tiered PP run with broken load-backs, aborts and delayed messages,
+    a P/D run with broken restores, and a tree run."""
+    runs = [(4, os.path.join(SRC, "experiments", "pp_sync.toml"), "td-pp",
+             ["--set", "faults.transfer.load.fail.probability=0.05", "--set", "faults.request.abort.probability=0.02",
+              "--set", "faults.p2p.delay.probability=0.2"]),
+            (4, PDMT, "td-pd", ["--set", "workload.gsp.groups=2", "--set", "workload.gsp.turns=2",
+                                "--set", "cache.device_pages=400", "--set", "faults.pd.restore.fail.probability=0.2"]),
+            (8, TREE, "td-tree", FAST)]
+    for np_, exp, name, sets in runs:
+        rc, so, se = run(np_, exp, "--out", out(name), "-q", *sets)
+        expect(rc == 0, f"{name} run", so, se)
+        with h5py.File(out(name + "/run.h5"), "r") as f:
+            tables = [(f"ranks/{r}/{t}", f["ranks"][r][t]) for r in f["ranks"] for t in ("events", "decisions", "faults", "requests")]
+            tables.append(("summary/ranks", f["summary/ranks"]))
+            for where, d in tables:
+                expect("description" in d.attrs, f"{name}: {where} has a description")
+                for col in d.dtype.names:
+                    expect(f"{col}.unit" in d.attrs and f"{col}.description" in d.attrs, f"{name}: {where}.{col} described",
+                           list(d.attrs))
+                key, prefix = {"events": ("op", "op."), "decisions": ("name", "name.")}.get(where.split("/")[-1], (None, None))
+                if key:
+                    seen = {x.decode().rstrip("\x00") for x in d[key][:]}
+                    missing = sorted(n for n in seen if prefix + n not in d.attrs)
+                    expect(not missing, f"{name}: {where}: every {key} documented", missing)
+            rr = int(f["meta"].attrs["requests_rank"])
+            if exp == TREE:
+                expect(rr == -1, "the tree loop records no requests", rr)
+            else:
+                expect(len(f["ranks"][f"{rr:05d}"]["requests"]) > 0, f"{name}: /meta/requests_rank holds the requests", rr)
+                nreq = len(f["ranks"][f"{rr:05d}"]["requests"])
+            nev = sum(len(f["ranks"][r]["events"]) for r in f["ranks"])
+        p = subprocess.run([os.path.join(SRC, "jobs", "export.sh"), out(name)], capture_output=True, text=True, timeout=120)
+        expect(p.returncode == 0, f"{name}: export", p.stdout, p.stderr)
+        with open(out(name + "/csv/events.csv")) as fh:
+            expect(sum(1 for _ in csv.reader(fh)) == nev + 1, f"{name}: events.csv has every event")
+        if exp != TREE:
+            with open(out(name + "/csv/requests.csv")) as fh:
+                expect(sum(1 for _ in csv.reader(fh)) == nreq + 1, f"{name}: requests.csv has every request")
+    p = subprocess.run([os.path.join(SRC, "jobs", "export.sh"), out("no-such-run")], capture_output=True, text=True, timeout=60)
+    expect(p.returncode == 2 and "no such run" in p.stderr, "export of a missing run", p.stdout, p.stderr)
+
+
 def help_and_usage():
     for args in (["--help"], ["run", "--help"], ["report", "--help"], ["check", "--help"]):
         rc, so, se = tool(*args)
