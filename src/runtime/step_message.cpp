@@ -13,87 +13,122 @@ void put64(Words& w, std::uint64_t v) {
   w.push_back(static_cast<std::uint32_t>(v));
   w.push_back(static_cast<std::uint32_t>(v >> 32));
 }
-std::uint64_t get64(const Words& w, std::size_t at) { return w[at] | (static_cast<std::uint64_t>(w[at + 1]) << 32); }
+std::uint64_t get64(const Words& w, std::size_t at) {
+  KVGRID_CHECK(at + 1 < w.size(), "step message read past its end (word ", at, " of ", w.size(), ")");
+  return w[at] | (static_cast<std::uint64_t>(w[at + 1]) << 32);
+}
 
-constexpr std::size_t kHeaderWords = kStepHeaderWords, kHeadWords = 17, kInlineWords = kHeaderWords - kHeadWords;
+// Header: word 0 = 1 when the body is inline, word 1 = body words, then the fields' head words.
+constexpr std::size_t kHeaderWords = kStepHeaderWords, kFlag = 0, kBodySize = 1, kFirstField = 2;
+
+// Element encodings (the body): 64-bit values as two words, small values as one.
+void enc(Words& w, std::uint64_t v) { put64(w, v); }
+void enc(Words& w, std::uint32_t v) { w.push_back(v); }
+void enc(Words& w, std::uint8_t v) { w.push_back(v); }
+void enc(Words& w, const std::pair<std::uint64_t, std::uint64_t>& v) {
+  put64(w, v.first);
+  put64(w, v.second);
+}
+void enc(Words& w, const std::array<std::uint64_t, 3>& v) {
+  for (auto x : v) put64(w, x);
+}
+void enc(Words& w, const StepMessage::Entry& e) {
+  for (auto x : {e.id, e.start, e.end, e.value}) put64(w, x);
+}
+void dec(const Words& w, std::size_t& at, std::uint64_t& v) {
+  v = get64(w, at);
+  at += 2;
+}
+void dec(const Words& w, std::size_t& at, std::uint32_t& v) {
+  KVGRID_CHECK(at < w.size(), "step message read past its end");
+  v = w[at++];
+}
+void dec(const Words& w, std::size_t& at, std::uint8_t& v) {
+  KVGRID_CHECK(at < w.size(), "step message read past its end");
+  v = static_cast<std::uint8_t>(w[at++]);
+}
+void dec(const Words& w, std::size_t& at, std::pair<std::uint64_t, std::uint64_t>& v) {
+  dec(w, at, v.first);
+  dec(w, at, v.second);
+}
+void dec(const Words& w, std::size_t& at, std::array<std::uint64_t, 3>& v) {
+  for (auto& x : v) dec(w, at, x);
+}
+void dec(const Words& w, std::size_t& at, StepMessage::Entry& e) {
+  for (auto* x : {&e.id, &e.start, &e.end, &e.value}) dec(w, at, *x);
+}
+
+// Scalars go into the header (two words each); a list puts its length into the header and its
+// elements into the body.
+struct Writer {
+  Words head, body;
+  template <class T>
+  void scalar(const T& v) {
+    put64(head, static_cast<std::uint64_t>(v));
+  }
+  template <class T>
+  void list(const std::vector<T>& xs) {
+    head.push_back(static_cast<std::uint32_t>(xs.size()));
+    for (const auto& x : xs) enc(body, x);
+  }
+};
+
+struct Reader {
+  const Words& head;
+  const Words& body;
+  std::size_t h = 0, b = 0;
+  template <class T>
+  void scalar(T& v) {
+    v = static_cast<T>(get64(head, h));
+    h += 2;
+  }
+  template <class T>
+  void list(std::vector<T>& xs) {
+    KVGRID_CHECK(h < head.size(), "step message header too short");
+    xs.resize(head[h++]);
+    for (auto& x : xs) dec(body, b, x);
+  }
+};
 
 }  // namespace
 
 Packed pack(const StepMessage& m) {
+  Writer w;
+  visit_fields(m, w);
   Packed p;
-  Words body;
-  for (const auto& e : m.entries) {
-    put64(body, e.id);
-    put64(body, e.start);
-    put64(body, e.end);
-    put64(body, e.value);
-  }
-  body.insert(body.end(), m.specs.begin(), m.specs.end());
-  for (auto a : m.aborts) put64(body, a);
-  for (auto [id, acks] : m.stops) {
-    put64(body, id);
-    put64(body, acks);
-  }
-  for (auto a : m.admits) body.push_back(a);
-  for (auto [id, n] : m.accepts) {
-    put64(body, id);
-    put64(body, n);
-  }
-  for (const auto& t : m.pd)
-    for (auto v : t) put64(body, v);
-  Words head;
-  put64(head, m.clock_ns);
-  put64(head, m.exhausted);
-  put64(head, m.total);
-  std::copy(head.begin(), head.end(), p.header.begin());
-  p.header[6] = static_cast<std::uint32_t>(m.entries.size());
-  p.header[7] = static_cast<std::uint32_t>(m.specs.size());
-  p.header[9] = static_cast<std::uint32_t>(body.size());
-  p.header[10] = static_cast<std::uint32_t>(m.aborts.size());
-  p.header[11] = m.write_acks;
-  p.header[12] = static_cast<std::uint32_t>(m.stops.size());
-  p.header[13] = static_cast<std::uint32_t>(m.admits.size());
-  p.header[14] = static_cast<std::uint32_t>(m.accepts.size());
-  p.header[15] = static_cast<std::uint32_t>(m.pd.size());
-  p.header[16] = m.pd_stop;
-  if (body.size() <= kInlineWords) {
-    p.header[8] = 1;
-    std::copy(body.begin(), body.end(), p.header.begin() + kHeadWords);
+  KVGRID_CHECK(kFirstField + w.head.size() <= kHeaderWords, "step message head of ", w.head.size(), " words");
+  std::copy(w.head.begin(), w.head.end(), p.header.begin() + kFirstField);
+  p.header[kBodySize] = static_cast<std::uint32_t>(w.body.size());
+  const std::size_t inline_at = kFirstField + w.head.size();
+  if (w.body.size() <= kHeaderWords - inline_at) {
+    p.header[kFlag] = 1;
+    std::copy(w.body.begin(), w.body.end(), p.header.begin() + static_cast<std::ptrdiff_t>(inline_at));
   } else {
-    p.payload = std::move(body);
+    p.payload = std::move(w.body);
   }
   return p;
 }
 
 StepMessage unpack(const Packed& p) {
   StepMessage m;
-  m.clock_ns = get64(p.header, 0);
-  m.exhausted = get64(p.header, 2);
-  m.total = get64(p.header, 4);
-  m.write_acks = p.header[11];
-  const std::size_t n = p.header[6], spec_words = p.header[7], size = p.header[9], aborts = p.header[10],
-                    stops = p.header[12], admits = p.header[13], accepts = p.header[14], pd = p.header[15];
-  m.pd_stop = p.header[16];
-  KVGRID_CHECK(size == 8 * n + spec_words + 2 * aborts + 4 * stops + admits + 4 * accepts + 6 * pd, "step message of ", size,
-               " words for ", n, " entries, ", spec_words, " spec words, ", aborts, " aborts, ", stops, " prefetch stops, ",
-               admits, " admissions, ", accepts, " accepted drafts and ", pd, " P/D records");
-  const std::uint32_t* body = p.inline_payload() ? p.header.data() + kHeadWords : p.payload.data();
-  KVGRID_CHECK(p.inline_payload() || p.payload.size() == size, "step message payload of ", p.payload.size(), " words, expected ", size);
-  Words w(body, body + size);
-  for (std::size_t i = 0; i < n; ++i)
-    m.entries.push_back({get64(w, 8 * i), get64(w, 8 * i + 2), get64(w, 8 * i + 4), get64(w, 8 * i + 6)});
-  m.specs.assign(w.begin() + static_cast<std::ptrdiff_t>(8 * n), w.begin() + static_cast<std::ptrdiff_t>(8 * n + spec_words));
-  for (std::size_t i = 0; i < aborts; ++i) m.aborts.push_back(get64(w, 8 * n + spec_words + 2 * i));
-  for (std::size_t i = 0, at = 8 * n + spec_words + 2 * aborts; i < stops; ++i, at += 4)
-    m.stops.push_back({get64(w, at), get64(w, at + 2)});
-  for (std::size_t i = 0, at = 8 * n + spec_words + 2 * aborts + 4 * stops; i < admits; ++i)
-    m.admits.push_back(static_cast<std::uint8_t>(w[at + i]));
-  for (std::size_t i = 0, at = 8 * n + spec_words + 2 * aborts + 4 * stops + admits; i < accepts; ++i, at += 4)
-    m.accepts.push_back({get64(w, at), get64(w, at + 2)});
-  for (std::size_t i = 0, at = 8 * n + spec_words + 2 * aborts + 4 * stops + admits + 4 * accepts; i < pd; ++i, at += 6)
-    m.pd.push_back({get64(w, at), get64(w, at + 2), get64(w, at + 4)});
+  // The head's length is fixed by the field list: read it with an empty body first.
+  Writer shape;
+  visit_fields(m, shape);
+  const std::size_t head_words = shape.head.size(), size = p.header[kBodySize];
+  const Words head(p.header.begin() + kFirstField, p.header.begin() + static_cast<std::ptrdiff_t>(kFirstField + head_words));
+  KVGRID_CHECK(p.inline_payload() ? kFirstField + head_words + size <= kHeaderWords : p.payload.size() == size,
+               "step message payload of ", p.payload.size(), " words, expected ", size);
+  const Words body = p.inline_payload()
+                         ? Words(p.header.begin() + static_cast<std::ptrdiff_t>(kFirstField + head_words),
+                                 p.header.begin() + static_cast<std::ptrdiff_t>(kFirstField + head_words + size))
+                         : p.payload;
+  Reader r{head, body};
+  visit_fields(m, r);
+  KVGRID_CHECK(r.b == size, "step message of ", size, " body words, its fields read ", r.b);
   return m;
 }
+
+std::size_t payload_words(const Packed& p) { return p.header[kBodySize]; }
 
 void Sender::send(const StepMessage& m, int dest, MPI_Comm comm, int tag) {
   auto item = std::make_unique<Item>();
@@ -130,7 +165,7 @@ StepMessage recv_step(int src, MPI_Comm comm, const std::string& what, int tag) 
   KVGRID_MPI_CHECK(MPI_Irecv(p.header.data(), kHeaderWords, MPI_UINT32_T, src, tag, comm, &req));
   wait_mpi(&req, what);
   if (!p.inline_payload()) {
-    p.payload.resize(p.header[9]);
+    p.payload.resize(payload_words(p));
     KVGRID_MPI_CHECK(MPI_Irecv(p.payload.data(), static_cast<int>(p.payload.size()), MPI_UINT32_T, src, tag + 1, comm, &req));
     wait_mpi(&req, what + " (payload)");
   }
@@ -144,7 +179,7 @@ StepMessage bcast_step(const StepMessage& m, bool root, MPI_Comm comm, const std
   KVGRID_MPI_CHECK(MPI_Ibcast(p.header.data(), kHeaderWords, MPI_UINT32_T, 0, comm, &req));
   wait_mpi(&req, what);
   if (!p.inline_payload()) {
-    p.payload.resize(p.header[9]);
+    p.payload.resize(payload_words(p));
     KVGRID_MPI_CHECK(MPI_Ibcast(p.payload.data(), static_cast<int>(p.payload.size()), MPI_UINT32_T, 0, comm, &req));
     wait_mpi(&req, what + " (payload)");
   }

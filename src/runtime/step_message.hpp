@@ -1,8 +1,8 @@
-// The message a pipeline stage sends the next at every step (DESIGN §1): the step's arrivals and
+// The message a pipeline stage sends the next at every step: the step's arrivals and
 // aborts (from PP0's leader, relayed stage to stage), the previous stage's activation (per request
 // in the batch: the positions computed and the chain value), and the cache decisions later
 // stages follow (protocol.pp_sync's write-ACK count, protocol.prefetch_consensus's prefetch
-// stops). A fixed 64-word header carries small payloads inline, so a decode step costs one message
+// stops) — each field declared once (visit_fields). A fixed 64-word header carries small payloads inline, so a decode step costs one message
 // per hop; larger payloads follow as a second message. Fixed tags from a fixed source: no
 // wildcards, no probing. Sends are non-blocking with a bounded number in flight.
 #pragma once
@@ -41,6 +41,25 @@ struct StepMessage {
   std::uint32_t pd_stop = 0;
 };
 
+// Every field of the message, declared once, in wire order: pack and unpack walk this list, so a
+// relayed decision is added here and nowhere else. `v.scalar(x)` for a number (header), `v.list(xs)`
+// for a vector (its length in the header, its elements in the body).
+template <class M, class V>
+void visit_fields(M& m, V& v) {
+  v.scalar(m.clock_ns);
+  v.scalar(m.exhausted);
+  v.scalar(m.total);
+  v.scalar(m.write_acks);  // protocol.pp_sync: write ACKs consumed at this step
+  v.scalar(m.pd_stop);
+  v.list(m.entries);       // the activation
+  v.list(m.specs);         // arrivals
+  v.list(m.aborts);
+  v.list(m.stops);         // protocol.prefetch_consensus
+  v.list(m.admits);        // pp_sync with device.alloc.fail
+  v.list(m.accepts);       // speculative decoding
+  v.list(m.pd);            // P/D records
+}
+
 // Message tags: stage to stage (forward), and the last stage's results back to PP0 (backward).
 constexpr int kTagForward = 301, kTagBackward = 311, kTagPdControl = 321;
 
@@ -50,7 +69,7 @@ constexpr std::size_t kStepHeaderWords = 64;
 struct Packed {
   Words header = Words(kStepHeaderWords, 0);
   Words payload;
-  bool inline_payload() const { return header[8] != 0; }
+  bool inline_payload() const { return header[0] != 0; }
 };
 
 Packed pack(const StepMessage& m);
