@@ -41,6 +41,16 @@ def rows_of(table, rank=None):
         yield out
 
 
+def write_table(out, name, table):
+    """One table of one file as NAME.csv; returns its (table, column, unit, description) rows."""
+    with open(os.path.join(out, name + ".csv"), "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(flat_columns(table.dtype))
+        w.writerows(rows_of(table[:]))
+    return [(name, n, text(table.attrs.get(n + ".unit", "")), text(table.attrs.get(n + ".description", "")))
+            for n in table.dtype.names]
+
+
 def main():
     if len(sys.argv) < 2:
         raise SystemExit(__doc__)
@@ -73,22 +83,10 @@ def main():
             written.append(table + ".csv")
         rr = int(meta.get("requests_rank", -1))
         if rr >= 0:
-            q = f["ranks"][f"{rr:05d}"]["requests"]
-            with open(os.path.join(out, "requests.csv"), "w", newline="") as fh:
-                w = csv.writer(fh)
-                w.writerow(flat_columns(q.dtype))
-                w.writerows(rows_of(q[:]))
-            docs += [("requests", n, text(q.attrs.get(n + ".unit", "")), text(q.attrs.get(n + ".description", "")))
-                     for n in q.dtype.names]
+            docs += write_table(out, "requests", f["ranks"][f"{rr:05d}"]["requests"])
             written.append("requests.csv")
         if "summary" in f:
-            s = f["summary/ranks"]
-            with open(os.path.join(out, "summary_ranks.csv"), "w", newline="") as fh:
-                w = csv.writer(fh)
-                w.writerow(flat_columns(s.dtype))
-                w.writerows(rows_of(s[:]))
-            docs += [("summary_ranks", n, text(s.attrs.get(n + ".unit", "")), text(s.attrs.get(n + ".description", "")))
-                     for n in s.dtype.names]
+            docs += write_table(out, "summary_ranks", f["summary/ranks"])
             written.append("summary_ranks.csv")
         with open(os.path.join(out, "columns.csv"), "w", newline="") as fh:
             w = csv.writer(fh)

@@ -15,7 +15,6 @@ PdDecodeStep::PdDecodeStep(Context ctx)
     : exp_(ctx.exp), grid_(ctx.grid), pd_(ctx.pd), sched_(ctx.sched), dc_(ctx.dc), clock_(ctx.clock), res_(ctx.res),
       to_peer_(ctx.to_peer), hooks_(std::move(ctx.hooks)), restores_(ctx.grid),
       announcer_(ctx.grid.is_first_stage() && ctx.grid.is_stage_leader()) {
-  KVGRID_MPI_CHECK(MPI_Comm_size(grid_.stage(), &stage_size_));
 }
 
 void PdDecodeStep::fail(std::int64_t step, RequestId id, std::int32_t reason, const char* op, std::int64_t a0) {
@@ -89,7 +88,7 @@ std::vector<PdRecord> PdDecodeStep::admissions(std::int64_t step, const std::vec
       KVGRID_CHECK(r->res.matched.value() % exp_.cache.page_size.value() == 0, "decode_prefix_len is not page-aligned");
       lens.push_back(static_cast<std::uint64_t>(r->res.matched.value()));
     }
-    if (stage_size_ > 1 && !all_equal(grid_.stage(), lens, "all-reduce of decode_prefix_len at step " + std::to_string(step)))
+    if (!all_equal(grid_.stage(), lens, "all-reduce of decode_prefix_len at step " + std::to_string(step)))
       throw RunFailure("decode ranks of stage " + std::to_string(pp) + " disagree on decode_prefix_len at step " +
                        std::to_string(step) + ": their cache decisions diverged");
     answers = pd_.post_receives(admitted);

@@ -68,7 +68,6 @@ class PdDecodeStep {
   Hooks hooks_;
   protocols::RestoreAgreement restores_;
   bool announcer_;  // PP0's leader: talks to prefill
-  int stage_size_ = 1;
 };
 
 }  // namespace kvgrid

@@ -21,6 +21,63 @@ std::string hex64(std::uint64_t v) {
   return b;
 }
 
+// Copies, P/D transfers, load-back outcomes and CP page figures: from the summary rows alone.
+void add_transfers(nlohmann::json& j, const RunTrace& run) {
+  // Copies of one rank (every TP/CP rank moves its own shard of the same tokens).
+  const std::int64_t ps = run.meta_int("page_size");
+  std::int64_t d2h = 0, h2d = 0, sr = 0, sw = 0, sf = 0;
+  if (!run.summary_ranks.empty()) {
+    const auto& r0 = run.summary_ranks.front();
+    d2h = r0.d2h_pages * ps;
+    h2d = r0.h2d_pages * ps;
+    sr = r0.storage_read_pages * ps;
+    sw = r0.storage_write_pages * ps;
+    for (const auto& r : run.summary_ranks) sf += r.storage_failed_pages;
+  }
+  // P/D: prompt tokens the first prefill rank sent its decode peer (counted at the send)
+  std::int64_t pd_tokens = 0, pd_bytes = 0, pd_broken = 0;
+  for (const auto& r : run.summary_ranks) {
+    if (r.rank == 0) pd_tokens = r.pd_sent_tokens;
+    pd_bytes += r.pd_sent_bytes;
+    pd_broken = std::max(pd_broken, r.pd_broken);
+  }
+  j["transferred_tokens"] = {{"d2h", d2h}, {"h2d", h2d}, {"storage_read", sr}, {"storage_write", sw}, {"pd", pd_tokens}};
+  j["storage_failed_pages"] = sf;
+  // protocol.load_back: load-backs broken on some rank of the group (agreed: the same on every rank)
+  if (!run.summary_ranks.empty())
+    j["load_back"] = {{"failed_requests", run.summary_ranks.front().load_failed},
+                      {"recomputed_tokens", run.summary_ranks.front().load_recomputed_tokens}};
+  // Bytes of every rank (each moves its own shard), and the modelled busy time of one rank's
+  // streams (simulated engine; 0 with real copies).
+  std::int64_t b[4] = {0, 0, 0, 0};
+  for (const auto& r : run.summary_ranks) {
+    b[0] += r.d2h_bytes;
+    b[1] += r.h2d_bytes;
+    b[2] += r.storage_read_bytes;
+    b[3] += r.storage_write_bytes;
+  }
+  j["transferred_bytes"] = {{"d2h", b[0]}, {"h2d", b[1]}, {"storage_read", b[2]}, {"storage_write", b[3]}, {"pd", pd_bytes}};
+  if (!run.summary_ranks.empty()) {
+    const auto& r0 = run.summary_ranks.front();
+    j["transfer_time_model_ms"] = {{"d2h", static_cast<double>(r0.d2h_ns) / 1e6},
+                                   {"h2d", static_cast<double>(r0.h2d_ns) / 1e6},
+                                   {"storage_read", static_cast<double>(r0.storage_read_ns) / 1e6}};
+  }  // all ranks: failed/short/corrupt reads and failed writes
+  // CP page ownership: device pages per rank (the fullest rank's high-water mark) and the
+  // layer gathers (bytes received by all ranks, modelled time of one rank).
+  {
+    std::int64_t pool = 0, high = 0, gbytes = 0, gns = 0;
+    for (const auto& r : run.summary_ranks) {
+      pool = std::max(pool, r.device_pool_pages);
+      high = std::max(high, r.device_high_water);
+      gbytes += r.gather_bytes;
+      gns = std::max(gns, r.gather_ns);
+    }
+    j["device_pages_per_rank"] = {{"pool", pool}, {"high_water", high}};
+    j["gather"] = {{"bytes", gbytes}, {"time_model_ms", static_cast<double>(gns) / 1e6}};
+  }
+}
+
 // The serving loop's figures: requests, tokens by tier, TTFT, transfers, P/D, speculative
 // decoding, load-backs and per-round rows.
 void add_serving(nlohmann::json& j, const RunTrace& run) {
@@ -91,59 +148,7 @@ void add_serving(nlohmann::json& j, const RunTrace& run) {
     // Tiers by where the hit was found: host_tokens includes what a storage prefetch brought in.
     j["cached_tokens"] = {{"device", cached - host}, {"host", host - storage}, {"storage", storage}};
     j["hit_rate"] = {{"device", rate(cached - host)}, {"host", rate(host - storage)}, {"storage", rate(storage)}, {"total", hit}};
-    // Copies of one rank (every TP/CP rank moves its own shard of the same tokens).
-    const std::int64_t ps = run.meta_int("page_size");
-    std::int64_t d2h = 0, h2d = 0, sr = 0, sw = 0, sf = 0;
-    if (!run.summary_ranks.empty()) {
-      const auto& r0 = run.summary_ranks.front();
-      d2h = r0.d2h_pages * ps;
-      h2d = r0.h2d_pages * ps;
-      sr = r0.storage_read_pages * ps;
-      sw = r0.storage_write_pages * ps;
-      for (const auto& r : run.summary_ranks) sf += r.storage_failed_pages;
-    }
-    // P/D: prompt tokens the first prefill rank sent its decode peer (counted at the send)
-    std::int64_t pd_tokens = 0, pd_bytes = 0, pd_broken = 0;
-    for (const auto& r : run.summary_ranks) {
-      if (r.rank == 0) pd_tokens = r.pd_sent_tokens;
-      pd_bytes += r.pd_sent_bytes;
-      pd_broken = std::max(pd_broken, r.pd_broken);
-    }
-    j["transferred_tokens"] = {{"d2h", d2h}, {"h2d", h2d}, {"storage_read", sr}, {"storage_write", sw}, {"pd", pd_tokens}};
-    j["storage_failed_pages"] = sf;
-    // protocol.load_back: load-backs broken on some rank of the group (agreed: the same on every rank)
-    if (!run.summary_ranks.empty())
-      j["load_back"] = {{"failed_requests", run.summary_ranks.front().load_failed},
-                        {"recomputed_tokens", run.summary_ranks.front().load_recomputed_tokens}};
-    // Bytes of every rank (each moves its own shard), and the modelled busy time of one rank's
-    // streams (simulated engine; 0 with real copies).
-    std::int64_t b[4] = {0, 0, 0, 0};
-    for (const auto& r : run.summary_ranks) {
-      b[0] += r.d2h_bytes;
-      b[1] += r.h2d_bytes;
-      b[2] += r.storage_read_bytes;
-      b[3] += r.storage_write_bytes;
-    }
-    j["transferred_bytes"] = {{"d2h", b[0]}, {"h2d", b[1]}, {"storage_read", b[2]}, {"storage_write", b[3]}, {"pd", pd_bytes}};
-    if (!run.summary_ranks.empty()) {
-      const auto& r0 = run.summary_ranks.front();
-      j["transfer_time_model_ms"] = {{"d2h", static_cast<double>(r0.d2h_ns) / 1e6},
-                                     {"h2d", static_cast<double>(r0.h2d_ns) / 1e6},
-                                     {"storage_read", static_cast<double>(r0.storage_read_ns) / 1e6}};
-    }  // all ranks: failed/short/corrupt reads and failed writes
-    // CP page ownership: device pages per rank (the fullest rank's high-water mark) and the
-    // layer gathers (bytes received by all ranks, modelled time of one rank).
-    {
-      std::int64_t pool = 0, high = 0, gbytes = 0, gns = 0;
-      for (const auto& r : run.summary_ranks) {
-        pool = std::max(pool, r.device_pool_pages);
-        high = std::max(high, r.device_high_water);
-        gbytes += r.gather_bytes;
-        gns = std::max(gns, r.gather_ns);
-      }
-      j["device_pages_per_rank"] = {{"pool", pool}, {"high_water", high}};
-      j["gather"] = {{"bytes", gbytes}, {"time_model_ms", static_cast<double>(gns) / 1e6}};
-    }
+    add_transfers(j, run);
     j["computed_tokens"] = prompt - cached;
     double mean = 0;
     for (double t : ttft) mean += t;

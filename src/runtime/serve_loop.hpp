@@ -40,7 +40,6 @@
 #include "cache/kv_pool.hpp"
 #include "protocols/consensus_check.hpp"
 #include "protocols/layer_gather.hpp"
-#include "protocols/pp_sync.hpp"
 #include "runtime/load_check.hpp"
 #include "runtime/model.hpp"
 #include "runtime/pd.hpp"
