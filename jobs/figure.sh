@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Runs the experiments behind a named figure, then its plot script (which reads only HDF5).
-#   jobs/figure.sh NAME        -> results/NAME/*.png and the run directories next to it
+#   jobs/figure.sh NAME [kvgrid run args]   -> results/figures/NAME.png and .pdf; runs under results/NAME/
+#   jobs/figure.sh --all [kvgrid run args]  -> every figure, one after the other
 #   jobs/figure.sh --list
-# Extra arguments go to every `kvgrid run` of the figure (e.g. --seed 7, --set ...).
+# Extra arguments go to every `kvgrid run` of the figure (e.g. --set ...).
+# Environment:
+#   KVGRID_BIN           the binary (default build/kvgrid; jobs/run.sh and jobs/sweep.sh read it too)
+#   KVGRID_FIGURE_SEEDS  the seeds of every variant of a seeded figure (e.g. 1-5 or 1,4,9); default
+#                        1-3 for tiers, spec_draft and pd, 1-50 for the pp_sync sweep
+#   KVGRID_FIGURE_DIR    where the images go (default results/figures)
 set -euo pipefail
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
 declare -A experiment plot
 # name                experiment                          plot script
@@ -13,7 +20,15 @@ experiment[pp_sync]=experiments/pp_sync.toml; plot[pp_sync]=results/plots/pp_syn
 experiment[cp_sharding]=experiments/cp_sharding.toml; plot[cp_sharding]=results/plots/cp_sharding.py
 experiment[spec_draft]=experiments/spec_draft.toml; plot[spec_draft]=results/plots/spec_draft.py
 experiment[pd]=experiments/pd_multiturn.toml; plot[pd]=results/plots/pd.py
-# Figures drawn from a sweep (jobs/sweep.sh): its seeds and axes (KVGRID_FIGURE_SEEDS overrides the seeds).
+order="hit-ttft tiers pp_sync cp_sharding spec_draft pd"
+# Seeds of each variant where the figure's claim is statistical (KVGRID_FIGURE_SEEDS overrides);
+# the others are one run at the experiment's seed (hit-ttft; cp_sharding replays a recorded trace).
+declare -A seeds
+seeds[tiers]=1-3
+seeds[spec_draft]=1-3
+seeds[pd]=1-3
+seeds[pp_sync]=1-50
+# Figures drawn from a sweep (jobs/sweep.sh): its axes.
 declare -A sweeps
 sweeps[pp_sync]="--set protocol.pp_sync=pp_sync,independent_polling --jobs 2"
 declare -A sweep_run_args  # kvgrid run arguments of every run of the sweep
@@ -36,40 +51,71 @@ variants[pd]="decode_reuse:--set protocol.pd=decode_reuse
 full_transfer:--set protocol.pd=full_transfer"
 
 if [ "${1:-}" = "--list" ] || [ $# -lt 1 ]; then
-  for n in "${!experiment[@]}"; do echo "$n  ${experiment[$n]}  ${plot[$n]}"; done
+  for n in $order; do echo "$n  ${experiment[$n]}  ${plot[$n]}  seeds ${seeds[$n]:-one run}"; done
   [ $# -ge 1 ] && exit 0 || exit 2
+fi
+if [ "$1" = "--all" ]; then
+  shift
+  for n in $order; do
+    t0=$SECONDS
+    "$self" "$n" "$@"
+    echo "# $n: $((SECONDS - t0)) s"
+  done
+  exit 0
 fi
 name=$1
 shift
 [ -n "${experiment[$name]:-}" ] || { echo "figure.sh: no figure '$name' (jobs/figure.sh --list)" >&2; exit 2; }
-[ -x build/kvgrid ] || jobs/setup.sh
+bin=${KVGRID_BIN:-build/kvgrid}
+if [ ! -x "$bin" ]; then
+  [ -z "${KVGRID_BIN:-}" ] || { echo "figure.sh: KVGRID_BIN=$bin is not an executable" >&2; exit 2; }
+  jobs/setup.sh
+fi
+export KVGRID_BIN=$bin
 out="results/$name"
-mkdir -p "$out"
+figdir=${KVGRID_FIGURE_DIR:-results/figures}
+mkdir -p "$out" "$figdir"
 stamp=$(date -u +%Y%m%d-%H%M%S)
+spec=${seeds[$name]:+${KVGRID_FIGURE_SEEDS:-${seeds[$name]}}}
+# "1-3,7" -> 1 2 3 7
+seed_list() {
+  local part a b
+  for part in ${1//,/ }; do
+    if [[ $part == *-* ]]; then a=${part%-*}; b=${part#*-}; seq "$a" "$b"; else echo "$part"; fi
+  done
+}
 if [ -n "${sweeps[$name]:-}" ]; then
   read -r -a axes <<< "${sweeps[$name]}"
   sweep="$out/sweep-$stamp"
   read -r -a run_args <<< "${sweep_run_args[$name]:-}"
-  jobs/sweep.sh "${experiment[$name]}" --seeds "${KVGRID_FIGURE_SEEDS:-1-50}" "${axes[@]}" --out "$sweep" -- \
+  jobs/sweep.sh "${experiment[$name]}" --seeds "$spec" "${axes[@]}" --out "$sweep" -- \
     "${run_args[@]}" "$@" < /dev/null
-  /usr/bin/python3 "${plot[$name]}" "$sweep" "$out/$name.png"
-  echo "# figure: $out/$name.png (from $sweep/sweep.h5)"
+  /usr/bin/python3 "${plot[$name]}" --out "$figdir/$name" "$sweep"
+  echo "# figure: $figdir/$name.png and .pdf (from $sweep/sweep.h5)"
   exit 0
 fi
 if [ -z "${variants[$name]:-}" ]; then
   run="$out/run-$stamp"
-  jobs/run.sh "${experiment[$name]}" -- --out "$run" "$@"
-  /usr/bin/python3 "${plot[$name]}" "$run" "$out/$name.png"
-  echo "# figure: $out/$name.png (from $run/run.h5)"
+  jobs/run.sh "${experiment[$name]}" -- --out "$run" "$@" < /dev/null
+  /usr/bin/python3 "${plot[$name]}" --out "$figdir/$name" "$run"
+  echo "# figure: $figdir/$name.png and .pdf (from $run/run.h5)"
   exit 0
 fi
 pairs=()
 while IFS= read -r line; do
   label=${line%%:*}
   read -r -a sets <<< "${line#*:}"
-  run="$out/run-$stamp-${label//+/}"
-  jobs/run.sh "${experiment[$name]}" -- --out "$run" "${sets[@]}" "$@" < /dev/null  # mpirun would eat the list
-  pairs+=("$label=$run")
+  if [ -z "$spec" ]; then
+    run="$out/run-$stamp-${label//+/}"
+    jobs/run.sh "${experiment[$name]}" -- --out "$run" "${sets[@]}" "$@" < /dev/null  # mpirun would eat the list
+    pairs+=("$label=$run")
+    continue
+  fi
+  for s in $(seed_list "$spec"); do
+    run="$out/run-$stamp-${label//+/}-s$s"
+    jobs/run.sh "${experiment[$name]}" -- --out "$run" --seed "$s" "${sets[@]}" "$@" < /dev/null
+    pairs+=("$label=$run")
+  done
 done <<< "${variants[$name]}"
-/usr/bin/python3 "${plot[$name]}" "$out/$name.png" "${pairs[@]}"
-echo "# figure: $out/$name.png (from ${pairs[*]})"
+/usr/bin/python3 "${plot[$name]}" --out "$figdir/$name" "${pairs[@]}"
+echo "# figure: $figdir/$name.png and .pdf (from ${#pairs[@]} runs: ${pairs[*]})"

@@ -2,7 +2,8 @@
 # Runs an experiment with the rank count its topology needs.
 #   jobs/run.sh EXPERIMENT.toml [mpirun args...] [-- kvgrid run args...]
 # e.g. jobs/run.sh experiments/quickstart.toml -- --seed 7 --set cache.device_pages=512
-# Under Slurm (SLURM_JOB_ID set) it launches with srun instead of mpirun.
+# Under Slurm (SLURM_JOB_ID set) it launches with srun instead of mpirun. KVGRID_BIN names the
+# binary (default build/kvgrid, built by jobs/setup.sh when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: jobs/run.sh EXPERIMENT.toml [mpirun args] [-- kvgrid args]" >&2; exit 2; }
@@ -11,10 +12,14 @@ shift
 launcher_args=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do launcher_args+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
-[ -x build/kvgrid ] || jobs/setup.sh
-. jobs/env.sh
-np=$(build/kvgrid run "$exp" --world-size "$@")
-if [ -n "${SLURM_JOB_ID:-}" ]; then
-  exec srun -n "$np" "${launcher_args[@]}" build/kvgrid run "$exp" "$@"
+bin=${KVGRID_BIN:-build/kvgrid}
+if [ ! -x "$bin" ]; then
+  [ -z "${KVGRID_BIN:-}" ] || { echo "jobs/run.sh: KVGRID_BIN=$bin is not an executable" >&2; exit 2; }
+  jobs/setup.sh
 fi
-exec mpirun -np "$np" "${launcher_args[@]}" build/kvgrid run "$exp" "$@"
+. jobs/env.sh
+np=$("$bin" run "$exp" --world-size "$@")
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+  exec srun -n "$np" "${launcher_args[@]}" "$bin" run "$exp" "$@"
+fi
+exec mpirun -np "$np" "${launcher_args[@]}" "$bin" run "$exp" "$@"

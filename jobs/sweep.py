@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+BIN = os.environ.get("KVGRID_BIN") or "build/kvgrid"  # jobs/run.sh reads the same variable
 COLUMNS = ["variant", "seed", "exit", "verdict", "oracle_mismatches", "divergences", "faults", "failed_requests",
            "hit_rate", "ttft_p50_ms", "first_divergence", "wall_s", "run"]
 
@@ -38,7 +39,7 @@ def run_one(exp, run_dir, seed, combo, extra):
     row.update({"variant": " ".join(f"{k}={v}" for k, v in combo) or "(base)", "seed": seed, "exit": p.returncode,
                 "wall_s": f"{time.time() - t0:.2f}", "run": run_dir})
     if os.path.exists(os.path.join(run_dir, "run.h5")):
-        r = subprocess.run(["build/kvgrid", "report", run_dir, "--json"], capture_output=True, text=True)
+        r = subprocess.run([BIN, "report", run_dir, "--json"], capture_output=True, text=True)
         if r.returncode == 0:
             j = json.loads(r.stdout)
             row["verdict"] = j.get("verdict") or "incomplete"
@@ -51,7 +52,7 @@ def run_one(exp, run_dir, seed, combo, extra):
             if "ttft_model_ms" in j:  # the serving loop (the tree loop has no model, hence no TTFT)
                 row["ttft_p50_ms"] = f"{j['ttft_model_ms']['p50']:.3f}"
         if p.returncode != 0 or row["verdict"] != "OK":
-            c = subprocess.run(["build/kvgrid", "check", run_dir], capture_output=True, text=True)
+            c = subprocess.run([BIN, "check", run_dir], capture_output=True, text=True)
             m = re.search(r"Found rank divergence: (.*)", c.stdout)
             if m:
                 row["first_divergence"] = m.group(1)

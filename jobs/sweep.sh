@@ -7,8 +7,12 @@
 # verdict, oracle mismatches, divergences, faults injected, failed requests, hit rate, modelled
 # TTFT p50, first divergence (from `kvgrid check`, for runs that failed), wall seconds, run
 # directory; a per-variant summary is printed. --slurm writes DIR/sweep.sbatch (a Slurm array,
-# one task per run) and DIR/runs.txt instead of running.
+# one task per run) and DIR/runs.txt instead of running. KVGRID_BIN names the binary (default
+# build/kvgrid, built by jobs/setup.sh when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x build/kvgrid ] || jobs/setup.sh
+if [ ! -x "${KVGRID_BIN:-build/kvgrid}" ]; then
+  [ -z "${KVGRID_BIN:-}" ] || { echo "jobs/sweep.sh: KVGRID_BIN=$KVGRID_BIN is not an executable" >&2; exit 2; }
+  jobs/setup.sh
+fi
 exec /usr/bin/python3 jobs/sweep.py "$@"
