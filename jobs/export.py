@@ -3,7 +3,7 @@
 
   jobs/export.sh RUN [OUT_DIR]      (OUT_DIR: RUN/csv)
 
-One file per table — events.csv, decisions.csv, faults.csv (every rank's rows, with a `rank` column),
+One file per table — events.csv, decisions.csv, faults.csv, steps.csv (every rank's rows, with a `rank` column),
 requests.csv (the rank /meta/requests_rank names), summary_ranks.csv — plus meta.csv (the /meta
 attributes) and columns.csv (every column's unit and description, from the trace's own attributes).
 Array columns (args, results) become one column per element (args_0, args_1, ...).
@@ -71,7 +71,7 @@ def main():
                 w.writerow([k, v])
         docs = []
         ranks = sorted(f["ranks"])
-        for table in ("events", "decisions", "faults"):
+        for table in ("events", "decisions", "faults", "steps"):
             first = f["ranks"][ranks[0]][table]
             with open(os.path.join(out, table + ".csv"), "w", newline="") as fh:
                 w = csv.writer(fh)

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/agree.hpp"
 #include "core/check.hpp"
 #include "core/wait.hpp"
 
@@ -14,21 +15,14 @@ namespace kvgrid::protocols {
 namespace {
 
 std::uint64_t reduce(MPI_Comm g, std::uint64_t v, MPI_Op op, const std::string& what) {
-  std::uint64_t out = 0;
-  MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Iallreduce(&v, &out, 1, MPI_UINT64_T, op, g, &req));
-  wait_mpi(&req, what);
-  return out;
+  agree(g, std::span<std::uint64_t>(&v, 1), op, what);
+  return v;
 }
 
-// Do all ranks of `g` have the same digest after the first `len` decisions? (MIN and MAX at once.)
+// Do all ranks of `g` have the same digest after the first `len` decisions?
 bool equal_at(MPI_Comm g, const DecisionLog& log, std::uint64_t len, const std::string& what) {
   const std::uint64_t d = log.digest_at(len);
-  std::uint64_t mine[2] = {d, ~d}, out[2] = {0, 0};
-  MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Iallreduce(mine, out, 2, MPI_UINT64_T, MPI_MIN, g, &req));
-  wait_mpi(&req, what);
-  return out[0] == ~out[1];
+  return all_equal(g, std::span<const std::uint64_t>(&d, 1), what);
 }
 
 // One rank's view of the first unequal entry, exchanged in the group.
@@ -174,11 +168,8 @@ std::optional<std::string> ConsensusChecker::check(std::int64_t step) {
   // whether all are equal. Only a disagreement pays for the per-pair search below.
   {
     const std::uint64_t n = log_.size(), d = log_.digest_at(n);
-    std::uint64_t mine[4] = {n, ~n, d, ~d}, out[4] = {0, 0, 0, 0};
-    MPI_Request req;
-    KVGRID_MPI_CHECK(MPI_Iallreduce(mine, out, 4, MPI_UINT64_T, MPI_MIN, grid_.group(), &req));
-    wait_mpi(&req, "consensus check: lengths and digests, " + at);
-    std::uint64_t ok = out[0] == ~out[1] && out[2] == ~out[3] ? 1 : 0;
+    const std::uint64_t mine[2] = {n, d};
+    std::uint64_t ok = all_equal(grid_.group(), mine, "consensus check: lengths and digests, " + at) ? 1 : 0;
     int group_size = 1;
     KVGRID_MPI_CHECK(MPI_Comm_size(grid_.group(), &group_size));
     if (group_size < grid_.world_size()) ok = reduce(grid_.world(), ok, MPI_MIN, "consensus check: groups' verdicts, " + at);

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "app/commands.hpp"
+#include "app/output_file.hpp"
 #include "core/check.hpp"
 #include "runtime/offline_check.hpp"
 #include "runtime/report.hpp"
@@ -41,9 +42,19 @@ int cmd_check(const std::string& run) {
   }
 }
 
-int cmd_timeline(const std::string& run) {
+int cmd_timeline(const TimelineArgs& args) {
   try {
-    std::cout << timeline_json(read_run(run)).dump() << "\n";
+    if (args.from && args.to && *args.from > *args.to)
+      throw InputError("--from " + std::to_string(*args.from) + " is after --to " + std::to_string(*args.to));
+    if (args.every == 0) throw InputError("--every must be at least 1");
+    const TimelineOptions opt{.from = args.from, .to = args.to, .every = args.every, .wall = args.wall};
+    const std::string text = timeline_json(read_run(args.run), opt).dump() + "\n";
+    if (args.output.empty()) {
+      std::cout << text;
+      return 0;
+    }
+    const std::string target = write_whole_file(args.output, text);
+    std::cerr << "# timeline: " << target << " (" << text.size() << " bytes; open in ui.perfetto.dev)\n";
     return 0;
   } catch (const InputError& e) {
     std::cerr << "kvgrid timeline: error: " << e.what() << "\n";

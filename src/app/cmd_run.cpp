@@ -238,13 +238,16 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
     std::ostringstream os;
     char digest[32];
     std::snprintf(digest, sizeof(digest), "0x%016llx", static_cast<unsigned long long>(rows[0].decision_digest));
+    // Times as the progress rows print them: wall seconds to 0.01 s, modelled ms to 0.001 ms.
+    char wall[32], model[32];
+    std::snprintf(wall, sizeof(wall), "%.2f", s.wall_s);
+    std::snprintf(model, sizeof(model), "%.3f", static_cast<double>(rows.back().model_ns) / 1e6);
     os << "# steps " << s.steps << ", checks " << s.checks << " (every " << exp.engine.check_every
-       << " steps and at the end), wall " << s.wall_s << " s\n";
+       << " steps and at the end), wall " << wall << " s\n";
     if (s.oracle_mismatches >= 0) {
       const char* why = exp.topology.groups.size() > 1 ? " failed (aborted, broken transfer or restore)" : " failed (aborted)";
       os << "# requests " << s.finished << " finished" << (s.failed ? ", " + std::to_string(s.failed) + why : "")
-         << " of " << s.requests << ", modelled time "
-         << static_cast<double>(rows.back().model_ns) / 1e6 << " ms\n";
+         << " of " << s.requests << ", modelled time " << model << " ms\n";
     }
     os << "# decision log: " << rows[0].decisions << " decisions per rank, digest " << digest
        << (logs_agree ? (exp.topology.groups.size() > 1 ? " on every rank of group 0 (each group agrees)" : " on every rank")

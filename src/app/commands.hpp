@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,19 @@ std::string version_string();
 int cmd_run(const RunOptions& opt, int argc, char** argv);
 int cmd_report(const std::string& run, bool json);
 int cmd_check(const std::string& run);
-int cmd_timeline(const std::string& run);
+struct TimelineArgs {
+  std::string run, output;                // output empty: stdout
+  std::optional<std::uint64_t> from, to;  // step window
+  std::uint64_t every = 1;
+  bool wall = false;
+};
+int cmd_timeline(const TimelineArgs& args);
+struct WorkloadArgs {
+  std::string experiment, output;  // output empty: the summary only
+  std::vector<std::string> sets;
+  std::int64_t seed = -1;
+  double service_ms = 1000.0;      // closed-loop workloads: each request's assumed time in service
+};
+int cmd_workload(const WorkloadArgs& args);
 
 }  // namespace kvgrid::app

@@ -3,7 +3,8 @@
 //   kvgrid run EXPERIMENT.toml [--out DIR] [--seed N] [--set key=value]...   (under mpirun)
 //   kvgrid report RUN [--json]
 //   kvgrid check RUN
-//   kvgrid timeline RUN > run.json
+//   kvgrid timeline RUN -o run.json [--from S --to S --every N --wall]
+//   kvgrid workload EXPERIMENT.toml [--export FILE] [--seed N] [--set key=value]...
 //   kvgrid help [COMMAND]
 //
 // Exit codes: 0 success, 1 FAILED verdict (or a watchdog / internal error), 2 bad input.
@@ -52,15 +53,33 @@ int main(int argc, char** argv) {
   auto* check_cmd = app.add_subcommand("check", "find the first decision on which ranks that must agree differ");
   check_cmd->add_option("run", check_run, "run directory or its run.h5")->required();
 
-  std::string timeline_run;
+  kvgrid::app::TimelineArgs timeline;
   auto* timeline_cmd = app.add_subcommand(
-      "timeline", "export the run as Chrome/Perfetto trace events (JSON on stdout; open in ui.perfetto.dev)");
-  timeline_cmd->add_option("run", timeline_run, "run directory or its run.h5")->required();
+      "timeline", "export the run as Chrome/Perfetto trace events (JSON; open in ui.perfetto.dev): step and phase slices, "
+                  "batches, copies, request spans, counters");
+  timeline_cmd->add_option("run", timeline.run, "run directory or its run.h5")->required();
+  timeline_cmd->add_option("-o,--output", timeline.output, "write to FILE (whole or not at all) instead of stdout");
+  timeline_cmd->add_option("--from", timeline.from, "first step to include");
+  timeline_cmd->add_option("--to", timeline.to, "last step to include");
+  timeline_cmd->add_option("--every", timeline.every, "keep every N-th step's step slices and counters (sampling)");
+  timeline_cmd->add_flag("--wall", timeline.wall, "add each rank's steps and phases in wall-clock time");
+
+  kvgrid::app::WorkloadArgs workload;
+  auto* workload_cmd = app.add_subcommand(
+      "workload", "summarise an experiment's requests without running it; --export writes them as a Mooncake JSONL trace");
+  workload_cmd->add_option("experiment", workload.experiment, "experiment file (TOML)")->required();
+  workload_cmd->add_option("--export", workload.output, "write the requests to FILE as Mooncake JSONL (timestamp ms, "
+                                                        "input_length, output_length, hash_ids of 512-token blocks)");
+  workload_cmd->add_option("--seed", workload.seed, "run seed (overrides engine.seed)")->check(CLI::NonNegativeNumber);
+  workload_cmd->add_option("--set", workload.sets, "override a key: section.key=value (repeatable)")->allow_extra_args(false);
+  workload_cmd->add_option("--service-ms", workload.service_ms,
+                           "closed-loop workloads (gsp turns, multiturn): a follow-up arrives this long after its "
+                           "predecessor arrived (default 1000)");
 
   // `kvgrid help [COMMAND]`, and an unknown command named as such (not "argument not expected").
-  const std::vector<std::string> commands = {"run", "report", "check", "timeline", "help"};
+  const std::vector<std::string> commands = {"run", "report", "check", "timeline", "workload", "help"};
   if (argc >= 2 && argv[1][0] != '-' && std::find(commands.begin(), commands.end(), argv[1]) == commands.end()) {
-    std::cerr << "kvgrid: unknown command '" << argv[1] << "' (commands: run, report, check, timeline, help; see kvgrid --help)\n";
+    std::cerr << "kvgrid: unknown command '" << argv[1] << "' (commands: run, report, check, timeline, workload, help; see kvgrid --help)\n";
     return 2;
   }
   if (argc >= 2 && std::string(argv[1]) == "help") {
@@ -68,12 +87,12 @@ int main(int argc, char** argv) {
       std::cout << app.help();
       return 0;
     }
-    for (auto* sub : {run_cmd, report_cmd, check_cmd, timeline_cmd})
+    for (auto* sub : {run_cmd, report_cmd, check_cmd, timeline_cmd, workload_cmd})
       if (sub->get_name() == argv[2]) {
         std::cout << sub->help();
         return 0;
       }
-    std::cerr << "kvgrid help: unknown command '" << argv[2] << "' (commands: run, report, check, timeline)\n";
+    std::cerr << "kvgrid help: unknown command '" << argv[2] << "' (commands: run, report, check, timeline, workload)\n";
     return 2;
   }
   try {
@@ -93,6 +112,7 @@ int main(int argc, char** argv) {
   }
   if (*report_cmd) return kvgrid::app::cmd_report(report_run, report_as_json);
   if (*check_cmd) return kvgrid::app::cmd_check(check_run);
-  if (*timeline_cmd) return kvgrid::app::cmd_timeline(timeline_run);
+  if (*timeline_cmd) return kvgrid::app::cmd_timeline(timeline);
+  if (*workload_cmd) return kvgrid::app::cmd_workload(workload);
   return 2;
 }

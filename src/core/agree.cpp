@@ -5,13 +5,23 @@
 
 namespace kvgrid {
 
-void agree_min(MPI_Comm comm, std::span<std::uint64_t> v, const std::string& what) {
+namespace {
+template <typename T>
+void reduce_in_place(MPI_Comm comm, std::span<T> v, MPI_Datatype type, MPI_Op op, const std::string& what) {
   int size = 1;
   KVGRID_MPI_CHECK(MPI_Comm_size(comm, &size));
   if (size == 1 || v.empty()) return;
   MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_UINT64_T, MPI_MIN, comm, &req));
+  KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), type, op, comm, &req));
   wait_mpi(&req, what);
+}
+}  // namespace
+
+void agree(MPI_Comm comm, std::span<std::uint64_t> v, MPI_Op op, const std::string& what) {
+  reduce_in_place(comm, v, MPI_UINT64_T, op, what);
+}
+void agree(MPI_Comm comm, std::span<std::int64_t> v, MPI_Op op, const std::string& what) {
+  reduce_in_place(comm, v, MPI_INT64_T, op, what);
 }
 
 bool all_equal(MPI_Comm comm, std::span<const std::uint64_t> v, const std::string& what) {

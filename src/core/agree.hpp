@@ -15,10 +15,17 @@
 
 namespace kvgrid {
 
-// v[i] = MIN over the ranks of comm of v[i] (collective; every rank passes the same length).
-void agree_min(MPI_Comm comm, std::span<std::uint64_t> v, const std::string& what);
+// v[i] = `op` (MPI_MIN, MPI_MAX, MPI_SUM, ...) over the ranks of comm of v[i], in place
+// (collective; every rank passes the same length).
+void agree(MPI_Comm comm, std::span<std::uint64_t> v, MPI_Op op, const std::string& what);
+void agree(MPI_Comm comm, std::span<std::int64_t> v, MPI_Op op, const std::string& what);
+inline void agree_min(MPI_Comm comm, std::span<std::uint64_t> v, const std::string& what) { agree(comm, v, MPI_MIN, what); }
 inline std::uint64_t agree_min(MPI_Comm comm, std::uint64_t v, const std::string& what) {
   agree_min(comm, std::span<std::uint64_t>(&v, 1), what);
+  return v;
+}
+inline std::int64_t agree_sum(MPI_Comm comm, std::int64_t v, const std::string& what) {
+  agree(comm, std::span<std::int64_t>(&v, 1), MPI_SUM, what);
   return v;
 }
 // Whether every rank of comm passed the same words (collective).

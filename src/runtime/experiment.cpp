@@ -353,10 +353,8 @@ void check_relations(const ExperimentConfig& e, const std::string& src) {
     throw InputError(src + ": workload.kind = \"mooncake\" needs workload.mooncake.trace");
 }
 
-ExperimentConfig from_config(const Config& c, const std::string& name) {
-  ExperimentConfig e;
-  e.name = name;
-  e.source = c.source();
+// [topology]: one group, or a P/D world of two.
+void read_topology(const Config& c, ExperimentConfig& e) {
   const bool split = c.table_given("topology.prefill") || c.table_given("topology.decode");
   if (split) {
     for (const char* d : {"tp", "cp", "pp"})
@@ -382,6 +380,10 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
                  static_cast<int>(c.get_int("topology.pp"))};
     e.topology.groups.push_back({"main", sh});
   }
+}
+
+// [model] and its draft.
+void read_model(const Config& c, ExperimentConfig& e) {
   e.model.layers = c.get_int("model.layers");
   e.model.kv_heads = c.get_int("model.kv_heads");
   e.model.head_dim = c.get_int("model.head_dim");
@@ -396,6 +398,11 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   d.steps = c.get_int("model.draft.steps");
   d.accept_prob = c.get_float("model.draft.accept_prob");
   d.dtype = c.get_string("model.draft.dtype");
+  e.model.cp_split = c.get_string("model.cp_split");
+}
+
+// [cache]: tiers, policies, CP sharding.
+void read_cache(const Config& c, ExperimentConfig& e) {
   e.cache.page_size = Tokens(c.get_int("cache.page_size"));
   e.cache.device_pages = Pages(c.get_int("cache.device_pages"));
   e.cache.host_pages = Pages(c.get_int("cache.host_pages"));
@@ -413,6 +420,10 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.cache.prefetch_timeout_base_ms = c.get_float("cache.prefetch_timeout_base_ms");
   e.cache.prefetch_timeout_per_1k_ms = c.get_float("cache.prefetch_timeout_per_1k_ms");
   e.cache.prefetch_timeout_max_ms = c.get_float("cache.prefetch_timeout_max_ms");
+}
+
+// [protocol]: the variants under test.
+void read_protocol(const Config& c, ExperimentConfig& e) {
   e.protocol.tp_sync = c.get_string("protocol.tp_sync");
   e.protocol.pp_sync = c.get_string("protocol.pp_sync");
   e.protocol.prefetch_consensus = c.get_string("protocol.prefetch_consensus");
@@ -422,7 +433,10 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.protocol.pd_restore = c.get_string("protocol.pd_restore");
   e.protocol.load_back = c.get_string("protocol.load_back");
   e.protocol.layer_gather = c.get_string("protocol.layer_gather");
-  e.model.cp_split = c.get_string("model.cp_split");
+}
+
+// [workload] and each kind's table (a Mooncake trace named in the file is relative to it).
+void read_workload(const Config& c, ExperimentConfig& e) {
   auto& w = e.workload;
   w.kind = c.get_string("workload.kind");
   w.vocab = c.get_int("workload.vocab");
@@ -460,6 +474,10 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
     auto candidate = base / w.mooncake.trace;
     if (std::filesystem::exists(candidate)) w.mooncake.trace = candidate.string();
   }
+}
+
+// [engine], [cost], [output], [debug].
+void read_engine_cost_output(const Config& c, ExperimentConfig& e) {
   e.engine.seed = static_cast<std::uint64_t>(c.get_int("engine.seed"));
   e.engine.deadline_s = c.get_float("engine.deadline_s");
   e.engine.debug_checks = c.get_bool("engine.debug_checks");
@@ -493,6 +511,10 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   e.debug.kill_at_step = c.get_int("debug.kill_at_step");
   e.debug.shrink_stage = c.get_int("debug.shrink_stage");
   e.debug.shrink_device_pages = c.get_int("debug.shrink_device_pages");
+}
+
+// [faults."NAME"]: the failpoints the file or --set configures.
+void read_faults(const Config& c, ExperimentConfig& e) {
   for (const auto& fp : failpoint_catalogue()) {
     const std::string base = key_path_string({"faults", fp.name});
     if (!c.table_given(base)) continue;
@@ -505,7 +527,19 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
     for (const auto& p : fp.params) f.params[p.name] = c.given(key(p.name)) ? c.get_float(key(p.name)) : p.default_value;
     e.faults.push_back(std::move(f));
   }
+}
 
+ExperimentConfig from_config(const Config& c, const std::string& name) {
+  ExperimentConfig e;
+  e.name = name;
+  e.source = c.source();
+  read_topology(c, e);
+  read_model(c, e);
+  read_cache(c, e);
+  read_protocol(c, e);
+  read_workload(c, e);
+  read_engine_cost_output(c, e);
+  read_faults(c, e);
   check_relations(e, c.source());
   e.effective_toml = c.effective_toml();
   return e;

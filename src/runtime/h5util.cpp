@@ -22,6 +22,14 @@ Handle string_type(std::size_t size) {
   Handle t(KVGRID_HDF5_CHECK(H5Tcopy(H5T_C_S1)), Handle::Kind::Datatype);
   KVGRID_HDF5_CHECK(H5Tset_size(t.get(), size == 0 ? 1 : size));
   KVGRID_HDF5_CHECK(H5Tset_strpad(t.get(), H5T_STR_NULLPAD));
+  KVGRID_HDF5_CHECK(H5Tset_cset(t.get(), H5T_CSET_UTF8));
+  return t;
+}
+
+Handle vlen_string_type() {
+  Handle t(KVGRID_HDF5_CHECK(H5Tcopy(H5T_C_S1)), Handle::Kind::Datatype);
+  KVGRID_HDF5_CHECK(H5Tset_size(t.get(), H5T_VARIABLE));
+  KVGRID_HDF5_CHECK(H5Tset_cset(t.get(), H5T_CSET_UTF8));
   return t;
 }
 

@@ -41,7 +41,8 @@ class Handle {
   Kind kind_ = Kind::File;
 };
 
-Handle string_type(std::size_t size);
+Handle string_type(std::size_t size);  // fixed length, NUL-padded, UTF-8
+Handle vlen_string_type();             // variable length, UTF-8 (a `const char*` in memory)
 void write_attr(hid_t obj, const std::string& name, const std::string& value);
 void write_attr(hid_t obj, const std::string& name, std::int64_t value);
 void write_attr(hid_t obj, const std::string& name, double value);

@@ -18,10 +18,11 @@
 #include "cache/kv_pool.hpp"
 #include "protocols/pd_restore.hpp"
 #include "runtime/scheduler.hpp"
+#include "runtime/step_plugin.hpp"
 
 namespace kvgrid {
 
-class LoadCheckStep {
+class LoadCheckStep : public StepPlugin {
  public:
   using Emit = std::function<void(std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1,
                                   std::int64_t a2, std::int32_t status)>;
@@ -31,8 +32,16 @@ class LoadCheckStep {
 
   void decide(std::int64_t step);
   void admitted(std::int64_t step);
-  void end_of_step() { agreement_.end_of_step(); }
-  std::size_t pending() const { return agreement_.pending(); }
+
+  // The plug-in's hooks (runtime/step_plugin.hpp).
+  void after_aborts(ServeStep& s) override { decide(s.index); }
+  void scheduled(ServeStep& s) override { admitted(s.index); }
+  void end_of_step(ServeStep& /*s*/) override { agreement_.end_of_step(); }
+  std::size_t pending() const override { return agreement_.pending(); }
+  void summary(RankSummaryRow& m) const override {
+    m.load_failed = failed_;
+    m.load_recomputed_tokens = recomputed_;
+  }
   // Requests whose load-back failed somewhere, and the positions they recomputed (this rank's view,
   // the same on every rank).
   std::int64_t failed_requests() const { return failed_; }

@@ -11,7 +11,7 @@ DecisionRecord record_of(const DecisionRow& r) {
   DecisionRecord d;
   d.seq = r.seq;
   d.step = r.step;
-  d.name = read_fixed(r.name, sizeof(r.name));
+  d.name = r.name;
   d.args_digest = r.args_digest;
   d.result_digest = r.result_digest;
   d.n_args = static_cast<std::uint8_t>(std::min<int>(r.n_args, 3));

@@ -13,12 +13,6 @@ namespace {
 constexpr int kPdTagBase = 1000;  // transfer tags: kPdTagBase + slot × model.layers + global layer
 }
 
-bool pd_decode_reuse(const std::string& variant) {
-  if (variant == "decode_reuse") return true;
-  KVGRID_CHECK(variant == "full_transfer", "unknown protocol.pd variant '", variant, "'");
-  return false;
-}
-
 PdRole pd_role(const ExperimentConfig& exp, const RankGrid& grid) {
   if (grid.spec().groups.size() != 2 || exp.workload.kind == "tree") return PdRole::None;
   return grid.coord().group == 0 ? PdRole::Prefill : PdRole::Decode;
@@ -140,9 +134,7 @@ PdLink::WorldTotals PdLink::world_totals(std::int64_t received_tokens, std::int6
   }
   std::int64_t v[6] = {p ? stats_.sent_tokens : 0, d ? received_tokens : 0, d ? stats_.failed : 0,
                        d ? stats_.restore_failed : 0, d ? finished : 0, d ? failed : 0};
-  MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, 6, MPI_INT64_T, MPI_SUM, grid_.world(), &req));
-  wait_mpi(&req, "Iallreduce of P/D transfer counts");
+  agree(grid_.world(), std::span<std::int64_t>(v, 6), MPI_SUM, "all-reduce of P/D transfer counts");
   return {v[0], v[1], v[2], v[3], v[4], v[5]};
 }
 

@@ -58,9 +58,6 @@ enum PdKind : std::uint64_t {
 };
 
 PdRole pd_role(const ExperimentConfig& exp, const RankGrid& grid);
-// protocol.pd: decode matches its own tree and receives only the suffix ("decode_reuse"), or
-// (baseline) receives every prompt whole ("full_transfer").
-bool pd_decode_reuse(const std::string& variant);
 
 // One leg of the suffix transfer seen from this rank: a peer of the other group and, for one local
 // layer, the KV heads [head_begin, head_end) (indices into this rank's pool) it sends or receives.

@@ -12,9 +12,28 @@
 namespace kvgrid {
 
 PdDecodeStep::PdDecodeStep(Context ctx)
-    : exp_(ctx.exp), grid_(ctx.grid), pd_(ctx.pd), sched_(ctx.sched), dc_(ctx.dc), clock_(ctx.clock), res_(ctx.res),
-      to_peer_(ctx.to_peer), hooks_(std::move(ctx.hooks)), restores_(ctx.grid),
+    : PdStep(ctx.pd), exp_(ctx.exp), grid_(ctx.grid), pd_(ctx.pd), sched_(ctx.sched), dc_(ctx.dc), clock_(ctx.clock),
+      res_(ctx.res), hooks_(std::move(ctx.hooks)), restores_(ctx.grid),
       announcer_(ctx.grid.is_first_stage() && ctx.grid.is_stage_leader()) {
+}
+
+bool PdDecodeStep::leader_receives_inputs(ServeStep& s) {
+  if (!announcer_) return false;
+  s.in = pd_.recv_control(s.index);  // the arrivals, the suffixes sent, the prefill's clock and stop
+  return true;
+}
+
+void PdDecodeStep::message(ServeStep& s) {
+  // PP0's answers, relayed to later stages (which compare theirs).
+  if (grid_.is_first_stage()) s.out.pd.insert(s.out.pd.end(), s.decode_answers.begin(), s.decode_answers.end());
+}
+
+void PdDecodeStep::finished(ServeRequest& r) {
+  if (announcer_) to_peer_.push_back({kPdFinished, r.spec.id.value(), clock_});
+}
+
+void PdDecodeStep::after_step(ServeStep& /*s*/) {
+  if (announcer_) pd_.send_answers(clock_, sched_.idle(), to_peer_);
 }
 
 void PdDecodeStep::fail(std::int64_t step, RequestId id, std::int32_t reason, const char* op, std::int64_t a0) {

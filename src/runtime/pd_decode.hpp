@@ -8,7 +8,8 @@
 //                 the same over the stage (and, at later stages, equal to PP0's relayed answers),
 //                 the suffix's receives posted; returns the answers (kPdAdmitted);
 //   end_of_step() after the step's message went out: the restores' pipelined agreement (PP > 1).
-// The PP0 leader's records for prefill (answers, finished and failed requests) go to `to_peer`.
+// PP0's leader takes the step's whole input from prefill's control message, and after the step
+// answers it (admissions, finished and failed requests, decode's clock and whether it is idle).
 #pragma once
 
 #include <cstdint>
@@ -18,12 +19,13 @@
 #include "cache/device_cache.hpp"
 #include "protocols/pd_restore.hpp"
 #include "runtime/pd.hpp"
+#include "runtime/pd_step.hpp"
 #include "runtime/scheduler.hpp"
 #include "runtime/serve.hpp"
 
 namespace kvgrid {
 
-class PdDecodeStep {
+class PdDecodeStep : public PdStep {
  public:
   struct Hooks {
     std::function<void(std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1,
@@ -41,15 +43,23 @@ class PdDecodeStep {
     cache::DeviceCache& dc;
     std::uint64_t& clock;             // this rank's modelled clock
     ServeResult& res;                 // failed and received counts
-    std::vector<PdRecord>& to_peer;   // PP0 leader: records for prefill's next message
     Hooks hooks;
   };
   explicit PdDecodeStep(Context ctx);
 
   void records(std::int64_t step, const std::vector<PdRecord>& in);
   std::vector<PdRecord> admissions(std::int64_t step, const std::vector<PdRecord>& in);
-  void end_of_step() { restores_.end_of_step(); }
-  std::size_t restores_pending() const { return restores_.pending(); }
+
+  // The plug-in's hooks (runtime/step_plugin.hpp).
+  bool leader_receives_inputs(ServeStep& s) override;
+  void before_enqueue(ServeStep& s) override { records(s.index, s.in.pd); }
+  void scheduled(ServeStep& s) override { s.decode_answers = admissions(s.index, s.in.pd); }
+  void message(ServeStep& s) override;
+  void end_of_step(ServeStep& /*s*/) override { restores_.end_of_step(); }
+  void finished(ServeRequest& r) override;
+  bool prompt_from_peer() const override { return true; }
+  void after_step(ServeStep& s) override;
+  std::size_t pending() const override { return restores_.pending(); }
 
  private:
   // The request's KV is complete and its restore's outcome agreed: decode it, or fail it.
@@ -64,7 +74,7 @@ class PdDecodeStep {
   cache::DeviceCache& dc_;
   std::uint64_t& clock_;
   ServeResult& res_;
-  std::vector<PdRecord>& to_peer_;
+  std::vector<PdRecord> to_peer_;  // PP0's leader: records for prefill's next message
   Hooks hooks_;
   protocols::RestoreAgreement restores_;
   bool announcer_;  // PP0's leader: talks to prefill

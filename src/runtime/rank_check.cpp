@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "core/agree.hpp"
 #include "core/check.hpp"
 #include "core/log.hpp"
 #include "core/wait.hpp"
@@ -10,9 +11,10 @@
 namespace kvgrid {
 
 CheckOutcome cross_check(const RankGrid& grid, std::uint64_t tree_digest, const DecisionLog& log,
-                         std::int64_t local_failures, std::int64_t step) {
-  constexpr int kWords = 4;
-  std::uint64_t mine[kWords] = {tree_digest, log.running_digest(), log.size(), static_cast<std::uint64_t>(local_failures)};
+                         std::int64_t local_failures, std::int64_t local_mismatches, std::int64_t step) {
+  constexpr int kWords = 5;
+  std::uint64_t mine[kWords] = {tree_digest, log.running_digest(), log.size(), static_cast<std::uint64_t>(local_failures),
+                                static_cast<std::uint64_t>(local_mismatches)};
   std::vector<std::uint64_t> all(kWords * static_cast<std::size_t>(grid.world_size()));
   MPI_Request req;
   KVGRID_MPI_CHECK(MPI_Iallgather(mine, kWords, MPI_UINT64_T, all.data(), kWords, MPI_UINT64_T, grid.world(), &req));
@@ -24,6 +26,7 @@ CheckOutcome cross_check(const RankGrid& grid, std::uint64_t tree_digest, const 
     const std::uint64_t* row = &all[kWords * static_cast<std::size_t>(r)];
     const std::uint64_t* first = &all[kWords * base];
     out.verify_failures += static_cast<std::int64_t>(row[3]);
+    out.oracle_mismatches += static_cast<std::int64_t>(row[4]);
     if (row[0] != first[0]) out.tree_differs.push_back(r);
     if (row[1] != first[1] || row[2] != first[2]) out.decisions_differ.push_back(r);
   }
@@ -33,12 +36,10 @@ CheckOutcome cross_check(const RankGrid& grid, std::uint64_t tree_digest, const 
 void agree_or_throw(MPI_Comm comm, const std::string& local_error) {
   int me = 0;
   KVGRID_MPI_CHECK(MPI_Comm_rank(comm, &me));
-  int mine = local_error.empty() ? INT32_MAX : me, first = INT32_MAX;
-  MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &req));
-  wait_mpi(&req, "Iallreduce of start-up errors");
-  if (first == INT32_MAX) return;
-  if (!local_error.empty() && me == first) throw InputError(local_error);
+  const std::uint64_t none = INT32_MAX;
+  const std::uint64_t first = agree_min(comm, local_error.empty() ? none : static_cast<std::uint64_t>(me), "all-reduce of start-up errors");
+  if (first == none) return;
+  if (!local_error.empty() && static_cast<std::uint64_t>(me) == first) throw InputError(local_error);
   throw InputError("rank " + std::to_string(first) + " failed to start (see its message on stderr)");
 }
 
@@ -90,14 +91,15 @@ void finish_summary(const RankGrid& grid, LoopResult& res) {
 }
 
 CheckOutcome periodic_check(const RankGrid& grid, const cache::DeviceCache& dc, const DecisionLog& log,
-                            std::int64_t& local_failures, std::int64_t step, LoopResult& res, bool print) {
+                            std::int64_t& local_failures, std::int64_t local_mismatches, std::int64_t step, LoopResult& res,
+                            bool print) {
   try {
     dc.verify();
   } catch (const InternalError& e) {
     ++local_failures;
     log_all("verify failed at step " + std::to_string(step) + ": " + e.what());
   }
-  CheckOutcome c = cross_check(grid, dc.digest(), log, local_failures, step);
+  CheckOutcome c = cross_check(grid, dc.digest(), log, local_failures, local_mismatches, step);
   ++res.checks;
   res.verify_failures = c.verify_failures;
   if (!c.tree_differs.empty()) ++res.tree_divergences;

@@ -17,13 +17,14 @@ namespace kvgrid {
 
 struct CheckOutcome {
   std::int64_t verify_failures = 0;   // summed over the world
+  std::int64_t oracle_mismatches = 0; // summed over the world (the checking ranks' counts)
   std::vector<int> tree_differs;      // ranks whose tree digest differs from world rank 0's
   std::vector<int> decisions_differ;  // ranks whose decision log differs from world rank 0's
   bool agree() const { return tree_differs.empty() && decisions_differ.empty(); }
 };
 
 CheckOutcome cross_check(const RankGrid& grid, std::uint64_t tree_digest, const DecisionLog& log,
-                         std::int64_t local_failures, std::int64_t step);
+                         std::int64_t local_failures, std::int64_t local_mismatches, std::int64_t step);
 std::string rank_list(const std::vector<int>& ranks);
 
 // What every loop reports (the serving loop adds its oracle and request counts).
@@ -46,10 +47,12 @@ void finish_summary(const RankGrid& grid, LoopResult& res);
 void add_tier_stats(RankSummaryRow& m, const cache::DeviceCache& dc);
 
 // The periodic check of both loops: verify this rank's cache (a failure is counted in
-// `local_failures` and logged, not thrown), cross_check, update `res`, print the ranks that
-// differ (rank 0, when `print`). Collective over grid.world().
+// `local_failures` and logged, not thrown), cross_check (with this rank's oracle mismatches so
+// far), update `res`, print the ranks that differ (rank 0, when `print`). Collective over
+// grid.world().
 CheckOutcome periodic_check(const RankGrid& grid, const cache::DeviceCache& dc, const DecisionLog& log,
-                            std::int64_t& local_failures, std::int64_t step, LoopResult& res, bool print);
+                            std::int64_t& local_failures, std::int64_t local_mismatches, std::int64_t step, LoopResult& res,
+                            bool print);
 
 // Every rank learns whether any rank failed a start-up step (empty `local_error`: this rank did
 // not), so that no rank walks on into a collective alone; then all throw InputError. Rank 0's

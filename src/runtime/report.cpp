@@ -253,7 +253,7 @@ nlohmann::json report_json(const RunTrace& run) {
       x["faults"] = r.faults.size();
       x["ops"] = r.ops;
       x["last_step"] = r.decisions.empty() ? 0 : r.decisions.back().step;
-      for (const auto& f : r.faults) faults[read_fixed(f.name, sizeof(f.name))] = faults.value(read_fixed(f.name, sizeof(f.name)), 0) + 1;
+      for (const auto& f : r.faults) faults[f.name] = faults.value(f.name, 0) + 1;
     }
     for (const auto& s : run.summary_ranks) {
       if (s.rank != r.world_rank) continue;

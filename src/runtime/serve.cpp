@@ -2,9 +2,17 @@
 // phases of a step are in src/runtime/phases/.
 #include "runtime/serve.hpp"
 
+#include <algorithm>
+#include <iterator>
+
 #include "core/check.hpp"
 #include "core/log.hpp"
+#include "protocols/pd_transfer.hpp"
+#include "runtime/load_check.hpp"
+#include "runtime/pd_decode.hpp"
+#include "runtime/pd_prefill.hpp"
 #include "runtime/rank_check.hpp"
+#include "runtime/spec_decode.hpp"
 #include "runtime/request_rows.hpp"
 #include "runtime/serve_loop.hpp"
 
@@ -24,7 +32,7 @@ SchedulerConfig ServeLoop::scheduler_config(const ExperimentConfig& exp, const R
   scfg.gather_pages = stack.shard->size > 1 ? exp.cache.gather_pages.value() : 0;
   scfg.shards = stack.shard->size;
   scfg.receive_prompt = pd.role() == PdRole::Decode;
-  scfg.reuse = pd_decode_reuse(exp.protocol.pd);
+  scfg.reuse = protocols::pd_decode_reuse(exp.protocol.pd);  // protocols/pd_transfer.hpp
   if (pd.role() == PdRole::Prefill) scfg.admit_gate = [&pd](RequestId id) { return pd.bootstrapped(id); };
   return scfg;
 }
@@ -50,22 +58,16 @@ ServeLoop::ServeLoop(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
       L_(stack_.geo.local_layers()),
       model_(stack_.geo, pool_, exp.cache.page_size),
       oracle_(stack_.geo, exp.cache.page_size),
-      Ld_(stack_.has_draft ? stack_.draft_geo.local_layers() : 0),
       pd_(exp, grid, pool_, faults, stack_.kv_bytes_scale),
-      role_(pd_.role()),
       sched_(scheduler_config(exp, stack_, pd_), dc_),
       corrupt_rng_(rank_stream(exp.engine.seed, grid.world_rank()).fork("device.page.corrupt.target")),
       abort_rng_(rank_stream(exp.engine.seed, grid.world_rank()).fork("request.abort.target")) {
   KVGRID_MPI_CHECK(MPI_Comm_size(grid.stage(), &stage_size_));
-  if (stack_.has_draft) {
-    draft_model_ = std::make_unique<SyntheticModel>(stack_.draft_geo, *stack_.draft_pool, exp.cache.page_size);
-    draft_oracle_ = std::make_unique<Oracle>(stack_.draft_geo, exp.cache.page_size);
-  }
   if (exp.protocol.consensus_check == "on") online_ = std::make_unique<protocols::ConsensusChecker>(grid, log);
   // Only PP0's leader owns the workload (P/D: the prefill group's); a bad trace must still stop
   // every rank, not hang them.
   std::string workload_error;
-  if (first_stage_ && leader_ && !workload_ && role_ != PdRole::Decode) {
+  if (first_stage_ && leader_ && !workload_ && pd_.role() != PdRole::Decode) {
     try {
       workload_ = make_serve_workload(exp.workload, exp.engine.seed);
     } catch (const InputError& e) {
@@ -74,38 +76,83 @@ ServeLoop::ServeLoop(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   }
   agree_or_throw(grid.world(), workload_error);
   total_known_ = workload_ ? workload_->total_requests() : 0;
+  add_plugins();
+}
+
+void ServeLoop::add_plugins() {
   auto emit_fn = [this](std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1,
                         std::int64_t a2, std::int32_t status) { emit(step, request, op, a0, a1, a2, status); };
+  if (exp_.model.draft.enabled())
+    plugins_.push_back(std::make_unique<SpecDecodeStep>(SpecDecodeStep::Context{
+        .exp = exp_, .grid = grid_, .sched = sched_, .clock = clock_, .res = res_,
+        .draft_geo = stack_.has_draft ? &stack_.draft_geo : nullptr, .draft_pool = stack_.draft_pool.get(), .emit = emit_fn}));
   if (stack_.private_loads)
-    load_check_ = std::make_unique<LoadCheckStep>(grid, sched_, dc_, pool_, stack_.draft_pool.get(), emit_fn);
-  if (role_ == PdRole::Decode)
-    decode_step_ = std::make_unique<PdDecodeStep>(PdDecodeStep::Context{
-        .exp = exp, .grid = grid, .pd = pd_, .sched = sched_, .dc = dc_, .clock = clock_, .res = res_, .to_peer = pd_to_peer_,
+    plugins_.push_back(std::make_unique<LoadCheckStep>(grid_, sched_, dc_, pool_, stack_.draft_pool.get(), emit_fn));
+  if (pd_.role() == PdRole::Prefill)
+    plugins_.push_back(std::make_unique<PdPrefillStep>(PdPrefillStep::Context{
+        .grid = grid_, .pd = pd_, .sched = sched_, .clock = clock_, .workload = workload_.get(), .emit = emit_fn}));
+  if (pd_.role() == PdRole::Decode)
+    plugins_.push_back(std::make_unique<PdDecodeStep>(PdDecodeStep::Context{
+        .exp = exp_, .grid = grid_, .pd = pd_, .sched = sched_, .dc = dc_, .clock = clock_, .res = res_,
         .hooks = {emit_fn, [this](const ServeRequest& r, std::int32_t reason) { record_failed(r, reason); },
-                  [this] { return wall_ns(); }}});
+                  [this] { return wall_ns(); }}}));
+  for (const auto& p : plugins_) {
+    client_finish_elsewhere_ |= p->owns_client_finish();
+    records_requests_ &= p->records_requests();
+    prompt_from_peer_ |= p->prompt_from_peer();
+  }
+}
+
+std::span<std::uint64_t> ServeLoop::plugin_partials(std::size_t k, std::size_t i, std::size_t n) {
+  std::size_t off = n * L_;
+  for (std::size_t j = 0; j < k; ++j) off += n * plugins_[j]->partials_per_entry();
+  const std::size_t w = plugins_[k]->partials_per_entry();
+  return std::span<std::uint64_t>(partials_).subspan(off + i * w, w);
 }
 
 ServeResult ServeLoop::run() {
+  // The phases in step order; their names (kStepPhases) label the trace's steps table.
+  using Phase = void (ServeLoop::*)(Step&);
+  static constexpr Phase kPhases[] = {&ServeLoop::faults,   &ServeLoop::receive, &ServeLoop::cache_events, &ServeLoop::schedule,
+                                      &ServeLoop::gather,   &ServeLoop::forward, &ServeLoop::verify,       &ServeLoop::send,
+                                      &ServeLoop::complete, &ServeLoop::report};
+  static_assert(std::size(kPhases) == kStepPhaseCount);
   if (print_ && !exp_.output.quiet)
-    log0("#  step  finished/total  waiting running   dev%  host%  stor%    pages  model_ms  wall_s  done%   eta_s");
+    log0("#  step  finished/total  waiting running   dev%  host%  stor%    pages  wrong  model_ms  wall_s  done%   eta_s");
   std::int64_t step = 0;
   for (; !done_; ++step) {
     Step s;
     s.index = step;
     log_.set_step(static_cast<std::uint64_t>(step));
-    faults(s);
-    receive(s);
-    cache_events(s);
-    schedule(s);
-    gather(s);
-    forward(s);
-    verify(s);
-    send(s);
-    complete(s);
-    report(s);
+    StepRow row;
+    row.step = static_cast<std::uint64_t>(step);
+    row.model_start_ns = clock_;
+    row.wall_start_ns = wall_ns();
+    std::uint64_t model_mark = row.model_start_ns, wall_mark = row.wall_start_ns;
+    for (std::size_t p = 0; p < kStepPhaseCount; ++p) {
+      (this->*kPhases[p])(s);
+      if (!trace_) continue;
+      const std::uint64_t m = clock_, w = wall_ns();
+      row.phase_model_ns[p] = m > model_mark ? m - model_mark : 0;
+      row.phase_wall_ns[p] = w - wall_mark;
+      model_mark = std::max(model_mark, m);
+      wall_mark = w;
+    }
+    if (trace_) trace_->step(step_row(row, s));
   }
+  flush();  // the last step's row
   finish(step);
   return res_;
+}
+
+StepRow ServeLoop::step_row(StepRow row, const Step& s) const {
+  row.batch_requests = static_cast<std::uint32_t>(s.batch.size());
+  for (const auto& e : s.batch) (e.prefill ? row.prefill_tokens : row.decode_tokens) += static_cast<std::uint32_t>(e.end - e.start);
+  row.waiting = static_cast<std::uint32_t>(sched_.waiting());
+  row.running = static_cast<std::uint32_t>(sched_.running());
+  row.device_pages_used = dc_.pool().used_pages().value();
+  row.host_pages_used = dc_.host_tier() ? dc_.host_tier()->pool().used_pages().value() : -1;
+  return row;
 }
 
 std::uint64_t ServeLoop::wall_ns() const {
@@ -120,7 +167,7 @@ void ServeLoop::emit(std::int64_t step, std::uint64_t request, const char* op, s
 
 void ServeLoop::record_failed(const ServeRequest& r, std::int32_t reason) {
   // its row, tokens counted nowhere; P/D: decode records the requests
-  if (checker_ && trace_ && role_ != PdRole::Prefill) trace_->request(failed_row(r, reason, clock_));
+  if (checker_ && trace_ && records_requests_) trace_->request(failed_row(r, reason, clock_));
 }
 
 void ServeLoop::flush() {

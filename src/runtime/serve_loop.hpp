@@ -26,12 +26,15 @@
 //                 and online consensus checks, the progress row and the trace's flush
 //
 // State that lives across steps is the loop's members; what one step computes travels in its
-// `Step`. `finish` gathers the run's totals after the last step.
+// `Step`. `finish` gathers the run's totals after the last step. The parts of the step that only
+// some runs have — P/D prefill and decode, speculative decoding, load-backs whose outcome is
+// agreed — are plug-ins (runtime/step_plugin.hpp) whose hooks the phases call at their places.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,14 +43,14 @@
 #include "cache/kv_pool.hpp"
 #include "protocols/consensus_check.hpp"
 #include "protocols/layer_gather.hpp"
-#include "runtime/load_check.hpp"
 #include "runtime/model.hpp"
 #include "runtime/pd.hpp"
-#include "runtime/pd_decode.hpp"
 #include "runtime/rank_stack.hpp"
 #include "runtime/scheduler.hpp"
 #include "runtime/serve.hpp"
 #include "runtime/step_message.hpp"
+#include "runtime/step_plugin.hpp"
+#include "runtime/trace.hpp"
 
 namespace kvgrid {
 
@@ -58,18 +61,7 @@ class ServeLoop {
   ServeResult run();
 
  private:
-  // What one step computes, phase to phase.
-  struct Step {
-    std::int64_t index = 0;
-    StepMessage in, out;
-    std::vector<BatchEntry> batch;
-    std::vector<PdRecord> decode_answers;  // P/D decode: this step's admissions answered
-    std::uint32_t write_acks = 0;
-    std::vector<std::uint64_t> layer_ready;  // modelled: when each local layer's restores (and gather) are done
-    std::uint64_t start_ns = 0;              // modelled clock when the forward starts
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> accepts;  // drafts verified at this step
-    std::size_t rounds_started = 0;
-  };
+  using Step = ServeStep;  // what one step computes, phase to phase (runtime/step_plugin.hpp)
 
   // The phases (src/runtime/phases/<name>.cpp).
   void faults(Step& s);
@@ -89,9 +81,9 @@ class ServeLoop {
   void apply_inputs(Step& s);              // receive: arrivals, aborts, accepted drafts, load outcomes
   void check_activation(const Step& s);    // schedule: the previous stage's activation describes this batch
   void check_stage_batch(const Step& s);   // schedule: the stage peers scheduled the same batch
-  void verify_draft(Step& s, std::size_t i);  // verify: the draft round of batch entry i
   void check_oracle(Step& s, std::size_t i);  // verify: the last stage's oracle for batch entry i
-  void progress_row(std::int64_t step);
+  void progress_row(std::int64_t step, bool last);
+  StepRow step_row(StepRow row, const Step& s) const;  // the trace's row of a finished step
 
   // Trace hooks.
   std::uint64_t wall_ns() const;
@@ -100,6 +92,9 @@ class ServeLoop {
   void record_failed(const ServeRequest& r, std::int32_t reason);  // 1 aborted, 2 broken P/D transfer, 3 broken restore
   void flush();
   static SchedulerConfig scheduler_config(const ExperimentConfig& exp, const RankStack& stack, PdLink& pd);
+  void add_plugins();
+  // Plug-in k's partial checksums of batch entry i (n entries in the batch).
+  std::span<std::uint64_t> plugin_partials(std::size_t k, std::size_t i, std::size_t n);
 
   const ExperimentConfig& exp_;
   const RankGrid& grid_;
@@ -120,35 +115,30 @@ class ServeLoop {
   const std::size_t L_;   // local layers
   SyntheticModel model_;
   Oracle oracle_;
-  // Speculative decoding ([model.draft]): every stage schedules the accepted draft tokens; the last
-  // stage runs the draft, checks it against its oracle and draws the acceptance.
-  std::unique_ptr<SyntheticModel> draft_model_;
-  std::unique_ptr<Oracle> draft_oracle_;
-  const std::size_t Ld_;  // the draft's layers here (last stage)
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> accepts_next_;  // verified at a step, applied at the next
-  bool expect_back_ = false;  // PP0 (PP > 1): the previous step had draft rounds, their counts come back
-  Sender back_sender_;        // the last stage's leader → PP0's leader
   // Protocols of the loop.
   std::unique_ptr<protocols::ConsensusChecker> online_;
-  // P/D (runtime/pd.hpp): this rank's group prefills or decodes; the leaders exchange control records.
+  // P/D (runtime/pd.hpp): the link between the groups (every rank has one; a single-group world's
+  // carries nothing).
   PdLink pd_;
-  const PdRole role_;
   Scheduler sched_;
-  std::vector<PdRecord> pd_to_peer_;  // leaders: records for the other group's next message
-  bool decode_idle_ = false;          // prefill leader: decode's last answer
-  std::uint64_t decode_clock_ = 0;    // prefill leader: decode's clock then
-  std::unique_ptr<LoadCheckStep> load_check_;  // load-backs that can fail (protocol.load_back)
-  std::unique_ptr<PdDecodeStep> decode_step_;  // P/D decode (runtime/pd_decode.hpp)
+  // The parts of the step only some runs have, in the order their hooks run (the same on every
+  // rank): speculative decoding, checked load-backs, this group's P/D role (step_plugin.hpp).
+  std::vector<std::unique_ptr<StepPlugin>> plugins_;
+  bool client_finish_elsewhere_ = false;  // a plug-in tells the clients (P/D)
+  bool records_requests_ = true;          // this group writes the request rows
+  bool prompt_from_peer_ = false;         // its rows' prompts came partly from a peer (P/D decode)
   Rng corrupt_rng_, abort_rng_;
   Sender sender_;
 
   ServeResult res_;
   std::int64_t local_failures_ = 0, local_mismatches_ = 0;
+  std::int64_t wrong_ = 0;  // the world's oracle mismatches at the last periodic check (progress rows)
   std::uint64_t total_known_ = 0;
-  std::vector<std::uint64_t> partials_;  // [batch entry][local layer], then the draft's
+  std::vector<std::uint64_t> partials_;  // [batch entry][local layer], then each plug-in's [batch entry][word]
   std::uint64_t gather_ns_ = 0;          // modelled time of this rank's layer gathers
   bool done_ = false;
   double last_row_s_ = -1e9;  // wall seconds of the last progress row (rows are throttled)
+  std::string last_row_;      // its counts
 };
 
 }  // namespace kvgrid

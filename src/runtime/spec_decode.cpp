@@ -47,14 +47,114 @@ void share_spec_counts(const RankGrid& grid, ServeResult& res) {
   // world takes its counts (the other stages hold none).
   if (grid.is_last_stage() && !all_equal(grid.stage(), std::span<const std::uint64_t>(v, 5), "agreement of draft counts"))
     throw RunFailure("the last stage's ranks counted different draft rounds or acceptances: their verification diverged");
-  MPI_Request req;
-  KVGRID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, 5, MPI_UINT64_T, MPI_MAX, grid.world(), &req));
-  wait_mpi(&req, "Iallreduce of speculative decoding counts");
+  agree(grid.world(), std::span<std::uint64_t>(v, 5), MPI_MAX, "all-reduce of speculative decoding counts");
   res.spec_rounds = static_cast<std::int64_t>(v[0]);
   res.spec_proposed = static_cast<std::int64_t>(v[1]);
   res.spec_accepted = static_cast<std::int64_t>(v[2]);
   res.draft_mismatches = static_cast<std::int64_t>(v[3]);
   res.spec_digest = v[4];
+}
+
+}  // namespace kvgrid
+
+namespace kvgrid {
+
+SpecDecodeStep::SpecDecodeStep(Context ctx)
+    : exp_(ctx.exp),
+      grid_(ctx.grid),
+      sched_(ctx.sched),
+      clock_(ctx.clock),
+      res_(ctx.res),
+      draft_pool_(ctx.draft_pool),
+      emit_(std::move(ctx.emit)),
+      Ld_(ctx.draft_geo ? ctx.draft_geo->local_layers() : 0) {
+  if (ctx.draft_geo) {
+    model_ = std::make_unique<SyntheticModel>(*ctx.draft_geo, *draft_pool_, exp_.cache.page_size);
+    oracle_ = std::make_unique<Oracle>(*ctx.draft_geo, exp_.cache.page_size);
+  }
+}
+
+void SpecDecodeStep::leader_before_arrivals(ServeStep& s) {
+  if (!expect_back_ || grid_.shape().pp == 1) return;
+  // The last stage verified the previous step's drafts: their accepted counts decide this step's
+  // decode lengths (a real pipeline waits for its sampled tokens the same way).
+  StepMessage back = recv_step(grid_.shape().pp - 1, grid_.pp(),
+                               "step " + std::to_string(s.index) + " inputs: drafts verified by the last stage", kTagBackward);
+  s.in.accepts = std::move(back.accepts);
+  clock_ = std::max(clock_, back.clock_ns + static_cast<std::uint64_t>(exp_.cost.pp_link_ns));
+}
+
+void SpecDecodeStep::first_stage_inputs(ServeStep& s) {
+  if (grid_.shape().pp == 1) s.in.accepts = accepts_next_;  // every rank of the one stage verified them
+}
+
+void SpecDecodeStep::after_aborts(ServeStep& s) {
+  // Accepted draft tokens of the previous step's rounds (every stage, same order).
+  if (model_ && grid_.shape().pp > 1)
+    KVGRID_CHECK(s.in.accepts == accepts_next_, "step ", s.index, ": the accepted drafts relayed from PP0 differ from this stage's");
+  for (const auto& [id, n] : s.in.accepts) sched_.accept_draft(RequestId(id), static_cast<std::uint32_t>(n));
+}
+
+void SpecDecodeStep::scheduled(ServeStep& /*s*/) {
+  if (draft_pool_) draft_pool_->reset(sched_.fresh_pages());
+}
+
+void SpecDecodeStep::forward_entry(ServeStep& s, std::size_t i, std::span<std::uint64_t> partials) {
+  if (!model_) return;
+  auto& e = s.batch[i];  // the draft reads its own pages (restored with the target's, or not)
+  model_->forward(e.req->draft, e.req->tokens, e.start, e.end, e.req->res.pages, partials);
+}
+
+std::uint64_t SpecDecodeStep::forward_ns(const ServeStep& s, const StepWork& work) const {
+  if (!model_) return 0;
+  const auto& shape = grid_.shape();
+  return draft_step_ns(exp_.cost, exp_.model.draft, work, s.batch, Ld_, shape.tp, shape.cp);
+}
+
+void SpecDecodeStep::verify_entry(ServeStep& s, std::size_t i, std::span<const std::uint64_t> partials) {
+  auto& e = s.batch[i];
+  const std::int64_t k = draft_round_size(exp_.model.draft, e);
+  if (k > 0) ++s.rounds_started;
+  if (!model_) return;
+  const std::uint64_t got = chain(chain_seed(e.req->spec.id, e.start, e.end, /*draft=*/true), partials);
+  const bool intact = got == oracle_->expected(e.req->draft_oracle, e.req->spec.id, e.req->tokens, e.start, e.end);
+  if (!intact) {
+    ++e.req->draft_mismatches;
+    emit_(s.index, e.req->spec.id.value(), "draft_mismatch", static_cast<std::int64_t>(e.start), static_cast<std::int64_t>(e.end), 0, 0);
+  }
+  if (k <= 0) return;
+  const std::uint32_t a =
+      draft_accepted(exp_.engine.seed, e.req->spec.id, e.req->generated + 1, k, exp_.model.draft.accept_prob, intact);
+  ++e.req->spec_rounds;
+  e.req->spec_proposed += static_cast<std::uint32_t>(k);
+  e.req->spec_accepted += a;
+  s.accepts.push_back({e.req->spec.id.value(), a});
+  emit_(s.index, e.req->spec.id.value(), "draft_round", k, a, intact ? 1 : 0, 0);
+}
+
+void SpecDecodeStep::message(ServeStep& s) { s.out.accepts = s.in.accepts; }
+
+void SpecDecodeStep::end_of_step(ServeStep& s) {
+  accepts_next_ = std::move(s.accepts);
+  expect_back_ = s.rounds_started > 0;
+  KVGRID_CHECK(!model_ || accepts_next_.size() == s.rounds_started, "draft rounds: ", accepts_next_.size(), " verified of ",
+               s.rounds_started);
+}
+
+void SpecDecodeStep::finished(ServeRequest& r) {
+  res_.spec_rounds += r.spec_rounds;
+  res_.spec_proposed += r.spec_proposed;
+  res_.spec_accepted += r.spec_accepted;
+  res_.draft_mismatches += r.draft_mismatches;
+  if (model_) res_.spec_digest += mix64(hash_combine(hash_combine(r.spec.id.value(), r.spec_rounds), r.spec_accepted));
+}
+
+void SpecDecodeStep::after_step(ServeStep& /*s*/) {
+  if (!model_ || grid_.shape().pp == 1 || !grid_.is_stage_leader() || !expect_back_) return;
+  StepMessage back;
+  back.clock_ns = clock_;
+  back.accepts = accepts_next_;
+  back_sender_.send(back, 0, grid_.pp(), kTagBackward);
 }
 
 }  // namespace kvgrid

@@ -1,16 +1,28 @@
-// Speculative decoding's per-round arithmetic for the serving loop ([model.draft]): how many
-// tokens a request's draft proposes after this step's token, how many of them the target accepts,
-// and what the draft's work adds to the step's modelled time. The draft's KV and its movement
-// through the tiers are in cache/draft_state.hpp.
+// Speculative decoding in the serving loop ([model.draft]): its plug-in (SpecDecodeStep) and its
+// per-round arithmetic — how many tokens a request's draft proposes after this step's token, how
+// many of them the target accepts, and what the draft's work adds to the step's modelled time. The
+// draft's KV and its movement through the tiers are in cache/draft_state.hpp.
+//
+// Every stage schedules the accepted draft tokens; the last stage runs the draft over its own
+// pages, checks it against the draft's oracle and draws the acceptance. The accepted counts of a
+// step apply at the next one: at PP = 1 every rank verified them itself; at PP > 1 the last stage's
+// leader sends them back to PP0's leader (the "backward" message), and they travel forward with
+// the next step's inputs, every later stage comparing them with what it verified.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "runtime/cost.hpp"
 #include "runtime/experiment.hpp"
 #include "runtime/scheduler.hpp"
+#include "runtime/model.hpp"
 #include "runtime/serve.hpp"
+#include "runtime/step_plugin.hpp"
 
 namespace kvgrid {
 
@@ -32,5 +44,54 @@ std::uint64_t draft_step_ns(const CostConfig& c, const DraftConfig& d, const Ste
 // After the loop, collective over the world: the last stage's round counts and digest (the
 // largest, as the other stages count none) into every rank's result.
 void share_spec_counts(const RankGrid& grid, ServeResult& res);
+
+// The plug-in, on every rank of a run with a draft model.
+class SpecDecodeStep : public StepPlugin {
+ public:
+  using Emit = std::function<void(std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1,
+                                  std::int64_t a2, std::int32_t status)>;
+  struct Context {
+    const ExperimentConfig& exp;
+    const RankGrid& grid;
+    Scheduler& sched;
+    std::uint64_t& clock;
+    ServeResult& res;
+    // The draft's geometry and pool on this rank (the last stage), else null.
+    const ModelGeometry* draft_geo;
+    cache::KvPool* draft_pool;
+    Emit emit;
+  };
+  explicit SpecDecodeStep(Context ctx);
+
+  void leader_before_arrivals(ServeStep& s) override;
+  void first_stage_inputs(ServeStep& s) override;
+  void after_aborts(ServeStep& s) override;
+  void scheduled(ServeStep& s) override;
+  std::size_t partials_per_entry() const override { return Ld_; }
+  void forward_entry(ServeStep& s, std::size_t i, std::span<std::uint64_t> partials) override;
+  std::uint64_t forward_ns(const ServeStep& s, const StepWork& work) const override;
+  void verify_entry(ServeStep& s, std::size_t i, std::span<const std::uint64_t> partials) override;
+  void message(ServeStep& s) override;
+  void end_of_step(ServeStep& s) override;
+  void finished(ServeRequest& r) override;
+  void after_step(ServeStep& s) override;
+  void drain() override { back_sender_.drain(true); }
+  void totals(ServeResult& res) override { share_spec_counts(grid_, res); }
+
+ private:
+  const ExperimentConfig& exp_;
+  const RankGrid& grid_;
+  Scheduler& sched_;
+  std::uint64_t& clock_;
+  ServeResult& res_;
+  cache::KvPool* draft_pool_;
+  Emit emit_;
+  const std::size_t Ld_;  // the draft's layers here (last stage; 0 elsewhere)
+  std::unique_ptr<SyntheticModel> model_;
+  std::unique_ptr<Oracle> oracle_;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> accepts_next_;  // verified at a step, applied at the next
+  bool expect_back_ = false;  // PP0 (PP > 1): the previous step had draft rounds, their counts come back
+  Sender back_sender_;        // the last stage's leader → PP0's leader
+};
 
 }  // namespace kvgrid

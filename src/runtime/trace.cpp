@@ -27,24 +27,13 @@ Handle create_file(const std::string& path) {
 }
 }  // namespace
 
-void copy_fixed(char* dst, std::size_t cap, const std::string& src) {
-  std::memset(dst, 0, cap);
-  std::memcpy(dst, src.data(), std::min(cap, src.size()));
-}
-
-std::string read_fixed(const char* src, std::size_t cap) {
-  std::size_t n = 0;
-  while (n < cap && src[n] != '\0') ++n;
-  return std::string(src, n);
-}
-
 Handle event_type() {
   Handle t = compound(sizeof(EventRow));
   insert(t.get(), "step", offsetof(EventRow, step), H5T_NATIVE_UINT64);
   insert(t.get(), "wall_ns", offsetof(EventRow, wall_ns), H5T_NATIVE_UINT64);
   insert(t.get(), "model_ns", offsetof(EventRow, model_ns), H5T_NATIVE_UINT64);
   insert(t.get(), "request", offsetof(EventRow, request), H5T_NATIVE_UINT64);
-  Handle s = h5::string_type(sizeof(EventRow::op));
+  Handle s = h5::vlen_string_type();
   insert(t.get(), "op", offsetof(EventRow, op), s.get());
   hsize_t three[1] = {3};
   Handle arr(KVGRID_HDF5_CHECK(H5Tarray_create2(H5T_NATIVE_INT64, 1, three)), Handle::Kind::Datatype);
@@ -57,7 +46,7 @@ Handle decision_type() {
   Handle t = compound(sizeof(DecisionRow));
   insert(t.get(), "seq", offsetof(DecisionRow, seq), H5T_NATIVE_UINT64);
   insert(t.get(), "step", offsetof(DecisionRow, step), H5T_NATIVE_UINT64);
-  Handle s = h5::string_type(sizeof(DecisionRow::name));
+  Handle s = h5::vlen_string_type();
   insert(t.get(), "name", offsetof(DecisionRow, name), s.get());
   insert(t.get(), "args_digest", offsetof(DecisionRow, args_digest), H5T_NATIVE_UINT64);
   insert(t.get(), "result_digest", offsetof(DecisionRow, result_digest), H5T_NATIVE_UINT64);
@@ -74,10 +63,9 @@ Handle decision_type() {
 Handle fault_type() {
   Handle t = compound(sizeof(FaultRow));
   insert(t.get(), "step", offsetof(FaultRow, step), H5T_NATIVE_UINT64);
-  Handle s = h5::string_type(sizeof(FaultRow::name));
+  Handle s = h5::vlen_string_type();
   insert(t.get(), "name", offsetof(FaultRow, name), s.get());
-  Handle p = h5::string_type(sizeof(FaultRow::params));
-  insert(t.get(), "params", offsetof(FaultRow, params), p.get());
+  insert(t.get(), "params", offsetof(FaultRow, params), s.get());
   return t;
 }
 
@@ -160,6 +148,29 @@ Handle request_type() {
   return t;
 }
 
+Handle step_type() {
+  Handle t = compound(sizeof(StepRow));
+  insert(t.get(), "step", offsetof(StepRow, step), H5T_NATIVE_UINT64);
+  insert(t.get(), "model_start_ns", offsetof(StepRow, model_start_ns), H5T_NATIVE_UINT64);
+  insert(t.get(), "wall_start_ns", offsetof(StepRow, wall_start_ns), H5T_NATIVE_UINT64);
+  // One named column per phase and clock ("forward_model_ns", "forward_wall_ns", ...).
+  for (std::size_t i = 0; i < kStepPhaseCount; ++i) {
+    const std::string p = kStepPhases[i];
+    insert(t.get(), (p + "_model_ns").c_str(), offsetof(StepRow, phase_model_ns) + i * sizeof(std::uint64_t), H5T_NATIVE_UINT64);
+    insert(t.get(), (p + "_wall_ns").c_str(), offsetof(StepRow, phase_wall_ns) + i * sizeof(std::uint64_t), H5T_NATIVE_UINT64);
+  }
+#define KVGRID_FIELD(name, type) insert(t.get(), #name, offsetof(StepRow, name), type)
+  KVGRID_FIELD(batch_requests, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(prefill_tokens, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(decode_tokens, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(waiting, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(running, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(device_pages_used, H5T_NATIVE_INT64);
+  KVGRID_FIELD(host_pages_used, H5T_NATIVE_INT64);
+#undef KVGRID_FIELD
+  return t;
+}
+
 std::string rank_file_name(int world_rank) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "rank_%05d.h5", world_rank);
@@ -167,7 +178,8 @@ std::string rank_file_name(int world_rank) {
 }
 
 TraceWriter::TraceWriter(const std::string& dir, const RankGrid& grid, const RunMeta& meta)
-    : ev_type_(event_type()), dec_type_(decision_type()), fault_type_(fault_type()), req_type_(request_type()) {
+    : ev_type_(event_type()), dec_type_(decision_type()), fault_type_(fault_type()), req_type_(request_type()),
+      step_type_(step_type()) {
   namespace fs = std::filesystem;
   h5::silence_errors();  // failures are reported by our own messages and checks
   if (grid.world_rank() == 0) {
@@ -190,7 +202,8 @@ TraceWriter::TraceWriter(const std::string& dir, const RankGrid& grid, const Run
     KVGRID_MPI_CHECK(MPI_Get_library_version(mpi_ver, &len));
     std::string mv(mpi_ver, static_cast<std::size_t>(len));
     h5::write_attr(g.get(), "mpi_version", mv.substr(0, mv.find('\n')));
-    h5::write_attr(g.get(), "schema_version", static_cast<std::int64_t>(2));  // 2: units and descriptions (trace_schema)
+    // 2: units and descriptions (trace_schema); 3: variable-length UTF-8 strings, the steps table
+    h5::write_attr(g.get(), "schema_version", static_cast<std::int64_t>(3));
     // The rank whose file holds the run's requests table: the last stage's leader of the group that
     // records them (P/D: decode); -1 for the tree loop, which has none.
     const auto& spec = grid.spec();
@@ -200,7 +213,7 @@ TraceWriter::TraceWriter(const std::string& dir, const RankGrid& grid, const Run
     h5::write_attr(g.get(), "requests_rank", static_cast<std::int64_t>(requests_rank));
     h5::write_attr(g.get(), "description",
                    std::string("the run: configuration, seed, topology, versions; /ranks/NNNNN link to the rank files "
-                               "(events, decisions, faults, requests), /summary at a clean end"));
+                               "(events, decisions, faults, requests, steps), /summary at a clean end"));
     Handle ranks(KVGRID_HDF5_CHECK(H5Gcreate2(run.get(), "ranks", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
                  Handle::Kind::Group);
     for (int r = 0; r < grid.world_size(); ++r) {
@@ -220,10 +233,12 @@ TraceWriter::TraceWriter(const std::string& dir, const RankGrid& grid, const Run
   decisions_tbl_ = h5::AppendTable(file_.get(), "decisions", dec_type_.get(), 1024);
   faults_tbl_ = h5::AppendTable(file_.get(), "faults", fault_type_.get(), 64);
   requests_tbl_ = h5::AppendTable(file_.get(), "requests", req_type_.get(), 256);
+  steps_tbl_ = h5::AppendTable(file_.get(), "steps", step_type_.get(), 1024);
   describe_table(events_tbl_.dataset(), trace_table("events"));
   describe_table(decisions_tbl_.dataset(), trace_table("decisions"));
   describe_table(faults_tbl_.dataset(), trace_table("faults"));
   describe_table(requests_tbl_.dataset(), trace_table("requests"));
+  describe_table(steps_tbl_.dataset(), trace_table("steps"));
   KVGRID_HDF5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_LOCAL));
 }
 
@@ -239,7 +254,7 @@ void TraceWriter::decisions(std::vector<DecisionRecord> d) {
     DecisionRow row;
     row.seq = r.seq;
     row.step = r.step;
-    copy_fixed(row.name, sizeof(row.name), r.name);
+    row.name = strings_.intern(r.name);
     row.args_digest = r.args_digest;
     row.result_digest = r.result_digest;
     for (int i = 0; i < 3; ++i) row.args[i] = r.args[i];
@@ -254,8 +269,8 @@ void TraceWriter::faults(std::vector<FailpointFiring> f) {
   for (const auto& r : f) {
     FaultRow row;
     row.step = r.step;
-    copy_fixed(row.name, sizeof(row.name), r.name);
-    copy_fixed(row.params, sizeof(row.params), r.params);
+    row.name = strings_.intern(r.name);
+    row.params = strings_.intern(r.params);
     faults_.push_back(row);
   }
 }
@@ -267,7 +282,7 @@ void TraceWriter::event(std::uint64_t step, std::uint64_t wall_ns, std::uint64_t
   e.wall_ns = wall_ns;
   e.model_ns = model_ns;
   e.request = request;
-  copy_fixed(e.op, sizeof(e.op), op);
+  e.op = strings_.intern(op);
   e.args[0] = a0;
   e.args[1] = a1;
   e.args[2] = a2;
@@ -287,7 +302,9 @@ void TraceWriter::flush() {
   decisions_tbl_.append(decisions_.data(), decisions_.size());
   faults_tbl_.append(faults_.data(), faults_.size());
   requests_tbl_.append(requests_.data(), requests_.size());
+  steps_tbl_.append(steps_.data(), steps_.size());
   requests_.clear();
+  steps_.clear();
   events_.clear();
   decisions_.clear();
   faults_.clear();

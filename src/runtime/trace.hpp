@@ -2,8 +2,9 @@
 //
 //   <dir>/run.h5            written by world rank 0: /meta at start-up, /ranks/<NNNNN> external
 //                           links (relative paths) to the rank files, /summary at a clean end only
-//   <dir>/rank_<NNNNN>.h5   one per rank: tables events, decisions, faults, requests (appendable,
-//                           chunked; requests only on the ranks that finish them)
+//   <dir>/rank_<NNNNN>.h5   one per rank: tables events, decisions, faults, requests, steps
+//                           (appendable, chunked; requests only on the ranks that finish them;
+//                           steps only in the serving loop)
 //
 // Rank files are written incrementally: records are buffered in memory and appended, then the file
 // is flushed, every `flush_every` steps and before any abort (watchdog). Between flushes the file
@@ -14,6 +15,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "core/decision_log.hpp"
@@ -23,19 +26,29 @@
 
 namespace kvgrid {
 
+// The rows' strings are variable-length UTF-8 in the file and `const char*` in memory, pointing
+// into a TraceStrings pool that outlives the rows (the writer's, or the RunTrace's).
+class TraceStrings {
+ public:
+  const char* intern(std::string_view s) { return pool_.emplace(s).first->c_str(); }
+
+ private:
+  std::unordered_set<std::string> pool_;  // node-based: the strings never move
+};
+
 struct EventRow {
   std::uint64_t step = 0;
   std::uint64_t wall_ns = 0;   // since the run started on this rank
   std::uint64_t model_ns = 0;  // the rank's modelled clock
   std::uint64_t request = 0;
-  char op[16] = {};
+  const char* op = "";  // interned (TraceStrings)
   std::int64_t args[3] = {0, 0, 0};
   std::int32_t status = 0;
 };
 
 struct DecisionRow {
   std::uint64_t seq = 0, step = 0;
-  char name[32] = {};
+  const char* name = "";  // interned
   std::uint64_t args_digest = 0, result_digest = 0;
   std::int64_t args[3] = {0, 0, 0};   // the chosen argument values (readable)
   std::int64_t results[2] = {0, 0};   // the chosen result values (readable)
@@ -44,8 +57,8 @@ struct DecisionRow {
 
 struct FaultRow {
   std::uint64_t step = 0;
-  char name[32] = {};
-  char params[96] = {};
+  const char* name = "";    // interned
+  const char* params = "";  // interned, e.g. "duration_ms=200"
 };
 
 // One finished (or failed) request, written by the last stage's leader (tp 0, cp 0) of each group.
@@ -65,6 +78,23 @@ struct RequestRow {
   // did not match its oracle (a draft that read wrong KV)
   std::uint32_t spec_rounds = 0, spec_proposed = 0, spec_accepted = 0, draft_mismatches = 0;
   std::uint32_t pd_transferred_tokens = 0;  // P/D: prompt tokens whose KV came from prefill
+};
+
+// One serving step on one rank: where its modelled and wall time went, phase by phase (the
+// phases of runtime/serve_loop.hpp, in order), what its batch held and the queues and pools after
+// it. The timeline draws its step, phase and batch slices and its counters from these rows.
+inline constexpr const char* kStepPhases[] = {"faults", "receive", "cache_events", "schedule", "gather",
+                                              "forward", "verify",  "send",         "complete", "report"};
+inline constexpr std::size_t kStepPhaseCount = sizeof(kStepPhases) / sizeof(kStepPhases[0]);
+
+struct StepRow {
+  std::uint64_t step = 0;
+  std::uint64_t model_start_ns = 0, wall_start_ns = 0;  // the rank's clocks when the step began
+  std::uint64_t phase_model_ns[kStepPhaseCount] = {};   // how far each phase moved the modelled clock
+  std::uint64_t phase_wall_ns[kStepPhaseCount] = {};    // wall time each phase took
+  std::uint32_t batch_requests = 0, prefill_tokens = 0, decode_tokens = 0;  // this rank's batch
+  std::uint32_t waiting = 0, running = 0;                                  // queues after the step
+  std::int64_t device_pages_used = 0, host_pages_used = 0;                 // pools after the step (-1: no host tier)
 };
 
 struct RankSummaryRow {
@@ -110,10 +140,9 @@ h5::Handle decision_type();
 h5::Handle fault_type();
 h5::Handle rank_summary_type();
 h5::Handle request_type();
+h5::Handle step_type();
 
 std::string rank_file_name(int world_rank);
-void copy_fixed(char* dst, std::size_t cap, const std::string& src);
-std::string read_fixed(const char* src, std::size_t cap);
 
 class TraceWriter {
  public:
@@ -128,6 +157,7 @@ class TraceWriter {
   // Takes the log's and the registry's new records, appends everything and flushes the file.
   void flush_all(DecisionLog& log, FailpointRegistry& faults);
   void request(const RequestRow& r) { requests_.push_back(r); }
+  void step(const StepRow& r) { steps_.push_back(r); }
   void decisions(std::vector<DecisionRecord> d);
   void faults(std::vector<FailpointFiring> f);
   // Appends the buffered rows and flushes the rank file.
@@ -140,13 +170,15 @@ class TraceWriter {
   static void write_summary(const std::string& dir, const RunSummary& s);
 
  private:
-  h5::Handle file_, ev_type_, dec_type_, fault_type_, req_type_;
+  h5::Handle file_, ev_type_, dec_type_, fault_type_, req_type_, step_type_;
   std::int64_t completed_step_ = -1;
-  h5::AppendTable events_tbl_, decisions_tbl_, faults_tbl_, requests_tbl_;
+  h5::AppendTable events_tbl_, decisions_tbl_, faults_tbl_, requests_tbl_, steps_tbl_;
   std::vector<RequestRow> requests_;
+  std::vector<StepRow> steps_;
   std::vector<EventRow> events_;
   std::vector<DecisionRow> decisions_;
   std::vector<FaultRow> faults_;
+  TraceStrings strings_;  // the rows' strings
 };
 
 }  // namespace kvgrid

@@ -23,14 +23,25 @@ std::int64_t RunTrace::meta_int(const std::string& k) const {
 }
 
 namespace {
+// Reads a whole table. Rows with string members (variable-length: HDF5 allocates them) name
+// those members in `strings`: each is interned into `pool` and HDF5's copies are freed.
 template <typename Row>
-std::vector<Row> read_table(hid_t file, const char* name, hid_t type) {
+std::vector<Row> read_table(hid_t file, const char* name, hid_t type, TraceStrings* pool = nullptr,
+                            std::initializer_list<const char* Row::*> strings = {}) {
   std::vector<Row> rows;
   if (H5Lexists(file, name, H5P_DEFAULT) <= 0) return rows;
   Handle d(H5Dopen2(file, name, H5P_DEFAULT), Handle::Kind::Dataset);
   if (!d) return rows;
   rows.resize(h5::dataset_rows(d.get()));
-  if (!rows.empty()) KVGRID_HDF5_CHECK(H5Dread(d.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
+  if (rows.empty()) return rows;
+  if (H5Dread(d.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
+    throw InputError(std::string("table ") + name + " cannot be read (a trace of another schema version, or corrupt)");
+  if (strings.size() == 0) return rows;
+  std::vector<Row> raw = rows;  // HDF5's pointers, to free
+  for (auto& r : rows)
+    for (auto m : strings) r.*m = pool->intern(r.*m ? r.*m : "");
+  Handle space(KVGRID_HDF5_CHECK(H5Dget_space(d.get())), Handle::Kind::Dataspace);
+  KVGRID_HDF5_CHECK(H5Dvlen_reclaim(type, space.get(), H5P_DEFAULT, raw.data()));
   return rows;
 }
 }  // namespace
@@ -59,7 +70,7 @@ RunTrace read_run(const std::string& run) {
     t.summary_ranks = read_table<RankSummaryRow>(g.get(), "ranks", type.get());
   }
   const std::int64_t world = t.meta_int("world_size");
-  Handle ev = event_type(), dec = decision_type(), flt = fault_type(), rq = request_type();
+  Handle ev = event_type(), dec = decision_type(), flt = fault_type(), rq = request_type(), st = step_type();
   for (std::int64_t r = 0; r < world; ++r) {
     RankTrace rt;
     rt.world_rank = static_cast<int>(r);
@@ -82,13 +93,14 @@ RunTrace read_run(const std::string& run) {
       rt.pp = geti("pp");
       if (auto it = attrs.find("completed_step"); it != attrs.end() && std::holds_alternative<std::int64_t>(it->second))
         rt.completed_step = static_cast<std::uint64_t>(std::get<std::int64_t>(it->second));
-      auto events = read_table<EventRow>(g.get(), "events", ev.get());
+      auto events = read_table<EventRow>(g.get(), "events", ev.get(), t.strings.get(), {&EventRow::op});
       rt.events = events.size();
-      for (const auto& e : events) ++rt.ops[read_fixed(e.op, sizeof(e.op))];
+      for (const auto& e : events) ++rt.ops[e.op];
       rt.event_rows = std::move(events);
-      rt.decisions = read_table<DecisionRow>(g.get(), "decisions", dec.get());
-      rt.faults = read_table<FaultRow>(g.get(), "faults", flt.get());
+      rt.decisions = read_table<DecisionRow>(g.get(), "decisions", dec.get(), t.strings.get(), {&DecisionRow::name});
+      rt.faults = read_table<FaultRow>(g.get(), "faults", flt.get(), t.strings.get(), {&FaultRow::name, &FaultRow::params});
       rt.requests = read_table<RequestRow>(g.get(), "requests", rq.get());
+      rt.steps = read_table<StepRow>(g.get(), "steps", st.get());
     }
     t.ranks.push_back(std::move(rt));
   }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,11 +25,13 @@ struct RankTrace {
   std::vector<DecisionRow> decisions;
   std::vector<FaultRow> faults;
   std::vector<RequestRow> requests;
+  std::vector<StepRow> steps;  // serving loop only
   std::map<std::string, std::uint64_t> ops;  // event counts by op
 };
 
 struct RunTrace {
   std::string run_file;  // path of run.h5
+  std::shared_ptr<TraceStrings> strings = std::make_shared<TraceStrings>();  // the rows' strings
   std::map<std::string, h5::AttrValue> meta;
   std::optional<std::map<std::string, h5::AttrValue>> summary;  // absent: not a clean end
   std::vector<RankSummaryRow> summary_ranks;

@@ -2,54 +2,97 @@
 
 #include "core/check.hpp"
 #include "runtime/h5util.hpp"
+#include "runtime/trace.hpp"
 
 namespace kvgrid {
 
 namespace {
 
+// The steps table: fixed columns, then one modelled and one wall column per phase.
+TableDoc steps_table() {
+  static const char* const meaning[kStepPhaseCount] = {
+      "debug knobs and failpoints", "arrivals, aborts and the step message", "relayed cache decisions and write ACKs",
+      "the batch and its fresh pages", "CP layer gathers", "the model over this rank's layers (the layer pipeline)",
+      "chain values, oracle and draft checks", "the step message and end-of-step agreements",
+      "requests advanced, finished ones committed", "records, checks, the progress row and the trace's flush"};
+  static std::vector<std::string> names, texts;  // storage for the generated columns' strings
+  if (names.empty())
+    for (std::size_t i = 0; i < kStepPhaseCount; ++i)
+      for (const char* clock : {"model", "wall"}) {
+        names.push_back(std::string(kStepPhases[i]) + "_" + clock + "_ns");
+        texts.push_back(std::string(clock[0] == 'm' ? "modelled time the phase moved the clock: " : "wall time of the phase: ") +
+                        meaning[i]);
+      }
+  TableDoc t{"steps",
+             "one row per serving step on this rank: where its modelled and wall time went, phase by phase in step order "
+             "(the timeline's step, phase and batch slices and its counters)",
+             {{"step", "step", "scheduler step"},
+              {"model_start_ns", "ns (modelled)", "this rank's modelled clock when the step began"},
+              {"wall_start_ns", "ns (wall)", "wall time since the run started when the step began"}},
+             {},
+             ""};
+  for (std::size_t i = 0; i < names.size(); ++i)
+    t.columns.push_back({names[i].c_str(), i % 2 ? "ns (wall)" : "ns (modelled)", texts[i].c_str()});
+  for (const ColumnDoc& c : std::initializer_list<ColumnDoc>{
+           {"batch_requests", "count", "requests in this rank's batch"},
+           {"prefill_tokens", "tokens", "query tokens of the batch's prefill chunks"},
+           {"decode_tokens", "tokens", "query tokens of the batch's decode entries (accepted draft tokens included)"},
+           {"waiting", "count", "requests waiting for admission after the step"},
+           {"running", "count", "requests admitted and not finished after the step"},
+           {"device_pages_used", "pages", "device pages in use after the step"},
+           {"host_pages_used", "pages", "host pages in use after the step (-1: no host tier)"}})
+    t.columns.push_back(c);
+  return t;
+}
+
+// The events table: its columns and what every op's args and status hold.
+TableDoc events_table() {
+  return {"events",
+         "what happened on this rank, one row per event in step order: ops, their positional args and status (see the op.* attributes)",
+         {{"step", "step", "scheduler step"},
+          {"wall_ns", "ns (wall)", "wall time since the run started on this rank"},
+          {"model_ns", "ns (modelled)", "this rank's modelled clock"},
+          {"request", "id", "the request concerned (0: none; for copies the copy's id, for gather the number of requests)"},
+          {"op", "", "what happened (op.<name> says what args and status hold)"},
+          {"args", "per op", "three positional arguments (op.<name> names them)"},
+          {"status", "per op", "0 normally; 1 for a failure, mismatch or broken transfer (op.<name>)"}},
+         {{"admit", "tree loop: args = (prompt tokens, matched tokens, new pages); status 1 admitted"},
+          {"evict", "tree loop: args = (pages evicted, -, -)"},
+          {"release", "tree loop: a request released its lock"},
+          {"check", "periodic check: args = (ranks whose tree digest differs, ranks whose decision log differs, verify failures); status 1 if they disagree"},
+          {"stall", "rank.stall fired: args = (duration ms, -, -)"},
+          {"corrupt", "device.page.corrupt fired: args = (page, -, -)"},
+          {"planted", "debug.plant_divergence: a decision no peer takes"},
+          {"divergence", "the online consensus checker found a divergence; status 1"},
+          {"pp_recv", "the step message arrived: args = (sending stage, its modelled clock ns, write ACKs it consumed)"},
+          {"pp_send", "the step message left: args = (this stage, modelled clock ns sent, write ACKs consumed)"},
+          {"p2p_delay", "p2p.delay fired: args = (delay us, -, -)"},
+          {"abort", "request.abort released the request: args = (positions computed, tokens loaded from the host, 1 mid-prefetch / 2 mid-load-back / 0); status 1"},
+          {"shape_mismatch", "the previous stage's activation differs from this stage's batch: args = (tokens sent, tokens scheduled, -); status 1"},
+          {"stage_mismatch", "stage peers scheduled different batches: args = (batch size here, -, -); status 1"},
+          {"gather", "CP layer gather of a batch: args = (modelled start ns, modelled end ns, bytes per layer); request = requests gathered"},
+          {"oracle_mismatch", "the last stage's checksum differs from the oracle's: args = (start position, end position, -); status 1"},
+          {"draft_mismatch", "the draft's checksum differs from its oracle: args = (start, end, -)"},
+          {"draft_round", "a speculative round verified: args = (tokens proposed, accepted, 1 if the draft was intact)"},
+          {"finish", "a request finished: args = (prompt tokens, cached tokens, output tokens); status 1 if its oracle failed"},
+          {"d2h", "device -> host backup copy: args = (modelled start ns, modelled end ns, bytes); request = copy id"},
+          {"h2d", "host -> device load-back copy: args = (modelled start ns, modelled end ns, bytes); request = load id"},
+          {"storage_read", "storage prefetch read batch: args = (modelled start ns, modelled end ns, bytes)"},
+          {"write_ack", "a backup's ACK consumed: request = write id"},
+          {"load_broken", "this rank's load-back copies of the request broke: args = (host tokens, -, -); status 1"},
+          {"load_fail", "protocol.load_back: the agreed outcome was broken, the positions are recomputed: args = (host tokens, reused prefix left, -); status 1"},
+          {"pd_admit", "P/D decode admitted: args = (decode_prefix_len, of it from host, prompt tokens)"},
+          {"pd_send", "P/D prefill sent a suffix: args = (modelled end ns, -, -)"},
+          {"pd_broken", "P/D prefill's suffix transfer broke: args = (first broken layer, -, -); status 1"},
+          {"pd_recv", "P/D decode received a suffix: args = (tokens received, decode_prefix_len, modelled ready ns); status 1 if this rank's restore broke"},
+          {"pd_fail", "P/D decode failed the request on a broken transfer: args = (first broken layer, ...); status 1"},
+          {"pd_restore_fail", "P/D decode failed the request on a broken restore: args = (host tokens restored, decode_prefix_len, -); status 1"}},
+         "op."};
+}
+
 const std::vector<TableDoc>& tables() {
   static const std::vector<TableDoc> t = {
-      {"events",
-       "what happened on this rank, one row per event in step order: ops, their positional args and status (see the op.* attributes)",
-       {{"step", "step", "scheduler step"},
-        {"wall_ns", "ns (wall)", "wall time since the run started on this rank"},
-        {"model_ns", "ns (modelled)", "this rank's modelled clock"},
-        {"request", "id", "the request concerned (0: none; for copies the copy's id, for gather the number of requests)"},
-        {"op", "", "what happened (op.<name> says what args and status hold)"},
-        {"args", "per op", "three positional arguments (op.<name> names them)"},
-        {"status", "per op", "0 normally; 1 for a failure, mismatch or broken transfer (op.<name>)"}},
-       {{"admit", "tree loop: args = (prompt tokens, matched tokens, new pages); status 1 admitted"},
-        {"evict", "tree loop: args = (pages evicted, -, -)"},
-        {"release", "tree loop: a request released its lock"},
-        {"check", "periodic check: args = (ranks whose tree digest differs, ranks whose decision log differs, verify failures); status 1 if they disagree"},
-        {"stall", "rank.stall fired: args = (duration ms, -, -)"},
-        {"corrupt", "device.page.corrupt fired: args = (page, -, -)"},
-        {"planted", "debug.plant_divergence: a decision no peer takes"},
-        {"divergence", "the online consensus checker found a divergence; status 1"},
-        {"pp_recv", "the step message arrived: args = (sending stage, its modelled clock ns, write ACKs it consumed)"},
-        {"pp_send", "the step message left: args = (this stage, modelled clock ns sent, write ACKs consumed)"},
-        {"p2p_delay", "p2p.delay fired: args = (delay us, -, -)"},
-        {"abort", "request.abort released the request: args = (positions computed, tokens loaded from the host, 1 mid-prefetch / 2 mid-load-back / 0); status 1"},
-        {"shape_mismatch", "the previous stage's activation differs from this stage's batch: args = (tokens sent, tokens scheduled, -); status 1"},
-        {"stage_mismatch", "stage peers scheduled different batches: args = (batch size here, -, -); status 1"},
-        {"gather", "CP layer gather of a batch: args = (modelled start ns, modelled end ns, bytes per layer); request = requests gathered"},
-        {"oracle_mismatch", "the last stage's checksum differs from the oracle's: args = (start position, end position, -); status 1"},
-        {"draft_mismatch", "the draft's checksum differs from its oracle: args = (start, end, -)"},
-        {"draft_round", "a speculative round verified: args = (tokens proposed, accepted, 1 if the draft was intact)"},
-        {"finish", "a request finished: args = (prompt tokens, cached tokens, output tokens); status 1 if its oracle failed"},
-        {"d2h", "device -> host backup copy: args = (modelled start ns, modelled end ns, bytes); request = copy id"},
-        {"h2d", "host -> device load-back copy: args = (modelled start ns, modelled end ns, bytes); request = load id"},
-        {"storage_read", "storage prefetch read batch: args = (modelled start ns, modelled end ns, bytes)"},
-        {"write_ack", "a backup's ACK consumed: request = write id"},
-        {"load_broken", "this rank's load-back copies of the request broke: args = (host tokens, -, -); status 1"},
-        {"load_fail", "protocol.load_back: the agreed outcome was broken, the positions are recomputed: args = (host tokens, reused prefix left, -); status 1"},
-        {"pd_admit", "P/D decode admitted: args = (decode_prefix_len, of it from host, prompt tokens)"},
-        {"pd_send", "P/D prefill sent a suffix: args = (modelled end ns, -, -)"},
-        {"pd_broken", "P/D prefill's suffix transfer broke: args = (first broken layer, -, -); status 1"},
-        {"pd_recv", "P/D decode received a suffix: args = (tokens received, decode_prefix_len, modelled ready ns); status 1 if this rank's restore broke"},
-        {"pd_fail", "P/D decode failed the request on a broken transfer: args = (first broken layer, ...); status 1"},
-        {"pd_restore_fail", "P/D decode failed the request on a broken restore: args = (host tokens restored, decode_prefix_len, -); status 1"}},
-       "op."},
+      events_table(),
       {"decisions",
        "this rank's consensus log: every cache decision ranks must agree on, in order (kvgrid check compares them)",
        {{"seq", "index", "position in this rank's log"},
@@ -157,6 +200,7 @@ const std::vector<TableDoc>& tables() {
         {"load_recomputed_tokens", "tokens", "protocol.load_back: loaded positions recomputed instead"}},
        {},
        ""},
+      steps_table(),
   };
   return t;
 }

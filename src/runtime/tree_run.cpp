@@ -68,7 +68,7 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
     if (trace) trace->flush_all(log, faults);
   };
   auto check = [&](std::int64_t step) {
-    CheckOutcome c = periodic_check(grid, dc, log, local_failures, step, res, print);
+    CheckOutcome c = periodic_check(grid, dc, log, local_failures, 0, step, res, print);
     emit(step, 0, "check", static_cast<std::int64_t>(c.tree_differs.size()),
          static_cast<std::int64_t>(c.decisions_differ.size()), c.verify_failures, c.agree() ? 0 : 1);
   };

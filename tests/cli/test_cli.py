@@ -4,6 +4,7 @@
 Run one scenario: test_cli.py NAME (ctest registers each). Needs KVGRID_BIN, KVGRID_SOURCE, MPIEXEC.
 Ordering between processes is by exit and files, never by sleeping.
 """
+import collections
 import csv
 import json
 import os
@@ -474,7 +475,8 @@ def metric_identity():
 
 def trace_self_describing():
     """The trace explains itself: every column of every table (events, decisions, faults,
-    requests, summary/ranks) carries a unit and a description, every op and decision name seen has
+    requests, steps, summary/ranks) carries a unit and a description, strings are variable-length
+    UTF-8, every op and decision name seen has
     its meaning, /meta names the rank file holding the requests table, and jobs/export.sh writes
     the tables as CSV — over a tiered PP run with broken load-backs, aborts and delayed messages,
     a P/D run with broken restores, and a tree run."""
@@ -488,13 +490,17 @@ def trace_self_describing():
         rc, so, se = run(np_, exp, "--out", out(name), "-q", *sets)
         expect(rc == 0, f"{name} run", so, se)
         with h5py.File(out(name + "/run.h5"), "r") as f:
-            tables = [(f"ranks/{r}/{t}", f["ranks"][r][t]) for r in f["ranks"] for t in ("events", "decisions", "faults", "requests")]
+            tables = [(f"ranks/{r}/{t}", f["ranks"][r][t]) for r in f["ranks"] for t in ("events", "decisions", "faults", "requests", "steps")]
             tables.append(("summary/ranks", f["summary/ranks"]))
             for where, d in tables:
                 expect("description" in d.attrs, f"{name}: {where} has a description")
                 for col in d.dtype.names:
                     expect(f"{col}.unit" in d.attrs and f"{col}.description" in d.attrs, f"{name}: {where}.{col} described",
                            list(d.attrs))
+                for col in d.dtype.names:  # strings: variable-length UTF-8 (no padding, no truncation)
+                    info = h5py.check_string_dtype(d.dtype[col])
+                    expect(info is None or (info.encoding == "utf-8" and info.length is None),
+                           f"{name}: {where}.{col} is a variable-length UTF-8 string", info)
                 key, prefix = {"events": ("op", "op."), "decisions": ("name", "name.")}.get(where.split("/")[-1], (None, None))
                 if key:
                     seen = {x.decode().rstrip("\x00") for x in d[key][:]}
@@ -558,7 +564,7 @@ def quickstart_serve_ok():
     expect(len([l for l in header if not l.startswith("# ") or "effective configuration" in l]) == 0
            and "full configuration: -v" in so, "compact header", so)
     rows = [l.split() for l in so.splitlines() if re.match(r"^ +\d+ +\d+/", l)]
-    expect(rows and rows[-1][10] == "100.0" and rows[-1][11] == "0.0", "the last row: 100% done, no time left", rows)
+    expect(rows and rows[-1][11] == "100.0" and rows[-1][12] == "0.0" and rows[-1][8] == "0", "the last row: 100% done, no time left", rows)
     rc, so2, se = run(8, QUICK, "--out", out("q-v"), "-v", "--set", "workload.gsp.groups=2")
     expect(rc == 0 and "# effective configuration:" in so2 and "#   [cache]" in so2, "-v prints the configuration", so2)
     rc, so3, se = run(8, QUICK, "--out", out("q-q"), "-q", "--set", "workload.gsp.groups=2")
@@ -587,6 +593,11 @@ def corrupt_page_detected():
         expect(rc == 1 and "# verdict: FAILED" in so, f"{payload}: FAILED verdict", so, se)
         m = re.search(r"# oracle mismatches: (\d+) FAILED", so)
         expect(m and int(m.group(1)) > 0, f"{payload}: mismatches counted", so)
+        rows = [l.split() for l in so.splitlines() if re.match(r"^ +\d+ +\d+/", l)]
+        wrong = [int(r[8]) for r in rows]
+        expect(wrong == sorted(wrong) and wrong[-1] == int(m.group(1)), f"{payload}: the rows' wrong column counts them", rows)
+        printed = re.findall(r"oracle mismatch at step", se)
+        expect(0 < len(printed) <= 5 * 4, f"{payload}: at most five lines per rank on stderr", len(printed))
         expect("# rank divergences: 0 OK" in so, f"{payload}: decisions still agree", so)
         rc, so, se = run(4, QUICK, "--out", out("x" + payload), "--set", "topology.pp=1", "--strict", *args)
         expect(rc == 1 and "oracle mismatch with --strict" in se, f"{payload}: --strict stops the run", so, se)
@@ -600,6 +611,69 @@ def mooncake_smoke():
     rc, so, se = run(8, MOONCAKE, "--out", out("mb"), "--set", f"workload.mooncake.trace={bad}")
     expect(rc == 2 and re.search(r"bad\.jsonl:2: malformed JSON", se), "malformed line named, exit 2", so, se)
     expect(not os.path.exists(out("mb/run.h5")), "no trace for a bad trace file")
+
+
+def workload_export():
+    """kvgrid workload --export: the requests as Mooncake JSONL. The Mooncake replay's first 40
+    lines come back with the same timestamps, lengths and block sharing (hash ids equal up to a
+    renaming); exporting the export gives the same file; a closed-loop workload's follow-ups move
+    with --service-ms; bad input exits 2 and writes nothing."""
+    trace = os.path.join(SRC, "experiments", "traces", "mooncake_synthetic_trace.jsonl")
+    f1 = out("mc.jsonl")
+    rc, so, se = tool("workload", MOONCAKE, "--set", "workload.mooncake.first_n=40", "--export", f1)
+    expect(rc == 0 and re.search(r"# workload .*: 40 requests", so) and "wrote" in so, "export", so, se)
+    mine = [json.loads(l) for l in open(f1)]
+    with open(trace) as fh:
+        orig = [json.loads(l) for l, _ in zip(fh, range(40))]
+    rename = {}
+    for a, b in zip(orig, mine):
+        expect(abs(a["timestamp"] - b["timestamp"]) < 1e-5 and a["input_length"] == b["input_length"] and
+               max(a["output_length"], 1) == b["output_length"] and len(a["hash_ids"]) == len(b["hash_ids"]),
+               "timestamps and lengths kept", a["timestamp"], b["timestamp"])
+        for x, y in zip(a["hash_ids"], b["hash_ids"]):
+            expect(rename.setdefault(x, y) == y, "a block id maps to one id", x, y)
+    expect(len(set(rename.values())) == len(rename), "and back (a bijection)", len(rename))
+    f2 = out("mc2.jsonl")
+    rc, so, se = tool("workload", MOONCAKE, "--set", f"workload.mooncake.trace={f1}", "--export", f2)
+    expect(rc == 0 and open(f1).read() == open(f2).read(), "the export of the export is the export", so, se)
+    # A closed loop (gsp turns): block ids number in order of first appearance; follow-ups move with --service-ms.
+    gsp = ["--set", "workload.gsp.groups=3", "--set", "workload.gsp.turns=2"]
+    times = []
+    for ms in ("1000", "5000"):
+        f = out(f"gsp-{ms}.jsonl")
+        rc, so, se = tool("workload", QUICK, *gsp, "--service-ms", ms, "--export", f)
+        expect(rc == 0 and "closed loop" in so, "gsp export", so, se)
+        lines = [json.loads(l) for l in open(f)]
+        seen = -1
+        for l in lines:
+            expect(len(l["hash_ids"]) == -(-l["input_length"] // 512), "a block per 512 tokens", l["input_length"])
+            for h in l["hash_ids"]:
+                expect(h <= seen + 1, "ids in order of first appearance", h, seen)
+                seen = max(seen, h)
+        times.append(max(l["timestamp"] for l in lines))
+    expect(times[1] - times[0] >= 4000 - 1e-6, "second turns 4 s later with --service-ms 5000", times)
+    for args, msg in ((["workload", TREE, "--export", out("t.jsonl")], "has no requests to export"),
+                      (["workload", QUICK, "--export", os.path.join(out("no-dir"), "x.jsonl")], "cannot write"),
+                      (["workload", QUICK, "--service-ms", "-1"], "--service-ms must be"),
+                      (["workload", QUICK, "--set", "cache.nope=1"], "cache.nope")):
+        rc, so, se = tool(*args)
+        expect(rc == 2 and msg in se, f"{args[1:]}: exit 2, named", so, se)
+    expect(not os.path.exists(out("t.jsonl")), "nothing written for bad input")
+
+
+def config_docs_current():
+    """docs/configuration.md's key reference is what the binary's schema says (jobs/config_docs.py),
+    and the check names the line where a page differs."""
+    script = os.path.join(SRC, "jobs", "config_docs.py")
+    env = dict(os.environ, KVGRID_BIN=BIN)
+    p = subprocess.run([script, "--check"], capture_output=True, text=True, env=env, timeout=60)
+    expect(p.returncode == 0 and "is current" in p.stdout, "the page is current (run jobs/config_docs.py)", p.stdout, p.stderr)
+    page = open(os.path.join(SRC, "docs", "configuration.md")).read()
+    stale = write("configuration.md", page.replace("| `cache.page_size` | integer in [1, 65536] | `16` |",
+                                                   "| `cache.page_size` | integer in [1, 65536] | `32` |"))
+    p = subprocess.run([script, "--check", "--page", stale], capture_output=True, text=True, env=env, timeout=60)
+    expect(p.returncode == 1 and re.search(r"configuration\.md:\d+: differs", p.stderr) and "`32`" in p.stderr,
+           "a drifted page is named with its line", p.stdout, p.stderr)
 
 
 def jobs_and_plot():
@@ -736,7 +810,7 @@ def cp_sharding_shape():
            "figure from HDF5", p.stdout, p.stderr)
     rc, so, se = tool("timeline", out("cps-sharded"))
     gathers = [e for e in json.loads(so)["traceEvents"] if e["ph"] == "X" and e["name"] == "gather"]
-    expect(rc == 0 and gathers and all(e["tid"] == 4 and e["dur"] > 0 and e["args"]["bytes"] > 0 for e in gathers),
+    expect(rc == 0 and gathers and all(e["tid"] == 7 and e["dur"] > 0 and e["args"]["bytes"] > 0 for e in gathers),
            "gathers as slices on the timeline", gathers[:3], se)
     # A slice spans the layers' gathers, each latency + bytes at the full payload's size / bandwidth
     # (8 layers, page 16 x head_dim 16 per digest word, 10 us, 200 GB/s; whole ns per layer); restores
@@ -872,10 +946,10 @@ def pp_sync_sweep():
     expect(rc == 0 and "# verdict: OK" in so, "pp_sync + prefetch_consensus with the threaded engine", so, se)
     # The Figure 2b/2c job at small scale: a sweep of both variants and its PNG from HDF5.
     p = subprocess.run([os.path.join(SRC, "jobs", "figure.sh"), "pp_sync"], capture_output=True, text=True,
-                       env=dict(env, KVGRID_FIGURE_SEEDS="1-2"), timeout=280, cwd=SRC)
+                       env=dict(env, KVGRID_FIGURE_SEEDS="1-2", KVGRID_FIGURE_DIR=out("figures")), timeout=280, cwd=SRC)
     expect(p.returncode == 0 and "independent_polling: 100% of runs diverged" in p.stdout
            and "pp_sync: 0% of runs diverged" in p.stdout, "figure.sh pp_sync", p.stdout, p.stderr)
-    with open(os.path.join(SRC, "results", "pp_sync", "pp_sync.png"), "rb") as f:
+    with open(out("figures/pp_sync.png"), "rb") as f:
         expect(f.read(8) == b"\x89PNG\r\n\x1a\n", "a PNG file")
 
 
@@ -902,8 +976,10 @@ def online_consensus():
 
 
 def timeline_export():
-    """kvgrid timeline: Chrome/Perfetto trace events from the HDF5 trace — one process per rank,
-    copies as slices on their stream's thread, ACKs as instants, every step message a matched flow."""
+    """kvgrid timeline: Chrome/Perfetto trace events from the HDF5 trace — one process per rank with
+    step slices holding their phases, prefill/decode batch slices, copies on their stream's thread,
+    ACKs as instants, every step message a matched flow, counters; a request span per request;
+    a step window, sampling, a wall-clock track set and -o FILE."""
     pp = os.path.join(SRC, "experiments", "pp_sync.toml")
     rc, so, se = run(4, pp, "--out", out("tl"), "--set", "workload.multiturn.rounds=2")
     expect(rc == 0, "run", so, se)
@@ -911,15 +987,69 @@ def timeline_export():
     expect(rc == 0, "timeline", se)
     ev = json.loads(so)["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
-    expect(sorted(names) == [0, 1, 2, 3] and names[2].startswith("rank 2 (pp 1"), "a process per rank", names)
+    expect(sorted(names) == [0, 1, 2, 3, 4] and names[2].startswith("rank 2 (pp 1") and names[4].startswith("requests"),
+           "a process per rank and one for the requests", names)
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    tid = {name: t for (p, t), name in threads.items() if p == 0}
     copies = [e for e in ev if e["ph"] == "X" and e["name"] in ("d2h", "h2d", "storage_read")]
-    expect(copies and all(e["dur"] > 0 and e["tid"] in (1, 2, 3) for e in copies), "copies as slices", copies[:3])
+    expect(copies and all(e["dur"] > 0 and e["tid"] in (tid["device->host copies"], tid["host->device copies"],
+                                                         tid["storage reads"]) for e in copies), "copies as slices", copies[:3])
     expect(any(e["ph"] == "i" and e["name"] == "write_ack" for e in ev), "ACKs consumed as instants")
     starts = {e["id"] for e in ev if e["ph"] == "s"}
     ends = {e["id"] for e in ev if e["ph"] == "f"}
     expect(starts and starts == ends, "every stage-to-stage message a matched flow", len(starts), len(ends))
+    # Step slices hold their phases: every phase slice lies inside its step's slice, on the steps thread.
+    steps = [e for e in ev if e["ph"] == "X" and e["name"].startswith("step ") and e["pid"] < 4]
+    expect(steps and all(e["tid"] == tid["steps"] for e in steps), "step slices", steps[:2])
+    phase_names = {"faults", "receive", "cache_events", "schedule", "gather", "forward", "verify", "send", "complete", "report"}
+    phases = [e for e in ev if e["ph"] == "X" and e["name"] in phase_names]
+    expect({e["name"] for e in phases} >= {"forward", "receive"}, "forward and the later stages' receive waits", {e["name"] for e in phases})
+    by_rank = {}
+    for e in steps:
+        by_rank.setdefault(e["pid"], []).append((e["ts"], e["ts"] + e["dur"]))
+    inside = all(any(b - 1e-3 <= p["ts"] and p["ts"] + p["dur"] <= end + 1e-3 for b, end in by_rank[p["pid"]]) for p in phases)
+    expect(inside, "every phase inside a step")
+    for kind in ("prefill", "decode"):
+        k = [e for e in ev if e["ph"] == "X" and e["name"] == kind and e["tid"] == tid[kind]]
+        expect(k and all(e["args"]["tokens"] > 0 for e in k), f"{kind} batch slices", k[:2])
+    # Counters: device and host pages (this experiment has a host tier), queues.
+    pages = [e for e in ev if e["ph"] == "C" and e["name"] == "pages in use"]
+    expect(pages and all("device" in e["args"] and "host" in e["args"] for e in pages) and
+           max(e["args"]["device"] for e in pages) > 0, "page counters", pages[:2])
+    expect(any(e["ph"] == "C" and e["name"] == "requests" and e["args"]["running"] > 0 for e in ev), "queue counters")
+    # A span per request, nested queued/prefill/decode, begin and end matched.
+    h5 = h5py_requests(out("tl"))
+    spans = [e for e in ev if e["ph"] == "b" and e["name"].startswith("request ")]
+    expect(len(spans) == h5 and h5 > 0, "an async span per request", len(spans), h5)
+    begins = collections.Counter((e["id"], e["name"]) for e in ev if e["ph"] == "b")
+    finishes = collections.Counter((e["id"], e["name"]) for e in ev if e["ph"] == "e")
+    expect(begins == finishes and {n for _, n in begins} >= {"queued", "prefill", "decode"}, "spans matched and nested")
+    # A step window and sampling; the wall-clock track set.
+    rc, so, se = tool("timeline", out("tl"), "--from", "10", "--to", "20", "--every", "2", "--wall")
+    ev2 = json.loads(so)["traceEvents"]
+    kept = {int(e["name"].split()[1]) for e in ev2 if e["ph"] == "X" and e["name"].startswith("step ") and e["pid"] < 4}
+    expect(rc == 0 and kept and kept <= set(range(10, 21, 2)), "steps 10-20, every second", sorted(kept), se)
+    expect(all(e["args"]["step"] in range(10, 21) for e in ev2 if e["ph"] == "i"), "instants in the window")
+    walls = {e["pid"] for e in ev2 if e["ph"] == "X" and e["pid"] >= 100000}
+    expect(walls == {100000, 100001, 100002, 100003}, "a wall-clock process per rank", walls)
+    # -o FILE; a file that cannot be written is an input error and leaves nothing.
+    target = out("tl.json")
+    rc, so, se = tool("timeline", out("tl"), "-o", target)
+    expect(rc == 0 and so == "" and json.load(open(target))["traceEvents"] == ev, "-o FILE holds the timeline", se)
+    bad = os.path.join(out("no-such-dir"), "tl.json")
+    rc, so, se = tool("timeline", out("tl"), "-o", bad)
+    expect(rc == 2 and "cannot write" in se and not os.path.exists(bad), "an unwritable -o is an input error", se)
+    rc, so, se = tool("timeline", out("tl"), "--from", "5", "--to", "2")
+    expect(rc == 2 and "--from 5 is after --to 2" in se, "an empty window is an input error", se)
     rc, so, se = tool("timeline", out("does-not-exist"))
     expect(rc == 2 and "kvgrid timeline: error" in se, "a missing run is an input error", se)
+
+
+def h5py_requests(run_dir):
+    """The number of rows of the run's requests table (the rank /meta/requests_rank names)."""
+    with h5py.File(os.path.join(run_dir, "run.h5"), "r") as f:
+        rank = int(f["meta"].attrs["requests_rank"])
+        return len(f[f"ranks/{rank:05d}/requests"])
 
 
 def sweep_smoke():

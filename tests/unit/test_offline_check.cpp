@@ -7,11 +7,13 @@
 namespace kvgrid {
 namespace {
 
+TraceStrings names;  // the rows' names
+
 DecisionRow row(std::uint64_t seq, std::uint64_t step, const std::string& name, std::int64_t arg, std::int64_t result) {
   DecisionRow r;
   r.seq = seq;
   r.step = step;
-  copy_fixed(r.name, sizeof(r.name), name);
+  r.name = names.intern(name);
   r.args[0] = arg;
   r.results[0] = result;
   r.n_args = r.n_results = 1;

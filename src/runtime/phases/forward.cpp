@@ -1,19 +1,20 @@
 // Phase `forward`: the model over this rank's layers, heads and query tokens for every batch entry
-// (and, on the last stage, the draft over its own pages), one stage all-reduce of the partial
-// checksums. Pages loaded back from the host are read layer by layer, each after its own copy
+// (and the plug-ins' work: on the last stage, the draft over its own pages), one stage all-reduce
+// of the partial checksums. Pages loaded back from the host are read layer by layer, each after its own copy
 // landed. Modelled time pipelines the layers: layer l starts when layer l-1's compute and layer
 // l's copies (and gather) are done; the draft runs after the target's last layer.
 #include "core/check.hpp"
 #include "core/wait.hpp"
 #include "runtime/cost.hpp"
 #include "runtime/serve_loop.hpp"
-#include "runtime/spec_decode.hpp"
 
 namespace kvgrid {
 
 void ServeLoop::forward(Step& s) {
   auto& batch = s.batch;
-  partials_.assign(batch.size() * (L_ + Ld_), 0);  // target layers, then (last stage) the draft's
+  std::size_t words = L_;  // per entry: the target's layers, then each plug-in's words (the draft's layers)
+  for (const auto& p : plugins_) words += p->partials_per_entry();
+  partials_.assign(batch.size() * words, 0);
   StepWork work;
   const std::size_t L = L_;
   for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -27,9 +28,7 @@ void ServeLoop::forward(Step& s) {
                    events.empty() ? std::function<void(std::size_t)>{} : std::function<void(std::size_t)>(wait_layer));
     for (auto& ev : events) ev.synchronize();  // (all were, unless the request had no cached prefix to read)
     events.clear();
-    if (draft_model_)  // the draft reads its own pages (restored with the target's, or not)
-      draft_model_->forward(e.req->draft, e.req->tokens, e.start, e.end, e.req->res.pages,
-                            std::span<std::uint64_t>(partials_).subspan(batch.size() * L_ + i * Ld_, Ld_));
+    for (std::size_t k = 0; k < plugins_.size(); ++k) plugins_[k]->forward_entry(s, i, plugin_partials(k, i, batch.size()));
     work.add(e.start, e.end, e.prefill);
   }
   if (stage_size_ > 1 && !batch.empty()) {
@@ -40,9 +39,10 @@ void ServeLoop::forward(Step& s) {
   }
   const auto& shape = grid_.shape();
   const std::uint64_t compute = compute_ns(exp_.cost, work, L_, shape.tp, shape.cp);
-  const std::uint64_t draft_ns = draft_model_ ? draft_step_ns(exp_.cost, exp_.model.draft, work, batch, Ld_, shape.tp, shape.cp) : 0;
+  std::uint64_t plugin_ns = 0;  // the draft's passes
+  for (const auto& p : plugins_) plugin_ns += p->forward_ns(s, work);
   const std::uint64_t step_ns =
-      compute + draft_ns + (stage_size_ > 1 && !batch.empty() ? static_cast<std::uint64_t>(exp_.cost.allreduce_ns) : 0);
+      compute + plugin_ns + (stage_size_ > 1 && !batch.empty() ? static_cast<std::uint64_t>(exp_.cost.allreduce_ns) : 0);
   clock_ = s.start_ns;  // the copies' completion times enter through the layer pipeline instead
   for (std::size_t l = 0; l < L_; ++l)
     clock_ = std::max(clock_, s.layer_ready[l]) + (compute * (l + 1) / L_ - compute * l / L_);

@@ -1,9 +1,11 @@
-// Phase `report`: the step's timeline records (copies and ACKs), whether the run is done, P/D
-// decode's answers to prefill and the drafts' verified counts back to PP0, the periodic check
+// Phase `report`: the step's timeline records (copies and ACKs), whether the run is done, the
+// plug-ins' after-step messages (P/D decode's answers to prefill, the drafts' verified counts back
+// to PP0), the periodic check
 // (tree and decision digests, verify()) and the online consensus checker, the progress row and
 // the trace's flush.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "core/check.hpp"
 #include "core/log.hpp"
@@ -19,17 +21,17 @@ void ServeLoop::report(Step& s) {
     for (const auto& t : dc_.take_transfers())
       emit(step, t.id, t.kind, static_cast<std::int64_t>(t.start_ns), static_cast<std::int64_t>(t.end_ns),
            static_cast<std::int64_t>(t.bytes), 0);
-  done_ = role_ == PdRole::None ? s.in.exhausted != 0 && sched_.idle() : s.in.pd_stop != 0;
-  if (role_ == PdRole::Decode && leader_ && first_stage_ && !done_) pd_.send_answers(clock_, sched_.idle(), pd_to_peer_);
-  if (stack_.has_draft && grid_.shape().pp > 1 && leader_ && expect_back_ && !done_) {
-    StepMessage back;
-    back.clock_ns = clock_;
-    back.accepts = accepts_next_;
-    back_sender_.send(back, 0, grid_.pp(), kTagBackward);
-  }
+  // Done: the workload is exhausted and nothing is queued or running (P/D: prefill's relayed stop).
+  std::optional<bool> plugin_done;
+  for (const auto& p : plugins_)
+    if (auto d = p->done(s)) plugin_done = d;
+  done_ = plugin_done ? *plugin_done : s.in.exhausted != 0 && sched_.idle();
+  if (!done_)
+    for (auto& p : plugins_) p->after_step(s);  // P/D decode's answers, the drafts' counts back to PP0
   if (trace_) trace_->set_completed_step(static_cast<std::uint64_t>(step));
   if ((step + 1) % exp_.engine.check_every == 0 || done_) {
-    CheckOutcome co = periodic_check(grid_, dc_, log_, local_failures_, step, res_, print_);
+    CheckOutcome co = periodic_check(grid_, dc_, log_, local_failures_, local_mismatches_, step, res_, print_);
+    wrong_ = co.oracle_mismatches;
     emit(step, 0, "check", static_cast<std::int64_t>(co.tree_differs.size()), static_cast<std::int64_t>(co.decisions_differ.size()),
          co.verify_failures, co.agree() ? 0 : 1);
   }
@@ -51,14 +53,14 @@ void ServeLoop::report(Step& s) {
     // Throttled by wall time (output only: no decision reads it); the last row always.
     const double now_s = static_cast<double>(wall_ns()) / 1e9;
     if (done_ || now_s - last_row_s_ >= exp_.output.report_seconds) {
-      progress_row(step);
+      progress_row(step, done_);
       last_row_s_ = now_s;
     }
   }
   if ((step + 1) % exp_.output.flush_every == 0 || done_) flush();
 }
 
-void ServeLoop::progress_row(std::int64_t step) {
+void ServeLoop::progress_row(std::int64_t step, bool last) {
   // Hit rates by tier over the finished requests' prompt tokens: device = cached - loaded back,
   // host = loaded back - prefetched, storage = prefetched (they add up to the cached share).
   auto pct = [this](std::int64_t x) {
@@ -70,13 +72,19 @@ void ServeLoop::progress_row(std::int64_t step) {
   const double done = total_known_ ? std::min(1.0, ended / static_cast<double>(total_known_)) : 0.0;
   char eta[16] = "      -";
   if (done > 0) std::snprintf(eta, sizeof(eta), "%7.1f", wall_s * (1.0 - done) / done);
-  char row[220];
-  std::snprintf(row, sizeof(row), "%7lld %7lld/%-7llu %7zu %7zu %6.2f %6.2f %6.2f %8lld %9.3f %7.2f %6.1f %s",
-                static_cast<long long>(step + 1), static_cast<long long>(res_.finished),
-                static_cast<unsigned long long>(total_known_), sched_.waiting(), sched_.running(),
-                pct(res_.cached_tokens - res_.host_tokens), pct(res_.host_tokens - res_.storage_tokens), pct(res_.storage_tokens),
-                static_cast<long long>(dc_.pool().used_pages().value()), static_cast<double>(clock_) / 1e6, wall_s,
-                100.0 * done, eta);
+  // wrong: the world's oracle mismatches as of the last periodic check (nccl-tests' #wrong).
+  // The counts (all but step, wall time and ETA): the last row is left out when they are the row
+  // before's (a run's last step usually only finds it done).
+  char counts[200];
+  std::snprintf(counts, sizeof(counts), "%7lld/%-7llu %7zu %7zu %6.2f %6.2f %6.2f %8lld %6lld %9.3f",
+                static_cast<long long>(res_.finished), static_cast<unsigned long long>(total_known_), sched_.waiting(),
+                sched_.running(), pct(res_.cached_tokens - res_.host_tokens), pct(res_.host_tokens - res_.storage_tokens),
+                pct(res_.storage_tokens), static_cast<long long>(dc_.pool().used_pages().value()),
+                static_cast<long long>(wrong_), static_cast<double>(clock_) / 1e6);
+  if (last && last_row_ == counts) return;
+  last_row_ = counts;
+  char row[280];
+  std::snprintf(row, sizeof(row), "%7lld %s %7.2f %6.1f %s", static_cast<long long>(step + 1), counts, wall_s, 100.0 * done, eta);
   log0(row);
 }
 

@@ -1,6 +1,6 @@
 // Phase `schedule`: this rank's batch. The scheduler admits and batches by itself (as every SGLang
-// scheduler process does); the fresh pages are prepared for new KV, new load-backs that must be
-// agreed are entered (protocol.load_back), P/D decode answers its admissions. Then the checks that
+// scheduler process does); the fresh pages are prepared for new KV; the plug-ins enter new
+// load-backs that must be agreed (protocol.load_back) and answer P/D decode's admissions. Then the checks that
 // turn a divergence into a clear stop instead of wrong KV: the previous stage's activation must
 // describe this batch (else "shape mismatch", the symptom of SGLang #22607), and the stage's TP/CP
 // peers must have scheduled the same batch (one small all-reduce before the partials' all-reduce,
@@ -15,11 +15,10 @@ namespace kvgrid {
 void ServeLoop::schedule(Step& s) {
   s.batch = sched_.schedule(clock_);
   pool_.reset(sched_.fresh_pages());
-  if (stack_.draft_pool) stack_.draft_pool->reset(sched_.fresh_pages());
-  if (load_check_) load_check_->admitted(s.index);  // their outcome is agreed before anyone reads them
-  // Decode: this step's admissions answered (decode_prefix_len agreed, receives posted); relayed to
-  // later stages, which compare.
-  if (decode_step_) s.decode_answers = decode_step_->admissions(s.index, s.in.pd);
+  // The plug-ins' part: the draft's fresh pages; new load-backs entered for agreement (their outcome
+  // is agreed before anyone reads them); P/D decode's admissions answered (decode_prefix_len
+  // agreed, receives posted; relayed to later stages, which compare).
+  for (auto& p : plugins_) p->scheduled(s);
   if (!first_stage_) check_activation(s);
   // Nothing to compute but backups in flight (pages locked by them may be what admission waits
   // for): this rank's clock moves on to the oldest one's completion, as a real rank would wait.

@@ -1,14 +1,10 @@
 // Phase `verify`: every batch entry's chain value for the next stage (this stage's layers chained
-// onto what it received); on the last stage the oracle's check and the draft rounds.
-//
-// Speculative decoding: each request that yields a token at this step starts a draft round of up
-// to `steps` tokens (fewer near its end). Every stage knows which do; the last stage verifies them
-// — accepted only if the draft's checksum over the pages it read matches its oracle and the seeded
-// Bernoulli draws succeed — and the counts apply at the next step.
+// onto what it received); the plug-ins' checks (speculative decoding: each request that yields a
+// token starts a draft round, which the last stage verifies — runtime/spec_decode.hpp); on the
+// last stage the oracle's check.
 #include "core/check.hpp"
 #include "core/log.hpp"
 #include "runtime/serve_loop.hpp"
-#include "runtime/spec_decode.hpp"
 
 namespace kvgrid {
 
@@ -19,30 +15,9 @@ void ServeLoop::verify(Step& s) {
     const std::uint64_t a_out = chain(a_in, std::span<const std::uint64_t>(partials_).subspan(i * L_, L_));
     s.out.entries.push_back({e.req->spec.id.value(), e.start, e.end, a_out});
     if (e.prefill) e.req->forward_ns += clock_ - s.start_ns;  // the step, its restore and gather waits included
-    if (draft_round_size(exp_.model.draft, e) > 0) ++s.rounds_started;
-    if (draft_model_) verify_draft(s, i);
+    for (std::size_t k = 0; k < plugins_.size(); ++k) plugins_[k]->verify_entry(s, i, plugin_partials(k, i, s.batch.size()));
     if (checker_) check_oracle(s, i);
   }
-}
-
-void ServeLoop::verify_draft(Step& s, std::size_t i) {
-  auto& e = s.batch[i];
-  const std::int64_t k = draft_round_size(exp_.model.draft, e);
-  const std::uint64_t got = chain(chain_seed(e.req->spec.id, e.start, e.end, /*draft=*/true),
-                                  std::span<const std::uint64_t>(partials_).subspan(s.batch.size() * L_ + i * Ld_, Ld_));
-  const bool intact = got == draft_oracle_->expected(e.req->draft_oracle, e.req->spec.id, e.req->tokens, e.start, e.end);
-  if (!intact) {
-    ++e.req->draft_mismatches;
-    emit(s.index, e.req->spec.id.value(), "draft_mismatch", static_cast<std::int64_t>(e.start), static_cast<std::int64_t>(e.end), 0, 0);
-  }
-  if (k <= 0) return;
-  const std::uint32_t a =
-      draft_accepted(exp_.engine.seed, e.req->spec.id, e.req->generated + 1, k, exp_.model.draft.accept_prob, intact);
-  ++e.req->spec_rounds;
-  e.req->spec_proposed += static_cast<std::uint32_t>(k);
-  e.req->spec_accepted += a;
-  s.accepts.push_back({e.req->spec.id.value(), a});
-  emit(s.index, e.req->spec.id.value(), "draft_round", k, a, intact ? 1 : 0, 0);
 }
 
 void ServeLoop::check_oracle(Step& s, std::size_t i) {
