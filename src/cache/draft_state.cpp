@@ -6,26 +6,20 @@
 
 namespace kvgrid::cache {
 
-const std::vector<std::string>& draft_modes() {
-  static const std::vector<std::string> m{"none", "packed", "sidecar", "target_only"};
-  return m;
-}
-
-std::string draft_layout_problem(const std::string& mode, const DraftRowShape& d, const DraftRowShape& t) {
-  if (mode != "packed" || (d.kv_heads == t.kv_heads && d.head_dim == t.head_dim && d.dtype == t.dtype)) return "";
+std::string draft_layout_problem(DraftLayout layout, const DraftRowShape& d, const DraftRowShape& t) {
+  if (layout != DraftLayout::Packed || (d.kv_heads == t.kv_heads && d.head_dim == t.head_dim && d.dtype == t.dtype)) return "";
   return "model.draft.mode = \"packed\" needs the draft's KV rows shaped like the target's: model.draft.kv_heads = " +
          std::to_string(d.kv_heads) + " vs model.kv_heads = " + std::to_string(t.kv_heads) + ", model.draft.head_dim = " +
          std::to_string(d.head_dim) + " vs model.head_dim = " + std::to_string(t.head_dim) + ", model.draft.dtype = \"" +
          d.dtype + "\" vs " + t.dtype + " (use mode = \"sidecar\" for a draft with its own layout)";
 }
 
-std::size_t draft_host_layers(const std::string& mode, std::size_t target_layers, std::size_t draft_layers) {
-  return mode == "packed" ? target_layers + draft_layers : target_layers;
+std::size_t draft_host_layers(DraftLayout layout, std::size_t target_layers, std::size_t draft_layers) {
+  return layout == DraftLayout::Packed ? target_layers + draft_layers : target_layers;
 }
 
-DraftState::DraftState(std::string mode, KvPool& device, KvPool* target_host, std::size_t target_layers)
-    : mode_(std::move(mode)), packed_(mode_ == "packed"), device_(device), target_host_(target_host), target_layers_(target_layers) {
-  KVGRID_CHECK(mode_ == "packed" || mode_ == "sidecar" || mode_ == "target_only", "draft mode '", mode_, "'");
+DraftState::DraftState(DraftLayout layout, KvPool& device, KvPool* target_host, std::size_t target_layers)
+    : layout_(layout), packed_(layout == DraftLayout::Packed), device_(device), target_host_(target_host), target_layers_(target_layers) {
   KVGRID_CHECK(!device_.sharded(), "a draft model over a CP-sharded pool");
   if (!target_host_) return;
   if (packed_) {
@@ -36,7 +30,7 @@ DraftState::DraftState(std::string mode, KvPool& device, KvPool* target_host, st
                        "): they cannot share host slots (use sidecar)");
     KVGRID_CHECK(target_host_->layers() == target_layers_ + device_.layers(), "packed host pool of ", target_host_->layers(),
                  " layers for ", target_layers_, " target and ", device_.layers(), " draft layers");
-  } else if (mode_ == "sidecar") {
+  } else if (layout_ == DraftLayout::Sidecar) {
     KvPoolConfig c = device_.config();
     c.capacity = target_host_->config().capacity;  // the source pool's slot count
     sidecar_ = std::make_unique<KvPool>(c);

@@ -2,17 +2,18 @@
 //
 // The draft model (MTP/EAGLE-style layers on the last pipeline stage) keeps its own KV next to the
 // target's: a device pool indexed by the target's page ids, so every device page holds both. When
-// the cache controller moves target pages between tiers, this module says what moves with them —
-// and it is the only place that knows the mode's name (`model.draft.mode`):
+// the cache controller moves target pages between tiers, this module says what moves with them,
+// for each layout the cache offers (which `model.draft.mode` variant runs is chosen in
+// protocols/draft_restore, which states the invariant):
 //
-//   packed       the draft's layers are extra tail layers of the target's host pool: one host
+//   Packed       the draft's layers are extra tail layers of the target's host pool: one host
 //                slot holds both (the draft's blocks must have the target's shape — heads per
 //                rank, head_dim, dtype — checked at start-up); in storage the draft's layers are
 //                inside the page object.
-//   sidecar      a separate draft host pool with its own layout and the target host pool's slot
+//   Sidecar      a separate draft host pool with its own layout and the target host pool's slot
 //                count; copies use the target's host page ids (transfer indices derive from the
 //                target KV). In storage every page has a second object, key + ".draft".
-//   target_only  only the target moves: a restored page's draft rows are cleared (nothing
+//   TargetOnly   only the target moves: a restored page's draft rows are cleared (nothing
 //                restored them), so the draft reads a blind prefix.
 //
 // Backups and loads submit the draft's copies as their own batch after the target's on the same
@@ -31,14 +32,16 @@
 
 namespace kvgrid::cache {
 
+enum class DraftLayout { Packed, Sidecar, TargetOnly };
+
 class DraftState {
  public:
   // `device`: the draft's device pool. `target_host`: the target's host pool (null: no host tier);
   // with packed it must hold `target_layers` + draft layers (draft_host_layers). Throws InputError
   // when the mode cannot hold this draft (packed with an incompatible block shape).
-  DraftState(std::string mode, KvPool& device, KvPool* target_host, std::size_t target_layers);
+  DraftState(DraftLayout layout, KvPool& device, KvPool* target_host, std::size_t target_layers);
 
-  const std::string& mode() const { return mode_; }
+  DraftLayout layout() const { return layout_; }
   KvPool& device() { return device_; }
   const KvPool& device() const { return device_; }
   // The pool a draft host copy lives in (null: target_only, or no host tier).
@@ -58,24 +61,22 @@ class DraftState {
   void load_object(PageId host_page, std::span<const std::uint8_t> bytes);
 
  private:
-  std::string mode_;
-  bool packed_;  // mode_ == "packed", decided once
+  DraftLayout layout_;
+  bool packed_;  // layout_ == Packed
   KvPool& device_;
   KvPool* target_host_;
   std::size_t target_layers_;
   std::unique_ptr<KvPool> sidecar_;
 };
 
-// Why this draft cannot use `mode` (empty: it can): packed shares the target's host slots, so the
+// Why this draft cannot use `layout` (empty: it can): Packed shares the target's host slots, so the
 // draft's rows must have the target's shape (KV heads, head_dim, dtype).
 struct DraftRowShape {
   std::int64_t kv_heads = 0, head_dim = 0;
   std::string dtype;
 };
-std::string draft_layout_problem(const std::string& mode, const DraftRowShape& draft, const DraftRowShape& target);
-// Layers of the target's host pool for this draft mode (packed: the target's and the draft's).
-std::size_t draft_host_layers(const std::string& mode, std::size_t target_layers, std::size_t draft_layers);
-// The draft modes (the first, "none", means no draft model).
-const std::vector<std::string>& draft_modes();
+std::string draft_layout_problem(DraftLayout layout, const DraftRowShape& draft, const DraftRowShape& target);
+// Layers of the target's host pool for this layout (Packed: the target's and the draft's).
+std::size_t draft_host_layers(DraftLayout layout, std::size_t target_layers, std::size_t draft_layers);
 
 }  // namespace kvgrid::cache

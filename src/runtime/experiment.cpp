@@ -11,6 +11,7 @@
 #include "cache/draft_state.hpp"
 #include "core/check.hpp"
 #include "protocols/cp_sharding.hpp"
+#include "protocols/draft_restore.hpp"
 
 namespace kvgrid {
 
@@ -60,7 +61,7 @@ Schema build_schema() {
   s.add(ikey({"model", "head_dim"}, 128, 1, 65536, "elements per head"));
   s.add(skey({"model", "attention"}, {"mha", "mla"}, "mha: heads split over TP; mla: one latent per token, replicated"));
   s.add(skey({"model", "cp_split"}, {"interleave", "zigzag"}, "how CP ranks split a prefill chunk's query tokens"));
-  s.add(skey({"model", "draft", "mode"}, {"none", "packed", "sidecar", "target_only"},
+  s.add(skey({"model", "draft", "mode"}, protocols::draft_modes(),
              "speculative decoding's draft state in the cache: no draft; draft layers packed into the target's host "
              "slots; a sidecar draft host pool; or the target's KV alone (the draft reads a blind prefix)"));
   s.add(ikey({"model", "draft", "layers"}, 1, 1, 64, "draft layers (MTP/EAGLE-style, on the last PP stage)"));
@@ -345,7 +346,7 @@ void check_relations(const ExperimentConfig& e, const std::string& src) {
   if (d.enabled()) {
     if (w.kind == "tree")
       throw InputError(src + ": model.draft.mode = \"" + d.mode + "\" needs a serving workload (gsp, multiturn, mooncake), not \"tree\"");
-    const std::string why = cache::draft_layout_problem(d.mode, {d.kv_heads, d.head_dim, d.dtype},
+    const std::string why = cache::draft_layout_problem(*protocols::draft_layout(d.mode), {d.kv_heads, d.head_dim, d.dtype},
                                                         {e.model.kv_heads, e.model.head_dim, "bf16"});
     if (!why.empty()) throw InputError(src + ": " + why);
   }

@@ -5,6 +5,7 @@
 #include "cache/page_hash.hpp"
 #include "core/check.hpp"
 #include "runtime/pd.hpp"
+#include "protocols/draft_restore.hpp"
 #include "protocols/load_back.hpp"
 #include "protocols/pd_restore.hpp"
 #include "protocols/pp_sync.hpp"
@@ -73,7 +74,8 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
                                     : 1.0;
   if (exp.cache.host_pages.value() > 0) {
     auto hc = kv_config(exp.cache.host_pages);  // per rank (sharded: its pages)
-    if (has_draft) hc.layers = cache::draft_host_layers(exp.model.draft.mode, geo.local_layers(), draft_geo.local_layers());
+    if (has_draft)
+      hc.layers = cache::draft_host_layers(*protocols::draft_layout(exp.model.draft.mode), geo.local_layers(), draft_geo.local_layers());
     host_kv = std::make_unique<cache::KvPool>(hc);
     transfer::EngineConfig ec;
     ec.backend = exp.engine.transfer;
@@ -160,7 +162,8 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
     }
   }
   if (has_draft) {
-    draft = std::make_unique<cache::DraftState>(exp.model.draft.mode, *draft_pool, host_kv.get(), geo.local_layers());
+    draft = std::make_unique<cache::DraftState>(*protocols::draft_layout(exp.model.draft.mode), *draft_pool, host_kv.get(),
+                                                geo.local_layers());
     dc->set_draft(draft.get());
   }
   // P/D decode reads a restore steps after it started: its restores stay private until agreed.

@@ -14,6 +14,7 @@
 #include "cache/draft_state.hpp"
 #include "cache/page_hash.hpp"
 #include "core/check.hpp"
+#include "protocols/draft_restore.hpp"
 #include "runtime/experiment.hpp"
 #include "tier_rig.hpp"
 
@@ -52,6 +53,18 @@ class DelayDraftEngine final : public transfer::TransferEngine {
 };
 
 // Target: 2 layers × 2 heads; draft: 1 layer × 2 heads (same block shape: packable).
+// The cache layout of a model.draft.mode variant (protocols/draft_restore chooses it).
+DraftLayout layout_of(const std::string& mode) { return *protocols::draft_layout(mode); }
+
+TEST(DraftRestore, EveryVariantHasItsLayout) {
+  EXPECT_EQ(protocols::draft_modes(), (std::vector<std::string>{"none", "packed", "sidecar", "target_only"}));
+  EXPECT_FALSE(protocols::draft_layout("none").has_value());
+  EXPECT_EQ(protocols::draft_layout("packed"), DraftLayout::Packed);
+  EXPECT_EQ(protocols::draft_layout("sidecar"), DraftLayout::Sidecar);
+  EXPECT_EQ(protocols::draft_layout("target_only"), DraftLayout::TargetOnly);
+  EXPECT_THROW(protocols::draft_layout("stale"), InternalError);
+}
+
 struct DraftRig {
   std::uint64_t clock = 0;
   DecisionLog log;
@@ -66,7 +79,7 @@ struct DraftRig {
   std::string dir;
 
   DraftRig(const std::string& mode, Pages device_pages, std::uint64_t draft_delay_ns = 0, std::string storage_dir = "")
-      : host({Pages(32), Tokens(kPage), 0, draft_host_layers(mode, 2, 1), {0, 1}, 1, Payload::Digest}),
+      : host({Pages(32), Tokens(kPage), 0, draft_host_layers(layout_of(mode), 2, 1), {0, 1}, 1, Payload::Digest}),
         dc({Tokens(kPage), device_pages}, log), dir(std::move(storage_dir)) {
     transfer::EngineConfig ec;
     ec.jitter = 0;
@@ -92,7 +105,7 @@ struct DraftRig {
       sc.now = [this] { return clock; };
       dc.attach_storage_tier(sc, host, agreement);
     }
-    draft = std::make_unique<DraftState>(mode, draft_device, &host, 2);
+    draft = std::make_unique<DraftState>(layout_of(mode), draft_device, &host, 2);
     dc.set_draft(draft.get());
   }
 
@@ -203,12 +216,12 @@ TEST(DraftState, PackedNeedsTheTargetsBlockShape) {
   KvPool draft{{Pages(4), Tokens(kPage), 100, 1, {0, 1, 2}, 1, Payload::Digest}};  // 3 heads
   KvPool host{{Pages(4), Tokens(kPage), 0, 3, {0, 1}, 1, Payload::Digest}};
   try {
-    DraftState d("packed", draft, &host, 2);
+    DraftState d(DraftLayout::Packed, draft, &host, 2);
     FAIL() << "an incompatible packed draft was accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("sidecar"), std::string::npos) << e.what();
   }
-  DraftState sidecar("sidecar", draft, &host, 2);  // its own layout: fine
+  DraftState sidecar(DraftLayout::Sidecar, draft, &host, 2);  // its own layout: fine
   ASSERT_NE(sidecar.host(), nullptr);
   EXPECT_EQ(sidecar.host()->config().capacity, Pages(4));  // the source pool's slot count
   EXPECT_EQ(sidecar.host()->heads(), 3u);
