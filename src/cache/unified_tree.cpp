@@ -1,0 +1,587 @@
+#include "cache/unified_tree.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "core/check.hpp"
+#include "core/hash.hpp"
+
+namespace kvgrid::cache::unified {
+
+bool Candidate::accepted() const {
+  return std::all_of(votes.begin(), votes.end(), [](bool v) { return v; });
+}
+
+bool LockHandle::held() const {
+  return std::any_of(parts.begin(), parts.end(), [](const LockPart& p) { return p.held; });
+}
+
+void Component::evict_start(UnifiedTree&) {}
+Node* Component::evict_next(UnifiedTree& tree) { return tree.lru_candidate(id()); }
+void Component::evict_end(UnifiedTree&) {}
+std::int64_t Component::drive_host_eviction(UnifiedTree&, std::int64_t) { return 0; }
+
+// ---- construction ---------------------------------------------------------------------------
+
+UnifiedTree::UnifiedTree(Tokens page_size) : page_size_(page_size), root_(std::make_unique<Node>()) {
+  KVGRID_CHECK(page_size.value() >= 1, "page_size ", page_size);
+  root_->id = 0;
+}
+
+UnifiedTree::~UnifiedTree() {
+  // Iterative teardown: a long chain of unique_ptr destructors could overflow the stack.
+  std::vector<std::unique_ptr<Node>> stack;
+  stack.push_back(std::move(root_));
+  while (!stack.empty()) {
+    auto n = std::move(stack.back());
+    stack.pop_back();
+    for (auto& [h, c] : n->children) stack.push_back(std::move(c));
+  }
+}
+
+ComponentId UnifiedTree::add_component(std::unique_ptr<Component> c) {
+  KVGRID_CHECK(!frozen_ && node_count_ == 0, "component ", c->name(), " registered after the first insert");
+  const ComponentId id(static_cast<std::uint32_t>(components_.size()));
+  c->id_ = id;
+  c->page_size_ = page_size_;
+  c->attached();
+  components_.push_back(std::move(c));
+  evictable_.emplace_back();
+  held_.push_back(0);
+  protected_.push_back(0);
+  root_->comp.emplace_back();
+  root_->in_evictable.push_back(false);
+  return id;
+}
+
+std::size_t UnifiedTree::add_sidecar(std::unique_ptr<Sidecar> s) {
+  KVGRID_CHECK(s->source().value() < components_.size(), "sidecar ", s->name(), " follows unknown component ",
+               s->source());
+  KVGRID_CHECK(!frozen_ && node_count_ == 0, "sidecar ", s->name(), " registered after the first insert");
+  sidecars_.push_back(std::move(s));
+  return sidecars_.size() - 1;
+}
+
+std::unique_ptr<Node> UnifiedTree::new_node() {
+  auto n = std::make_unique<Node>();
+  n->id = next_id_++;
+  n->comp.resize(components_.size());
+  n->in_evictable.assign(components_.size(), false);
+  return n;
+}
+
+EvictResult UnifiedTree::empty_result() const {
+  EvictResult r;
+  r.freed.resize(components_.size());
+  r.sidecar_freed.resize(sidecars_.size());
+  return r;
+}
+
+// ---- topology helpers -----------------------------------------------------------------------
+
+std::uint64_t UnifiedTree::page_hash(std::span<const TokenId> page) const { return hash_u32(page); }
+
+Node* UnifiedTree::find_child(Node* node, std::span<const TokenId> first_page, std::uint64_t h) const {
+  auto [it, end] = node->children.equal_range(h);
+  for (; it != end; ++it)
+    if (std::memcmp(it->second->key.data(), first_page.data(), first_page.size() * sizeof(TokenId)) == 0)
+      return it->second.get();
+  return nullptr;
+}
+
+std::unordered_multimap<std::uint64_t, std::unique_ptr<Node>>::iterator UnifiedTree::entry_of(Node* child) {
+  auto [it, end] = child->parent->children.equal_range(child->first_page_hash);
+  for (; it != end; ++it)
+    if (it->second.get() == child) return it;
+  KVGRID_CHECK(false, "node ", child->id, " missing from its parent");
+  return end;
+}
+
+void UnifiedTree::add_child(Node* parent, std::unique_ptr<Node> child) {
+  const std::size_t p = static_cast<std::size_t>(page_size_.value());
+  child->parent = parent;
+  child->first_page_hash = page_hash(std::span<const TokenId>(child->key.data(), p));
+  const std::uint64_t h = child->first_page_hash;
+  parent->children.emplace(h, std::move(child));
+}
+
+std::size_t UnifiedTree::common_pages_tokens(const Node* node, std::span<const TokenId> tokens) const {
+  const std::size_t p = static_cast<std::size_t>(page_size_.value());
+  const std::size_t n = std::min(node->key.size(), tokens.size() / p * p);
+  if (std::memcmp(node->key.data(), tokens.data(), n * sizeof(TokenId)) == 0) return n;
+  std::size_t m = 0;
+  while (m + p <= n && std::memcmp(node->key.data() + m, tokens.data() + m, p * sizeof(TokenId)) == 0) m += p;
+  return m;
+}
+
+Node* UnifiedTree::split(Node* child, std::size_t split_tokens) {
+  const std::size_t p = static_cast<std::size_t>(page_size_.value());
+  KVGRID_CHECK(split_tokens > 0 && split_tokens < child->key.size() && split_tokens % p == 0, "split of a ",
+               child->key.size(), "-token node at ", split_tokens);
+  auto it = entry_of(child);
+  auto mid = new_node();
+  mid->parent = child->parent;
+  mid->key.assign(child->key.begin(), child->key.begin() + static_cast<std::ptrdiff_t>(split_tokens));
+  mid->end = child->start() + Tokens(static_cast<std::int64_t>(split_tokens));
+  mid->first_page_hash = child->first_page_hash;  // same first page, so the same entry in the parent
+  mid->last_access = child->last_access;
+  for (std::size_t c = 0; c < components_.size(); ++c) {
+    ComponentData& cd = child->comp[c];
+    const std::int64_t before = cd.value ? static_cast<std::int64_t>(cd.value->size()) : 0;
+    if (cd.lock_ref > 0) protected_[c] -= before;
+    components_[c]->redistribute_on_split(mid->comp[c], cd, split_tokens / p);
+    const ComponentData& md = mid->comp[c];
+    const std::int64_t a = md.value ? static_cast<std::int64_t>(md.value->size()) : 0;
+    const std::int64_t b = cd.value ? static_cast<std::int64_t>(cd.value->size()) : 0;
+    KVGRID_CHECK(a + b == before, "component ", components_[c]->name(), " split of node ", child->id, " turned ",
+                 before, " slots into ", a, " + ", b);
+    if (md.lock_ref > 0) protected_[c] += a;
+    if (cd.lock_ref > 0) protected_[c] += b;
+  }
+  std::unique_ptr<Node> owned = std::move(it->second);
+  owned->key.erase(owned->key.begin(), owned->key.begin() + static_cast<std::ptrdiff_t>(split_tokens));
+  Node* mid_raw = mid.get();
+  it->second = std::move(mid);
+  add_child(mid_raw, std::move(owned));
+  ++node_count_;
+  ++splits_;
+  refresh(mid_raw);
+  refresh(child);
+  refresh(mid_raw->parent);
+  return mid_raw;
+}
+
+std::vector<Node*> UnifiedTree::split_at(Node* node, std::vector<Tokens> at) {
+  std::vector<Node*> frags;
+  for (Tokens d : at) frags.push_back(split(node, static_cast<std::size_t>((d - node->start()).value())));
+  frags.push_back(node);  // a split keeps `node` as the lower part
+  return frags;
+}
+
+std::vector<Tokens> UnifiedTree::insert_splits(const InsertContext& ctx, const Node* node, Tokens start, Tokens end) const {
+  std::vector<Tokens> at;
+  for (const auto& c : components_) {
+    auto d = c->insert_boundary(ctx, node, start, end);
+    if (!d) continue;
+    KVGRID_CHECK(*d > start && *d < end && d->value() % page_size_.value() == 0, "component ", c->name(),
+                 " asked for an insert boundary at ", *d, " inside [", start, ", ", end, ")");
+    at.push_back(*d);
+  }
+  std::sort(at.begin(), at.end());
+  at.erase(std::unique(at.begin(), at.end()), at.end());
+  return at;
+}
+
+Node* UnifiedTree::find_node(std::span<const TokenId> tokens, Tokens end) {
+  const std::size_t p = static_cast<std::size_t>(page_size_.value());
+  const std::size_t want = static_cast<std::size_t>(end.value());
+  if (want == 0) return root_.get();
+  if (want > tokens.size() || want % p != 0) return nullptr;
+  Node* node = root_.get();
+  std::size_t pos = 0;
+  while (pos < want) {
+    auto first = tokens.subspan(pos, p);
+    Node* child = find_child(node, first, page_hash(first));
+    if (!child || child->key.size() > want - pos) return nullptr;
+    if (common_pages_tokens(child, tokens.subspan(pos, want - pos)) != child->key.size()) return nullptr;
+    node = child;
+    pos += child->key.size();
+  }
+  return node;
+}
+
+// ---- eviction sets and counters -------------------------------------------------------------
+
+void UnifiedTree::touch(Node* node) {
+  for (std::size_t c = 0; c < components_.size(); ++c)
+    if (node->in_evictable[c]) evictable_[c].erase(EvictKey{node->last_access, node->id, node});
+  node->last_access = clock_;
+  for (std::size_t c = 0; c < components_.size(); ++c)
+    if (node->in_evictable[c]) evictable_[c].insert(EvictKey{node->last_access, node->id, node});
+}
+
+bool UnifiedTree::cascade_unlocked(const Node* node, int priority) const {
+  const bool leaf = node->is_leaf();
+  for (std::size_t d = 0; d < components_.size(); ++d)
+    if (components_[d]->eviction_priority(leaf) <= priority && node->comp[d].lock_ref != 0) return false;
+  return true;
+}
+
+bool UnifiedTree::is_candidate(const Node* node, ComponentId c) const {
+  if (node == root_.get() || !node->at(c).live()) return false;
+  const Component& comp = *components_[c.value()];
+  return comp.eviction_candidate(*node) && cascade_unlocked(node, comp.eviction_priority(node->is_leaf()));
+}
+
+void UnifiedTree::refresh(Node* node) {
+  if (node == root_.get()) return;
+  for (std::size_t c = 0; c < components_.size(); ++c) {
+    const bool want = is_candidate(node, ComponentId(static_cast<std::uint32_t>(c)));
+    if (want == node->in_evictable[c]) continue;
+    if (want) evictable_[c].insert(EvictKey{node->last_access, node->id, node});
+    else evictable_[c].erase(EvictKey{node->last_access, node->id, node});
+    node->in_evictable[c] = want;
+  }
+}
+
+bool UnifiedTree::all_tombstone(const Node* node) const {
+  return std::none_of(node->comp.begin(), node->comp.end(), [](const ComponentData& d) { return d.live(); });
+}
+
+bool UnifiedTree::unlocked(const Node* node) const {
+  return std::all_of(node->comp.begin(), node->comp.end(), [](const ComponentData& d) { return d.lock_ref == 0; });
+}
+
+void UnifiedTree::set_value(Node* node, ComponentId c, std::optional<std::vector<Slot>> v) {
+  KVGRID_CHECK(node != root_.get(), "a value on the root");
+  const Component& comp = *components_[c.value()];
+  const std::size_t want = comp.paged() ? node->key.size() / static_cast<std::size_t>(page_size_.value()) : 1;
+  KVGRID_CHECK(!v || v->size() == want, "component ", comp.name(), " value of ", v ? v->size() : 0, " slots on node ",
+               node->id, " (", node->key.size(), " tokens) expects ", want);
+  ComponentData& d = node->at(c);
+  const std::int64_t old = d.value ? static_cast<std::int64_t>(d.value->size()) : 0;
+  const std::int64_t now = v ? static_cast<std::int64_t>(v->size()) : 0;
+  held_[c.value()] += now - old;
+  if (d.lock_ref > 0) protected_[c.value()] += now - old;
+  d.value = std::move(v);
+  refresh(node);
+  refresh(node->parent);  // a parent's candidate rule may look at its children's values (FULL)
+}
+
+void UnifiedTree::add_lock(Node* node, ComponentId c, std::int64_t delta) {
+  KVGRID_CHECK(node != root_.get(), "a lock on the root");
+  ComponentData& d = node->at(c);
+  const std::int64_t after = d.lock_ref + delta;
+  KVGRID_CHECK(after >= 0, "unlock of ", components_[c.value()]->name(), " on node ", node->id, " with lock_ref ",
+               d.lock_ref);
+  const std::int64_t slots = d.value ? static_cast<std::int64_t>(d.value->size()) : 0;
+  if (d.lock_ref == 0 && after > 0) protected_[c.value()] += slots;
+  if (d.lock_ref > 0 && after == 0) protected_[c.value()] -= slots;
+  d.lock_ref = after;
+  refresh(node);
+}
+
+Node* UnifiedTree::lru_candidate(ComponentId c) const {
+  const auto& set = evictable_[c.value()];
+  return set.empty() ? nullptr : set.begin()->node;
+}
+
+void UnifiedTree::drop_sidecars(ComponentId c, std::span<const Slot> s) {
+  for (auto& sc : sidecars_)
+    if (sc->source() == c) sc->drop(s);
+}
+
+// ---- match ----------------------------------------------------------------------------------
+
+MatchResult UnifiedTree::match_prefix(std::span<const TokenId> tokens) {
+  return match_up_to(tokens, tokens.empty() ? 0 : tokens.size() - 1, /*account=*/true);
+}
+
+MatchResult UnifiedTree::match_computed(std::span<const TokenId> tokens) {
+  return match_up_to(tokens, tokens.size(), /*account=*/true);
+}
+
+MatchResult UnifiedTree::peek_prefix(std::span<const TokenId> tokens) {
+  return match_up_to(tokens, tokens.empty() ? 0 : tokens.size() - 1, /*account=*/false);
+}
+
+MatchResult UnifiedTree::match_up_to(std::span<const TokenId> tokens, std::size_t max_tokens, bool account) {
+  const std::size_t p = static_cast<std::size_t>(page_size_.value());
+  const std::size_t nc = components_.size();
+  MatchResult r;
+  r.last_node = root_.get();
+  r.components.resize(nc);
+  const std::size_t limit = max_tokens / p * p;
+  std::vector<Node*> walked;
+  std::size_t best = 0;  // accepted nodes: walked[0, best)
+  if (limit > 0) {
+    if (account) ++clock_;
+    std::vector<std::unique_ptr<MatchValidator>> validators;
+    validators.reserve(nc);
+    for (const auto& c : components_) validators.push_back(c->make_validator());
+    Node* node = root_.get();
+    std::size_t pos = 0;
+    while (pos < limit) {
+      auto first = tokens.subspan(pos, p);
+      Node* child = find_child(node, first, page_hash(first));
+      if (!child) break;
+      const std::size_t n = common_pages_tokens(child, tokens.subspan(pos, limit - pos));
+      const bool partial = n < child->key.size();
+      if (partial) child = split(child, n);  // the walk's end becomes a candidate boundary
+      Candidate cand{child, std::vector<bool>(nc)};
+      for (std::size_t c = 0; c < nc; ++c) cand.votes[c] = validators[c]->accept(*child);  // every validator sees every node
+      walked.push_back(child);
+      if (cand.accepted()) best = walked.size();
+      r.candidates.push_back(std::move(cand));
+      node = child;
+      pos += n;
+      if (partial) break;
+    }
+    r.walked = Tokens(static_cast<std::int64_t>(pos));
+  }
+  std::span<Node* const> path(walked.data(), best);
+  if (account)
+    for (Node* n : path) touch(n);  // only what is reused counts as accessed
+  if (best > 0) {
+    r.last_node = path.back();
+    r.matched = path.back()->end;
+  }
+  for (std::size_t c = 0; c < nc; ++c) components_[c]->finalize_match(path, r.matched, r.components[c]);
+  return r;
+}
+
+// ---- insert ---------------------------------------------------------------------------------
+
+InsertResult UnifiedTree::insert(std::span<const TokenId> tokens, std::span<const InsertValue> values) {
+  const std::size_t p = static_cast<std::size_t>(page_size_.value());
+  const std::size_t nc = components_.size();
+  KVGRID_CHECK(tokens.size() % p == 0, "insert of ", tokens.size(), " tokens, not a multiple of page size ", p);
+  KVGRID_CHECK(values.size() == nc, "insert with ", values.size(), " values for ", nc, " components");
+  frozen_ = true;
+  const InsertContext ctx{tokens, Tokens(static_cast<std::int64_t>(tokens.size())), values};
+  for (std::size_t c = 0; c < nc; ++c) components_[c]->check_insert(ctx, values[c]);
+  ++clock_;
+  InsertResult r;
+  r.components.resize(nc);
+  Node* node = root_.get();
+  std::size_t pos = 0;
+  while (pos < tokens.size()) {  // the existing part of the path
+    auto first = tokens.subspan(pos, p);
+    Node* child = find_child(node, first, page_hash(first));
+    if (!child) break;
+    const std::size_t n = common_pages_tokens(child, tokens.subspan(pos));
+    if (n < child->key.size()) child = split(child, n);
+    const Tokens s(static_cast<std::int64_t>(pos)), e(static_cast<std::int64_t>(pos + n));
+    for (Node* f : split_at(child, insert_splits(ctx, child, s, e))) {
+      touch(f);
+      for (std::size_t c = 0; c < nc; ++c) components_[c]->insert_overlap(*this, f, ctx, r.components[c]);
+      node = f;
+    }
+    pos += n;
+  }
+  if (pos < tokens.size()) {  // the new part: one leaf, cut where components need boundaries
+    auto leaf = new_node();
+    leaf->key.assign(tokens.begin() + static_cast<std::ptrdiff_t>(pos), tokens.end());
+    leaf->end = ctx.end;
+    leaf->last_access = clock_;
+    Node* raw = leaf.get();
+    add_child(node, std::move(leaf));
+    ++node_count_;
+    refresh(node);
+    for (Node* f : split_at(raw, insert_splits(ctx, nullptr, Tokens(static_cast<std::int64_t>(pos)), ctx.end))) {
+      for (std::size_t c = 0; c < nc; ++c) components_[c]->commit_insert(*this, f, ctx, r.components[c]);
+      refresh(f);
+      node = f;
+    }
+  }
+  r.last_node = node;
+  // Only a tree without an always-valued component (no FULL) can end an insert on an empty leaf.
+  if (node != root_.get() && node->is_leaf() && all_tombstone(node) && unlocked(node)) {
+    std::size_t deleted = 0;
+    r.last_node = prune_tombstone_leaves(node, deleted);
+  }
+  for (std::size_t c = 0; c < nc; ++c) drop_sidecars(ComponentId(static_cast<std::uint32_t>(c)), r.components[c].returned);
+  return r;
+}
+
+// ---- locks ----------------------------------------------------------------------------------
+
+LockHandle UnifiedTree::lock(Node* node) {
+  LockHandle h;
+  h.node = node;
+  h.parts.reserve(components_.size());
+  for (const auto& c : components_) h.parts.push_back(c->acquire_lock(*this, node));
+  return h;
+}
+
+void UnifiedTree::release_component_lock(LockHandle& h, ComponentId c) {
+  LockPart& part = h.parts.at(c.value());
+  if (!part.held) return;
+  components_[c.value()]->release_lock(*this, h.node, part);
+  part.held = false;
+}
+
+void UnifiedTree::unlock(LockHandle& h) {
+  for (std::size_t c = 0; c < h.parts.size(); ++c) release_component_lock(h, ComponentId(static_cast<std::uint32_t>(c)));
+}
+
+// ---- eviction -------------------------------------------------------------------------------
+
+void UnifiedTree::give_up(Node* node, ComponentId c, EvictResult& out) {
+  ComponentData& d = node->at(c);
+  if (!d.value) return;
+  const std::vector<Slot> slots = *d.value;
+  auto& f = out.freed[c.value()];
+  f.insert(f.end(), slots.begin(), slots.end());
+  for (std::size_t s = 0; s < sidecars_.size(); ++s)
+    if (sidecars_[s]->source() == c) {
+      sidecars_[s]->drop(slots);
+      out.sidecar_freed[s].insert(out.sidecar_freed[s].end(), slots.begin(), slots.end());
+    }
+  set_value(node, c, std::nullopt);
+  d.meta = 0;
+}
+
+void UnifiedTree::delete_leaf(Node* node) {
+  KVGRID_CHECK(node != root_.get() && node->is_leaf() && all_tombstone(node) && unlocked(node), "delete of node ",
+               node->id, " that is not an unlocked, empty leaf");
+  for (std::size_t c = 0; c < components_.size(); ++c)
+    if (node->in_evictable[c]) evictable_[c].erase(EvictKey{node->last_access, node->id, node});
+  Node* parent = node->parent;
+  parent->children.erase(entry_of(node));
+  --node_count_;
+  refresh(parent);
+}
+
+Node* UnifiedTree::prune_tombstone_leaves(Node* node, std::size_t& deleted) {
+  while (node != root_.get() && node->is_leaf() && all_tombstone(node) && unlocked(node)) {
+    Node* parent = node->parent;
+    delete_leaf(node);
+    ++deleted;
+    node = parent;
+  }
+  return node;
+}
+
+void UnifiedTree::evict_into(Node* node, ComponentId c, EvictResult& out) {
+  KVGRID_CHECK(node != root_.get() && node->at(c).live(), "eviction of ", components_[c.value()]->name(),
+               " on node ", node->id, " that holds no value of it");
+  const Component& comp = *components_[c.value()];
+  const bool leaf = node->is_leaf();
+  const int priority = comp.eviction_priority(leaf);
+  KVGRID_CHECK(comp.eviction_candidate(*node), "eviction of ", comp.name(), " on node ", node->id,
+               " that its component does not allow");
+  KVGRID_CHECK(cascade_unlocked(node, priority), "eviction of ", comp.name(), " on node ", node->id,
+               " would evict a locked value");
+  for (std::size_t d = 0; d < components_.size(); ++d)
+    if (components_[d]->eviction_priority(leaf) <= priority) give_up(node, ComponentId(static_cast<std::uint32_t>(d)), out);
+  if (leaf) prune_tombstone_leaves(node, out.nodes_deleted);
+}
+
+EvictResult UnifiedTree::evict(ComponentId c, std::int64_t slots) {
+  EvictResult r = empty_result();
+  Component& comp = *components_[c.value()];
+  comp.evict_start(*this);
+  while (static_cast<std::int64_t>(r.freed[c.value()].size()) < slots) {
+    Node* victim = comp.evict_next(*this);
+    if (!victim) break;
+    evict_into(victim, c, r);
+  }
+  comp.evict_end(*this);
+  return r;
+}
+
+EvictResult UnifiedTree::evict_component(Node* node, ComponentId c) {
+  EvictResult r = empty_result();
+  evict_into(node, c, r);
+  return r;
+}
+
+// ---- verify ---------------------------------------------------------------------------------
+
+void UnifiedTree::verify(const VerifyAccounts* accounts) const {
+  const std::size_t p = static_cast<std::size_t>(page_size_.value());
+  const std::size_t nc = components_.size();
+  KVGRID_CHECK(root_->key.empty() && root_->parent == nullptr && root_->end == Tokens(0) && root_->comp.size() == nc,
+               "root state");
+  for (const auto& d : root_->comp) KVGRID_CHECK(!d.live() && d.lock_ref == 0, "the root holds a value or a lock");
+  std::vector<std::vector<std::uint8_t>> seen(nc);
+  std::vector<std::int64_t> held(nc, 0), prot(nc, 0);
+  std::vector<std::size_t> candidates(nc, 0);
+  std::size_t nodes = 0;
+  std::vector<const Node*> stack{root_.get()};
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    std::vector<std::int64_t> child_locks(nc, 0);
+    for (const auto& [h, owned] : n->children) {
+      const Node* c = owned.get();
+      KVGRID_CHECK(c->parent == n, "node ", c->id, " has a wrong parent pointer");
+      KVGRID_CHECK(!c->key.empty() && c->key.size() % p == 0, "node ", c->id, " key of ", c->key.size(), " tokens");
+      KVGRID_CHECK(c->end == n->end + c->length(), "node ", c->id, " ends at ", c->end, " but its parent ends at ",
+                   n->end, " and its key has ", c->key.size(), " tokens");
+      KVGRID_CHECK(c->first_page_hash == h && h == hash_u32(std::span<const TokenId>(c->key.data(), p)), "node ", c->id,
+                   " is filed under a stale first-page hash");
+      auto [same, end] = n->children.equal_range(h);
+      for (; same != end; ++same)
+        KVGRID_CHECK(same->second.get() == c || !std::equal(c->key.begin(), c->key.begin() + static_cast<std::ptrdiff_t>(p),
+                                                            same->second->key.begin()),
+                     "children of node ", n->id, " share a first page");
+      KVGRID_CHECK(c->comp.size() == nc && c->in_evictable.size() == nc, "node ", c->id, " component data size");
+      if (c->is_leaf()) KVGRID_CHECK(!all_tombstone(c), "leaf node ", c->id, " holds only tombstones");
+      for (std::size_t k = 0; k < nc; ++k) {
+        const ComponentData& d = c->comp[k];
+        const Component& comp = *components_[k];
+        KVGRID_CHECK(d.lock_ref >= 0, "node ", c->id, " ", comp.name(), " lock_ref ", d.lock_ref);
+        child_locks[k] += d.lock_ref;
+        if (d.value) {
+          const std::size_t want = comp.paged() ? c->key.size() / p : 1;
+          KVGRID_CHECK(d.value->size() == want, "node ", c->id, " ", comp.name(), " value of ", d.value->size(),
+                       " slots, expected ", want);
+          for (Slot s : *d.value) {
+            KVGRID_CHECK(s.value() != 0, "node ", c->id, " ", comp.name(), " holds slot 0 (padding)");
+            auto& bits = seen[k];
+            if (s.value() >= bits.size()) bits.resize(std::max<std::size_t>(2 * bits.size(), s.value() + 1), 0);
+            KVGRID_CHECK(!bits[s.value()], comp.name(), " slot ", s, " appears twice in the tree");
+            bits[s.value()] = 1;
+            for (const auto& sc : sidecars_)
+              if (sc->source().value() == k)
+                KVGRID_CHECK(sc->has(s), "sidecar ", sc->name(), " has no entry for ", comp.name(), " slot ", s,
+                             " of node ", c->id);
+          }
+          held[k] += static_cast<std::int64_t>(want);
+          if (d.lock_ref > 0) prot[k] += static_cast<std::int64_t>(want);
+        }
+        const ComponentId id(static_cast<std::uint32_t>(k));
+        KVGRID_CHECK(c->in_evictable[k] == is_candidate(c, id), "node ", c->id, " ", comp.name(),
+                     " eviction-candidate flag is stale");
+        if (c->in_evictable[k]) {
+          ++candidates[k];
+          KVGRID_CHECK(evictable_[k].count(EvictKey{c->last_access, c->id, nullptr}) == 1, "candidate node ", c->id,
+                       " missing from the ", comp.name(), " eviction set");
+        }
+        comp.verify_node(*this, *c);
+      }
+      ++nodes;
+      stack.push_back(c);
+    }
+    if (n != root_.get())
+      for (std::size_t k = 0; k < nc; ++k)
+        if (components_[k]->path_locks())
+          KVGRID_CHECK(n->comp[k].lock_ref >= child_locks[k], "node ", n->id, " ", components_[k]->name(), " lock_ref ",
+                       n->comp[k].lock_ref, " < its children's ", child_locks[k]);
+  }
+  KVGRID_CHECK(nodes == node_count_, "node count ", node_count_, " but ", nodes, " reachable");
+  for (std::size_t k = 0; k < nc; ++k) {
+    const auto name = components_[k]->name();
+    KVGRID_CHECK(held[k] == held_[k] && prot[k] == protected_[k], name, " counters: held ", held_[k], "/", held[k],
+                 " protected ", protected_[k], "/", prot[k]);
+    KVGRID_CHECK(candidates[k] == evictable_[k].size(), name, " eviction set holds ", evictable_[k].size(), " but ",
+                 candidates[k], " candidates exist");
+  }
+  if (accounts && !accounts->components.empty()) {
+    KVGRID_CHECK(accounts->components.size() == nc, "pool counts for ", accounts->components.size(), " of ", nc,
+                 " components");
+    for (std::size_t k = 0; k < nc; ++k) {
+      const PoolCounts& pc = accounts->components[k];
+      KVGRID_CHECK(pc.free + held_[k] + pc.held_by_requests == pc.capacity, components_[k]->name(), " pool: free ",
+                   pc.free, " + tree ", held_[k], " + requests ", pc.held_by_requests, " != capacity ", pc.capacity);
+    }
+  }
+  for (std::size_t s = 0; s < sidecars_.size(); ++s) {
+    const Sidecar& sc = *sidecars_[s];
+    const std::int64_t tree = held_[sc.source().value()];
+    if (accounts && !accounts->sidecar_requests.empty()) {
+      KVGRID_CHECK(accounts->sidecar_requests.size() == sidecars_.size(), "sidecar counts for ",
+                   accounts->sidecar_requests.size(), " of ", sidecars_.size(), " sidecars");
+      KVGRID_CHECK(static_cast<std::int64_t>(sc.entries()) == tree + accounts->sidecar_requests[s], "sidecar ", sc.name(),
+                   " has ", sc.entries(), " entries; tree ", tree, " + requests ", accounts->sidecar_requests[s]);
+    } else {
+      KVGRID_CHECK(static_cast<std::int64_t>(sc.entries()) >= tree, "sidecar ", sc.name(), " has ", sc.entries(),
+                   " entries for ", tree, " tree slots");
+    }
+  }
+}
+
+}  // namespace kvgrid::cache::unified

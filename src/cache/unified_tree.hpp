@@ -1,0 +1,385 @@
+// Unified radix tree core: one token-keyed topology that several cache components share.
+//
+// What it is: the same paged trie as `RadixTree` (keys are whole pages of `page_size` tokens,
+// children filed under the hash of their first page), but a node carries one `ComponentData` per
+// registered component instead of a device page list. A component is a kind of cached state with
+// its own reuse rule and its own index space: FULL attention pages (reusable along the whole
+// path), SWA pages (reusable only if the tail window before a boundary is live), MAMBA states
+// (point values, reusable only exactly where they were taken). The core walks, splits, inserts,
+// locks and evicts; every decision that depends on what a component *is* goes through a hook of
+// `Component` (unified_components.hpp has FULL, SWA and MAMBA). The core names no component.
+//
+// Contract:
+//  * The core holds indices only. It never allocates: callers pass the slots they computed, and
+//    get back the slots the tree did not take (insert duplicates) or gave up (eviction); they
+//    return them to their pools. Every component's slots are its own index space.
+//  * A component value on a node is `std::optional<std::vector<Slot>>`: absent = a tombstone (the
+//    node stays, the component has nothing there). Paged components hold one slot per page of the
+//    node's key; point components hold at most one slot, the state at the node's end depth.
+//  * match: every node the walk reaches is a candidate boundary (its end depth). Each component's
+//    stateful validator votes on every candidate; the boundary is the deepest candidate every
+//    component accepts. A rejection never stops the walk. Finalizers then report, per component,
+//    what the request may reuse (MAMBA: which state to copy; the caller copies).
+//  * Sidecars follow a source component's slot ids exactly (no index space, no node data, no
+//    vote): their entries are dropped when the tree gives the source's slots up.
+//  * LRU is a logical access counter (one per tree, bumped by every accounted match and insert),
+//    ties broken by node id — never wall time — so replicas taking the same calls agree.
+//  * Eviction of component c on node v evicts every component whose priority on v is <= c's
+//    (cascade). On a leaf every priority is 0: any eviction deletes the whole node; on an internal
+//    node FULL 2 > SWA 1 > MAMBA 0 (the components choose; the core only compares).
+//
+// Invariants (checked by `verify()`):
+//  * every non-root key is a non-empty page multiple; a node's `end` is its parent's end plus its
+//    key; children of a node have distinct first pages, filed under that page's hash;
+//  * no leaf is all-tombstone (one is deleted at once, and then its all-tombstone ancestors);
+//  * each value has its component's shape (`Component::verify_node`: FULL values form a prefix
+//    from the root, MAMBA states sit at their node's end depth on the checkpoint grid);
+//  * every slot appears at most once per index space; held/protected counters match the nodes;
+//  * lock counts are >= 0; a component with path locks (FULL) has lock_ref >= its children's sum;
+//  * a node is in component c's eviction set iff c has a value there, c's candidate rule holds and
+//    every component the eviction would cascade to is unlocked on the node;
+//  * given pool counts (`PoolCounts`): free + held by the tree + held by requests = capacity per
+//    component, and each sidecar has entries exactly for its source's tree slots plus requests'.
+//
+// Not yet: host/storage values (the host-eviction hooks are declared, with nothing to evict), the
+// serving loop (which still uses RadixTree), digests, sessions.
+// Not thread-safe: one tree per rank, used from the scheduler thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/ids.hpp"
+
+namespace kvgrid::cache::unified {
+
+struct SlotTag {};
+struct ComponentIdTag {};
+// An index into one component's pool (FULL: a device page id; SWA: an SWA page; MAMBA: a state
+// slot). Slot 0 is never a value (pools keep it as padding, like DevicePool's page 0).
+using Slot = StrongId<SlotTag, std::uint32_t>;
+// A component's position in its tree (registration order).
+using ComponentId = StrongId<ComponentIdTag, std::uint32_t>;
+
+class Component;
+class Sidecar;
+class UnifiedTree;
+
+// One component's state on one node.
+struct ComponentData {
+  std::optional<std::vector<Slot>> value;  // absent: tombstone
+  std::int64_t lock_ref = 0;
+  std::uint64_t meta = 0;  // owned by the component (MAMBA: the depth its state was taken at)
+  bool live() const { return value.has_value(); }
+};
+
+struct Node {
+  std::uint64_t id = 0;
+  Node* parent = nullptr;
+  std::vector<TokenId> key;
+  Tokens end{0};  // depth (tokens from the root) where this node's key ends
+  std::unordered_multimap<std::uint64_t, std::unique_ptr<Node>> children;  // by first-page hash
+  std::uint64_t first_page_hash = 0;
+  std::uint64_t last_access = 0;
+  std::vector<ComponentData> comp;  // indexed by ComponentId
+  std::vector<bool> in_evictable;   // per component: filed in its eviction set
+
+  Tokens start() const { return end - Tokens(static_cast<std::int64_t>(key.size())); }
+  Tokens length() const { return Tokens(static_cast<std::int64_t>(key.size())); }
+  bool is_leaf() const { return children.empty(); }
+  const ComponentData& at(ComponentId c) const { return comp[c.value()]; }
+  ComponentData& at(ComponentId c) { return comp[c.value()]; }
+};
+
+// ---- match ----------------------------------------------------------------------------------
+
+// A stateful predicate for one match: asked about every node the walk reaches, in order.
+class MatchValidator {
+ public:
+  virtual ~MatchValidator() = default;
+  virtual bool accept(const Node& node) = 0;
+};
+
+// What one component may reuse of a match. Paged: `slots` cover tokens [from, boundary), one per
+// page. Point (MAMBA): `slots` is the state to copy into a private request slot (empty: none).
+struct ComponentMatch {
+  std::vector<Slot> slots;
+  Tokens from{0};
+};
+
+// One candidate of the walk and every component's vote on it (kept for tests and diagnostics).
+struct Candidate {
+  const Node* node;
+  std::vector<bool> votes;  // by ComponentId
+  bool accepted() const;
+};
+
+struct MatchResult {
+  Tokens matched{0};              // the boundary: the deepest candidate every component accepted
+  Node* last_node = nullptr;      // the node ending at `matched` (the root when 0)
+  Tokens walked{0};               // how deep the walk went (>= matched)
+  std::vector<ComponentMatch> components;  // by ComponentId
+  std::vector<Candidate> candidates;       // the walk, in order
+};
+
+// ---- insert ---------------------------------------------------------------------------------
+
+// What a caller offers one component. Paged: `slots` cover [from, key end), one per page. Point:
+// at most one slot, the state at depth `at` (-1: the key's end).
+struct InsertValue {
+  std::vector<Slot> slots;
+  Tokens from{0};
+  Tokens at{-1};
+  static InsertValue pages(std::vector<Slot> s, Tokens from = Tokens(0)) { return {std::move(s), from, Tokens(-1)}; }
+  static InsertValue state(Slot s, Tokens at = Tokens(-1)) { return {{s}, Tokens(0), at}; }
+  static InsertValue none() { return {}; }
+};
+
+struct ComponentInsert {
+  // Tokens of the key the component already had: paged, the sum of the existing path's live
+  // lengths (FULL: RadixTree's prefix_len); point, the deepest existing state's depth on the key.
+  Tokens present{0};
+  std::vector<Slot> returned;  // the caller's slots the tree did not take (the caller frees them)
+};
+
+struct InsertResult {
+  Node* last_node = nullptr;  // the node ending the key (its nearest kept ancestor if none stays)
+  std::vector<ComponentInsert> components;  // by ComponentId
+};
+
+// Per-insert context handed to the insert hooks.
+struct InsertContext {
+  std::span<const TokenId> tokens;
+  Tokens end{0};  // the key's length
+  std::span<const InsertValue> values;
+};
+
+// ---- locks ----------------------------------------------------------------------------------
+
+// One component's share of a lock: `held` until released; `top` is component-owned (SWA: the
+// start depth of the highest node its window lock reached).
+struct LockPart {
+  bool held = false;
+  Tokens top{0};
+};
+
+// A lock on a node for every component (FULL: the path; SWA: the tail window; MAMBA: the node).
+// The node stays valid while the lock is held (it cannot be evicted; a split keeps it as the
+// lower part).
+struct LockHandle {
+  Node* node = nullptr;
+  std::vector<LockPart> parts;  // by ComponentId
+  bool held() const;
+};
+
+// ---- eviction -------------------------------------------------------------------------------
+
+struct EvictResult {
+  std::vector<std::vector<Slot>> freed;          // by ComponentId, in eviction order
+  std::vector<std::vector<Slot>> sidecar_freed;  // by sidecar index (the source's ids)
+  std::size_t nodes_deleted = 0;
+};
+
+// Pool counts for verify(): free + held by the tree + held by requests must equal capacity.
+struct PoolCounts {
+  std::int64_t capacity = 0, free = 0, held_by_requests = 0;
+};
+struct VerifyAccounts {
+  std::vector<PoolCounts> components;           // by ComponentId (empty: not checked)
+  std::vector<std::int64_t> sidecar_requests;   // by sidecar: entries held by requests (empty: not checked)
+};
+
+// ---- the component interface ----------------------------------------------------------------
+
+class Component {
+ public:
+  virtual ~Component() = default;
+  virtual std::string_view name() const = 0;
+  // Paged: one slot per page of a node's key; otherwise one slot per node (a point value).
+  virtual bool paged() const = 0;
+  ComponentId id() const { return id_; }
+  Tokens page_size() const { return page_size_; }
+  // Called once the tree has registered the component (id and page size set): checks settings.
+  virtual void attached() {}
+
+  // match: a fresh validator for one walk (the boundary advances only where all accept).
+  virtual std::unique_ptr<MatchValidator> make_validator() const = 0;
+  // match: what the request may reuse of the accepted path `path` (root excluded, in order).
+  virtual void finalize_match(std::span<Node* const> path, Tokens boundary, ComponentMatch& out) const = 0;
+
+  // split: `parent` (new, the first `prefix_pages` pages) and `child` (the rest) from `child`'s data.
+  virtual void redistribute_on_split(ComponentData& parent, ComponentData& child, std::size_t prefix_pages) const = 0;
+
+  // insert: rejects a malformed offer (InternalError) before the tree changes.
+  virtual void check_insert(const InsertContext& ctx, const InsertValue& v) const = 0;
+  // insert: a depth strictly inside (start, end) where this insert needs a node boundary, if any;
+  // `node` is the existing node there, or null for the new leaf.
+  virtual std::optional<Tokens> insert_boundary(const InsertContext& ctx, const Node* node, Tokens start, Tokens end) const = 0;
+  // insert over an existing node: keep what the tree has, heal a tombstone, report duplicates.
+  virtual void insert_overlap(UnifiedTree& tree, Node* node, const InsertContext& ctx, ComponentInsert& out) const = 0;
+  // insert into a node this insert created: attach the caller's value (or leave a tombstone).
+  virtual void commit_insert(UnifiedTree& tree, Node* node, const InsertContext& ctx, ComponentInsert& out) const = 0;
+
+  // locks: take this component's lock for a request whose matched prefix ends at `node`.
+  virtual LockPart acquire_lock(UnifiedTree& tree, Node* node) const = 0;
+  // locks: give back exactly what acquire_lock took (splits since then included).
+  virtual void release_lock(UnifiedTree& tree, Node* node, const LockPart& part) const = 0;
+  // locks: path locks (lock_ref of a node >= the sum of its children's) — checked by verify.
+  virtual bool path_locks() const { return false; }
+
+  // eviction: cascade rank on a leaf or an internal node (lower ranks go with higher ones).
+  virtual int eviction_priority(bool leaf) const = 0;
+  // eviction: beyond "has a value, nothing cascaded is locked": may this node be a victim?
+  virtual bool eviction_candidate(const Node& node) const = 0;
+  // eviction pass: start, next victim (null: none left), end. Candidates are kept incrementally
+  // by the core, so start/end have no per-pass state to set up yet.
+  virtual void evict_start(UnifiedTree& tree);
+  virtual Node* evict_next(UnifiedTree& tree);
+  virtual void evict_end(UnifiedTree& tree);
+
+  // host eviction (a later issue: host values). The core holds no host values yet, so there is
+  // nothing to drive: this returns 0 and does not pretend to free anything.
+  virtual std::int64_t drive_host_eviction(UnifiedTree& tree, std::int64_t slots);
+
+  // verify: this component's invariants on one node (InternalError naming the node otherwise).
+  virtual void verify_node(const UnifiedTree& tree, const Node& node) const = 0;
+
+ private:
+  friend class UnifiedTree;
+  ComponentId id_{0};
+  Tokens page_size_{0};
+};
+
+// Extra per-slot payload that follows a source component's slot ids (Figure 3's C4/C128 pools,
+// indexer buffers, compressor states). No index space, no node data, no vote.
+class Sidecar {
+ public:
+  virtual ~Sidecar() = default;
+  virtual std::string_view name() const = 0;
+  virtual ComponentId source() const = 0;
+  virtual bool has(Slot s) const = 0;
+  virtual std::size_t entries() const = 0;
+  // The source's slots `s` left the tree or a request: their entries are gone.
+  virtual void drop(std::span<const Slot> s) = 0;
+};
+
+// ---- the tree -------------------------------------------------------------------------------
+
+class UnifiedTree {
+ public:
+  explicit UnifiedTree(Tokens page_size);
+  ~UnifiedTree();
+  UnifiedTree(const UnifiedTree&) = delete;
+  UnifiedTree& operator=(const UnifiedTree&) = delete;
+
+  // Registers a component (before the first insert); components vote in registration order.
+  ComponentId add_component(std::unique_ptr<Component> c);
+  // Registers a sidecar of an already registered component; returns its index.
+  std::size_t add_sidecar(std::unique_ptr<Sidecar> s);
+
+  // Deepest boundary every component accepts, reusing at most tokens.size() - 1 tokens (the last
+  // prompt token must be computed), rounded down to pages. Splits the node the walk ends inside;
+  // bumps the access counter of the accepted path.
+  MatchResult match_prefix(std::span<const TokenId> tokens);
+  // The same over `tokens` itself (no prompt - 1 rule): chunked-prefill re-match.
+  MatchResult match_computed(std::span<const TokenId> tokens);
+  // match_prefix without an access (no LRU touch).
+  MatchResult peek_prefix(std::span<const TokenId> tokens);
+
+  // Inserts a page-aligned key with one InsertValue per component (by ComponentId). Bumps the
+  // access counter of the key's path.
+  InsertResult insert(std::span<const TokenId> tokens, std::span<const InsertValue> values);
+
+  LockHandle lock(Node* node);
+  void unlock(LockHandle& h);  // releases the parts still held
+  // Releases one component's part early (SWA's release_window).
+  void release_component_lock(LockHandle& h, ComponentId c);
+
+  // Evicts component c's LRU victims (with their cascades) until at least `slots` of c's slots are
+  // freed or none is left.
+  EvictResult evict(ComponentId c, std::int64_t slots);
+  // Evicts component c on `node` (which must hold an unlocked value of c) and its cascade; a
+  // leaf is deleted, then its all-tombstone ancestors.
+  EvictResult evict_component(Node* node, ComponentId c);
+
+  // ---- used by components ----
+  // Sets component c's value on a node, keeping the counters and eviction sets; a value that is
+  // replaced must have been given away already (returns nothing).
+  void set_value(Node* node, ComponentId c, std::optional<std::vector<Slot>> v);
+  void add_lock(Node* node, ComponentId c, std::int64_t delta);
+  Node* lru_candidate(ComponentId c) const;  // LRU victim of component c, or null
+
+  // ---- introspection ----
+  Tokens page_size() const { return page_size_; }
+  std::size_t components() const { return components_.size(); }
+  const Component& component(ComponentId c) const { return *components_[c.value()]; }
+  std::size_t sidecars() const { return sidecars_.size(); }
+  Sidecar& sidecar(std::size_t i) { return *sidecars_[i]; }
+  // Drops the sidecar entries of source c's slots `s` (a request freed them).
+  void drop_sidecars(ComponentId c, std::span<const Slot> s);
+  std::int64_t held_slots(ComponentId c) const { return held_[c.value()]; }
+  std::int64_t protected_slots(ComponentId c) const { return protected_[c.value()]; }
+  std::int64_t evictable_slots(ComponentId c) const { return held_[c.value()] - protected_[c.value()]; }
+  std::size_t eviction_candidates(ComponentId c) const { return evictable_[c.value()].size(); }
+  std::size_t node_count() const { return node_count_; }  // excluding the root
+  std::uint64_t splits() const { return splits_; }
+  const Node* root() const { return root_.get(); }
+  Node* root() { return root_.get(); }
+  // The node whose key ends exactly at depth `end` along `tokens`, or null.
+  Node* find_node(std::span<const TokenId> tokens, Tokens end);
+
+  void verify(const VerifyAccounts* accounts = nullptr) const;
+
+ private:
+  struct EvictKey {
+    std::uint64_t last_access, id;
+    Node* node;
+    bool operator<(const EvictKey& o) const {
+      return last_access != o.last_access ? last_access < o.last_access : id < o.id;
+    }
+  };
+
+  MatchResult match_up_to(std::span<const TokenId> tokens, std::size_t max_tokens, bool account);
+  std::unique_ptr<Node> new_node();
+  Node* find_child(Node* node, std::span<const TokenId> first_page, std::uint64_t h) const;
+  std::unordered_multimap<std::uint64_t, std::unique_ptr<Node>>::iterator entry_of(Node* child);
+  void add_child(Node* parent, std::unique_ptr<Node> child);
+  std::size_t common_pages_tokens(const Node* node, std::span<const TokenId> tokens) const;
+  std::uint64_t page_hash(std::span<const TokenId> page) const;
+  // Splits `child` so that a new parent holds its first `split_tokens` tokens; returns the parent.
+  Node* split(Node* child, std::size_t split_tokens);
+  // Splits `node` at every depth in `at` (sorted, strictly inside); returns its fragments in order.
+  std::vector<Node*> split_at(Node* node, std::vector<Tokens> at);
+  std::vector<Tokens> insert_splits(const InsertContext& ctx, const Node* node, Tokens start, Tokens end) const;
+  void touch(Node* node);
+  bool is_candidate(const Node* node, ComponentId c) const;
+  bool cascade_unlocked(const Node* node, int priority) const;
+  void refresh(Node* node);
+  bool all_tombstone(const Node* node) const;
+  bool unlocked(const Node* node) const;
+  void delete_leaf(Node* node);
+  // Deletes `node` and then its ancestors while each is an unlocked all-tombstone leaf; returns
+  // the nearest node kept (the root at worst) and counts deletions into `deleted`.
+  Node* prune_tombstone_leaves(Node* node, std::size_t& deleted);
+  void give_up(Node* node, ComponentId c, EvictResult& out);
+  void evict_into(Node* node, ComponentId c, EvictResult& out);
+  EvictResult empty_result() const;
+
+  Tokens page_size_;
+  std::unique_ptr<Node> root_;
+  std::vector<std::unique_ptr<Component>> components_;
+  std::vector<std::unique_ptr<Sidecar>> sidecars_;
+  std::vector<std::set<EvictKey>> evictable_;  // by ComponentId
+  std::vector<std::int64_t> held_, protected_;  // slots, by ComponentId
+  std::uint64_t clock_ = 0, next_id_ = 1, splits_ = 0;
+  std::size_t node_count_ = 0;
+  bool frozen_ = false;  // components registered and the first insert done
+};
+
+}  // namespace kvgrid::cache::unified
