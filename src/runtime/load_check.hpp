@@ -24,8 +24,7 @@ namespace kvgrid {
 
 class LoadCheckStep : public StepPlugin {
  public:
-  using Emit = std::function<void(std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1,
-                                  std::int64_t a2, std::int32_t status)>;
+  using Emit = EmitFn;
   // `draft_pool` may be null. The references must outlive the step.
   LoadCheckStep(const RankGrid& grid, Scheduler& sched, cache::DeviceCache& dc, cache::KvPool& pool, cache::KvPool* draft_pool,
                 Emit emit);

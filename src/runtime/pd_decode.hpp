@@ -28,9 +28,7 @@ namespace kvgrid {
 class PdDecodeStep : public PdStep {
  public:
   struct Hooks {
-    std::function<void(std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1,
-                       std::int64_t a2, std::int32_t status)>
-        emit;
+    EmitFn emit;
     std::function<void(const ServeRequest&, std::int32_t reason)> record_failed;  // its request row
     std::function<std::uint64_t()> wall_ns;
   };

@@ -20,8 +20,7 @@ namespace kvgrid {
 
 class PdPrefillStep : public PdStep {
  public:
-  using Emit = std::function<void(std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1,
-                                  std::int64_t a2, std::int32_t status)>;
+  using Emit = EmitFn;
   struct Context {
     const RankGrid& grid;
     PdLink& pd;

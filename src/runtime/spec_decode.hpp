@@ -48,8 +48,7 @@ void share_spec_counts(const RankGrid& grid, ServeResult& res);
 // The plug-in, on every rank of a run with a draft model.
 class SpecDecodeStep : public StepPlugin {
  public:
-  using Emit = std::function<void(std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1,
-                                  std::int64_t a2, std::int32_t status)>;
+  using Emit = EmitFn;
   struct Context {
     const ExperimentConfig& exp;
     const RankGrid& grid;

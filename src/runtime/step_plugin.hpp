@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <utility>
@@ -23,6 +24,10 @@
 #include "runtime/trace.hpp"
 
 namespace kvgrid {
+
+// How a plug-in records a trace event: (step, request, op, a0, a1, a2, status), as the loop's own.
+using EmitFn = std::function<void(std::int64_t step, std::uint64_t request, const char* op, std::int64_t a0, std::int64_t a1,
+                                  std::int64_t a2, std::int32_t status)>;
 
 // What one step computes, phase to phase.
 struct ServeStep {

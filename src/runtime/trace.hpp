@@ -30,10 +30,17 @@ namespace kvgrid {
 // into a TraceStrings pool that outlives the rows (the writer's, or the RunTrace's).
 class TraceStrings {
  public:
-  const char* intern(std::string_view s) { return pool_.emplace(s).first->c_str(); }
+  const char* intern(std::string_view s) {
+    if (auto it = pool_.find(s); it != pool_.end()) return it->c_str();  // the common case: no allocation
+    return pool_.emplace(s).first->c_str();
+  }
 
  private:
-  std::unordered_set<std::string> pool_;  // node-based: the strings never move
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_set<std::string, Hash, std::equal_to<>> pool_;  // node-based: the strings never move
 };
 
 struct EventRow {
