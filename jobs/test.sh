@@ -19,8 +19,8 @@ rc=${PIPESTATUS[0]}
 set -e
 echo "# test suite: $(( $(date +%s) - start )) s"
 echo "# slowest tests:"
-sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) [ .]*[A-Za-z*]+[^0-9]* ([0-9.]+) sec$/\2 \1/p' "$out" | sort -rn | head -10 |
-  awk '{printf "#   %8.2f s  %s\n", $1, $2}'
+sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) [ .]*[A-Za-z*]+[^0-9]* ([0-9.]+) sec$/\2 \1/p' "$out" | sort -rn |
+  awk 'NR <= 10 {printf "#   %8.2f s  %s\n", $1, $2}'  # awk reads it all: no SIGPIPE under pipefail
 if [ "$rc" -eq 124 ]; then
   echo "test.sh: the test suite ran past its 10-minute limit" >&2
   exit 1
