@@ -71,6 +71,43 @@ constexpr std::uint64_t kv_element(std::uint64_t F, std::uint64_t layer, std::ui
   for (std::uint64_t e = 0; e + 1 < dims; ++e) rest += dim_coeff(e, dims) * kv_element(F, layer, head, e, dims);
   return F * kv_coeff(layer, head) - rest;
 }
+// ---- hybrid layers ----
+// Layer ids of the kv math per layer kind: the k-th FULL layer of the model is layer k (so a
+// full-attention-only model keeps its ids), the k-th SWA layer kSwaLayer0 + k, the k-th MAMBA
+// layer kMambaLayer0 + k. Every kind has its own coefficients, so KV read from another kind's
+// pool is a mismatch.
+inline constexpr std::uint64_t kSwaLayer0 = 1ULL << 24;
+inline constexpr std::uint64_t kMambaLayer0 = 2ULL << 24;
+inline constexpr std::uint64_t kSidecarLayer0 = 3ULL << 24;  // the i-th [[model.sidecar]]'s payload
+// SWA attention at query q folds exactly the tokens (q - W, q]: run_w(q) = sum of fold(t) over
+// them, so the oracle's window sum is S(q) - S(q - W).
+//
+// MAMBA: a per (layer, head) state of `words` words, advanced once per token:
+//   s_t[j] = mix64(s_{t-1}[j] ^ F(t) * A(l, h, j)) + (s_{t-1}[(j + 1) mod words] >> 1)
+// — order-dependent (every token's step sees its predecessors' state) and lossy (the shift drops
+// a bit of every word: s_{t-1} cannot be recovered from s_t). Its initial state is a function of
+// (layer, head, j). The layer's attention analogue: C_l = sum_h N(l,h) * sum_q G(q) * fold(s_q),
+// fold(s) = sum_j w(j) * s[j].
+constexpr std::uint64_t mamba_coeff(std::uint64_t layer, std::uint64_t head, std::uint64_t j) {
+  return mix64(layer * 0xc2b2ae3d27d4eb4fULL + head * 0x165667b19e3779f9ULL + j * 0x27d4eb2f165667c5ULL + 0x4d414d42ULL) | 1ULL;
+}
+constexpr std::uint64_t mamba_initial(std::uint64_t layer, std::uint64_t head, std::uint64_t j) {
+  return mix64(layer * 0x9fb21c651e98df25ULL + head * 0xd6e8feb86659fd93ULL + j + 0x53544154ULL);
+}
+// One token's step of a state of `words` words, in place (`s` holds s_{t-1} on entry).
+inline void mamba_step(std::uint64_t* s, std::uint64_t words, std::uint64_t F, std::uint64_t layer, std::uint64_t head) {
+  const std::uint64_t first = s[0];
+  for (std::uint64_t j = 0; j < words; ++j) {
+    const std::uint64_t next = j + 1 < words ? s[j + 1] : first;
+    s[j] = mix64(s[j] ^ (F * mamba_coeff(layer, head, j))) + (next >> 1);
+  }
+}
+inline std::uint64_t mamba_fold(const std::uint64_t* s, std::uint64_t words) {
+  std::uint64_t f = 0;
+  for (std::uint64_t j = 0; j < words; ++j) f += dim_coeff(j, words) * s[j];
+  return f;
+}
+
 // The token generated after a prefix whose hash is ph.
 constexpr std::uint32_t next_token(std::uint64_t ph, std::uint64_t vocab) {
   return static_cast<std::uint32_t>(mix64(ph ^ kNextToken) % vocab);

@@ -255,6 +255,9 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
        << "\n";
     if (s.oracle_mismatches >= 0)
       os << "# oracle mismatches: " << s.oracle_mismatches << (s.oracle_mismatches ? " FAILED" : " OK") << "\n";
+    if (rows[0].hybrid)
+      os << "# hybrid (rank 0): SWA tombstones made " << rows[0].swa_tombstones_made << ", healed " << rows[0].swa_tombstones_healed
+         << "; MAMBA states copied " << rows[0].mamba_states_copied << ", saved " << rows[0].mamba_states_saved << "\n";
     os << "# verify failures: " << s.verify_failures << (s.verify_failures ? " FAILED" : " OK") << "\n";
     const std::int64_t div = s.tree_divergences + s.decision_divergences;
     os << "# rank divergences: " << div << (div ? " FAILED" : " OK") << " (tree digests " << s.tree_divergences

@@ -20,7 +20,9 @@ std::uint64_t victims_digest(const std::vector<PageId>& freed) {
 DeviceCache::DeviceCache(const DeviceCacheConfig& cfg, DecisionLog& log)
     : tree_(TreeConfig{cfg.page_size, cfg.shards}),
       pool_(cfg.device_pages, CpPlacement{cfg.shards, static_cast<std::uint64_t>(cfg.page_size.value())}),
-      log_(log) {}
+      log_(log) {
+  if (cfg.hybrid) hybrid_ = std::make_unique<HybridCache>(*cfg.hybrid, pool_, log_);
+}
 
 Admission DeviceCache::admit(RequestId id, std::span<const TokenId> prompt) {
   // A reservation for the page-aligned prompt, inserted at once: the request then holds the lock
@@ -70,6 +72,7 @@ std::optional<std::vector<PageId>> DeviceCache::alloc_evicting(Pages n, std::uin
 
 std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const TokenId> prompt, Tokens kv_tokens,
                                                 Tokens max_match) {
+  if (hybrid_) return hybrid_->reserve(id, prompt, kv_tokens, max_match);
   const std::int64_t p = tree_.page_size().value();
   // match_prefix reuses at most size - 1 tokens: a view of max_match + 1 tokens caps the match.
   const auto cap = static_cast<std::size_t>(max_match.value());
@@ -175,6 +178,7 @@ void DeviceCache::attach_storage_tier(StorageTierConfig cfg, KvPool& host_kv, Ac
 }
 
 void DeviceCache::insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens) {
+  if (hybrid_) return hybrid_->insert_computed(id, r, computed_tokens);
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
   const std::size_t aligned = computed_tokens.size() / p;  // pages
   const std::size_t from = static_cast<std::size_t>(r.shared.value()) / p;
@@ -240,6 +244,7 @@ std::vector<PageId> DeviceCache::drop_restore(RequestId id, Reservation& r, std:
 }
 
 void DeviceCache::commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens) {
+  if (hybrid_) return hybrid_->commit(id, r, kv_tokens);
   KVGRID_CHECK(static_cast<std::int64_t>(kv_tokens.size()) == r.kv_tokens.value(), "commit of ", kv_tokens.size(),
                " tokens for a reservation of ", r.kv_tokens);
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
@@ -259,6 +264,11 @@ void DeviceCache::commit(RequestId id, Reservation& r, std::span<const TokenId> 
 }
 
 void DeviceCache::abort(RequestId id, Reservation& r) {
+  if (hybrid_) {
+    hybrid_->abort(id, r);
+    KVGRID_CONSENSUS(log_, "abort", {static_cast<std::int64_t>(id.value())}, {});
+    return;
+  }
   abort_waiting(id);
   for (auto& e : r.load_events) e.synchronize();  // copies into tree pages must land before reuse
   r.load_events.clear();
@@ -281,6 +291,7 @@ void DeviceCache::abort(RequestId id, Reservation& r) {
 }
 
 std::vector<PageId> DeviceCache::cached_pages() const {
+  if (hybrid_) return hybrid_->cached_pages();
   std::vector<PageId> out;
   std::vector<const TreeNode*> stack{tree_.root()};
   while (!stack.empty()) {
@@ -294,6 +305,7 @@ std::vector<PageId> DeviceCache::cached_pages() const {
 }
 
 void DeviceCache::verify() const {
+  if (hybrid_) return hybrid_->verify();
   tree_.verify();
   pool_.verify();
   KVGRID_CHECK(tree_.total_pages() + reserved_ == pool_.used_pages(), "tree holds ", tree_.total_pages(), " pages and ",

@@ -17,6 +17,7 @@
 
 #include "cache/device_pool.hpp"
 #include "cache/host_tier.hpp"
+#include "cache/hybrid_cache.hpp"
 #include "cache/radix_tree.hpp"
 #include "cache/restore_placement.hpp"
 #include "cache/storage_tier.hpp"
@@ -29,6 +30,9 @@ struct DeviceCacheConfig {
   Pages device_pages{1024};  // per rank
   // CP page ownership (> 1: logical page ids, pages owned by q mod shards; cp_placement.hpp).
   std::uint32_t shards = 1;
+  // Hybrid models: the unified tree core with SWA and MAMBA components (hybrid_cache.hpp) serves
+  // every call instead of RadixTree (device tier only).
+  std::optional<HybridCacheConfig> hybrid = std::nullopt;
 };
 
 struct Admission {
@@ -57,6 +61,9 @@ struct Reservation {
   // Private restores (P/D decode): the host-only node ending the restored range, locked until
   // `confirm_restore` (null: nothing pending). Until then [shared, matched) are private pages.
   TreeNode* restore_hold = nullptr;
+  // Hybrid models: its SWA pages, MAMBA slots and lock on the unified tree (the tree's lock then
+  // stands for `node`, which stays null).
+  std::unique_ptr<HybridHold> hybrid;
 };
 
 class DeviceCache {
@@ -102,7 +109,18 @@ class DeviceCache {
     }
   }
   // What reserve() would reuse at most for `prompt` (device + host hit), without touching LRU.
-  Tokens peek_hit(std::span<const TokenId> prompt) { return tree_.peek_prefix(prompt).host_matched; }
+  Tokens peek_hit(std::span<const TokenId> prompt) {
+    return hybrid_ ? hybrid_->peek_hit(prompt) : tree_.peek_prefix(prompt).host_matched;
+  }
+  // Hybrid models, each step: SWA pages for the positions up to `end` the request computes now
+  // (false: none to be had, it sits the step out); after the forward of [start, computed), what
+  // it left behind. Nothing to do for full-attention models.
+  bool prepare(RequestId id, Reservation& r, Tokens end) { return !hybrid_ || hybrid_->prepare(id, r, end); }
+  void advance(Reservation& r, Tokens start, Tokens computed) {
+    if (hybrid_) hybrid_->advance(r, start, computed);
+  }
+  HybridCache* hybrid() { return hybrid_.get(); }
+  const HybridCache* hybrid() const { return hybrid_.get(); }
   // CP sharding: where load-backs put restored pages (default: onto their owners).
   void set_restore_placement(const RestorePlacement* p) { restore_ = p; }
   std::uint32_t shards() const { return pool_.shards(); }
@@ -167,11 +185,11 @@ class DeviceCache {
   const RadixTree& tree() const { return tree_; }
   RadixTree& tree() { return tree_; }
   const DevicePool& pool() const { return pool_; }
-  Pages reserved_pages() const { return reserved_; }
+  Pages reserved_pages() const { return hybrid_ ? hybrid_->reserved_pages() : reserved_; }
   // Tree and pool invariants, plus "every allocated page is in the tree or reserved by a running
   // request": tree pages + reserved pages == allocated pages. Throws InternalError.
   void verify() const;
-  std::uint64_t digest() const { return tree_.digest(); }
+  std::uint64_t digest() const { return hybrid_ ? hybrid_->digest() : tree_.digest(); }
 
  private:
   void debug_verify() const;
@@ -180,6 +198,7 @@ class DeviceCache {
   RadixTree tree_;
   DevicePool pool_;
   DecisionLog& log_;
+  std::unique_ptr<HybridCache> hybrid_;
   // `n` pages whose owners start at `first_owner` (restore: through the restore placement).
   std::optional<std::vector<PageId>> alloc_evicting(Pages n, std::uint32_t first_owner, Pages* evicted,
                                                     const RestorePlacement* restore = nullptr);

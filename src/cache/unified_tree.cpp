@@ -191,6 +191,46 @@ Node* UnifiedTree::find_node(std::span<const TokenId> tokens, Tokens end) {
   return node;
 }
 
+std::vector<std::int64_t> UnifiedTree::page_values(std::span<const TokenId> tokens, ComponentId c) const {
+  const std::size_t p = static_cast<std::size_t>(page_size_.value()), n = tokens.size() / p * p;
+  std::vector<std::int64_t> out(n / p, -1);
+  Node* node = root_.get();
+  std::size_t pos = 0;
+  while (pos < n) {
+    auto first = tokens.subspan(pos, p);
+    Node* child = find_child(node, first, page_hash(first));
+    if (!child) break;
+    const std::size_t m = common_pages_tokens(child, tokens.subspan(pos, n - pos));
+    const ComponentData& d = child->at(c);
+    for (std::size_t i = 0; i < m / p; ++i) out[pos / p + i] = d.live() ? static_cast<std::int64_t>((*d.value)[i].value()) : 0;
+    if (m < child->key.size()) break;
+    pos += m;
+    node = child;
+  }
+  return out;
+}
+
+std::uint64_t UnifiedTree::digest() const {
+  std::uint64_t sum = 0;
+  std::vector<std::pair<const Node*, std::uint64_t>> stack;  // node, hash of its parent's path
+  for (const auto& [h, c] : root_->children) stack.emplace_back(c.get(), 0x756e6966ULL);
+  while (!stack.empty()) {
+    auto [n, parent_path] = stack.back();
+    stack.pop_back();
+    const std::uint64_t path = hash_u32(std::span<const std::uint32_t>(n->key.data(), n->key.size()), parent_path);
+    std::uint64_t h = hash_combine(path, static_cast<std::uint64_t>(n->end.value()));
+    for (const ComponentData& d : n->comp) {
+      h = hash_combine(h, static_cast<std::uint64_t>(d.lock_ref));
+      h = hash_combine(h, d.live() ? d.value->size() + 1 : 0);
+      if (d.live())
+        for (Slot s : *d.value) h = hash_combine(h, s.value());
+    }
+    sum += mix64(h);
+    for (const auto& [k, c] : n->children) stack.emplace_back(c.get(), path);
+  }
+  return sum;
+}
+
 // ---- eviction sets and counters -------------------------------------------------------------
 
 void UnifiedTree::touch(Node* node) {

@@ -41,8 +41,10 @@
 //  * given pool counts (`PoolCounts`): free + held by the tree + held by requests = capacity per
 //    component, and each sidecar has entries exactly for its source's tree slots plus requests'.
 //
-// Not yet: host/storage values (the host-eviction hooks are declared, with nothing to evict), the
-// serving loop (which still uses RadixTree), digests, sessions.
+// Used by the serving loop for hybrid models (cache/hybrid_cache.hpp); full-attention-only
+// models still use RadixTree, which the differential test holds this core's FULL to.
+// Not yet: host/storage values (the host-eviction hooks are declared, with nothing to evict),
+// sessions.
 // Not thread-safe: one tree per rank, used from the scheduler thread.
 #pragma once
 
@@ -333,6 +335,12 @@ class UnifiedTree {
   Node* root() { return root_.get(); }
   // The node whose key ends exactly at depth `end` along `tokens`, or null.
   Node* find_node(std::span<const TokenId> tokens, Tokens end);
+  // Component c along tokens[0, n) (n a page multiple), page by page, without touching the tree:
+  // the slot of a live page, 0 for a tombstone, -1 where no node holds the page.
+  std::vector<std::int64_t> page_values(std::span<const TokenId> tokens, ComponentId c) const;
+  // Digest of the content: every node's path, depth and, per component, value and lock count
+  // (independent of node ids and child order; replicas that took the same calls agree).
+  std::uint64_t digest() const;
 
   void verify(const VerifyAccounts* accounts = nullptr) const;
 

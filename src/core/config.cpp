@@ -228,6 +228,17 @@ const KeySpec* Schema::find(const std::vector<std::string>& path) const {
   return nullptr;
 }
 
+Schema& Schema::add_table_array(std::vector<std::string> path) {
+  arrays_.push_back(std::move(path));
+  return *this;
+}
+
+bool Schema::is_table_array(const std::vector<std::string>& path) const {
+  for (const auto& a : arrays_)
+    if (a == path) return true;
+  return false;
+}
+
 bool Schema::is_table(const std::vector<std::string>& path) const {
   for (const auto& t : tables_)
     if (is_prefix(path, t)) return true;
@@ -278,6 +289,7 @@ Config Config::parse(const Schema& schema, std::string_view text, const std::str
   }
 
   for (const auto& k : schema.keys()) {
+    if (k.array_element) continue;
     auto name = key_path_string(k.path);
     cfg.order_.push_back(name);
     cfg.paths_[name] = k.path;
@@ -290,9 +302,32 @@ Config Config::parse(const Schema& schema, std::string_view text, const std::str
   auto walk = [&](auto&& self, const toml::table& t) -> void {
     for (const auto& [key, node] : t) {
       path.emplace_back(key.str());
-      if (const KeySpec* spec = schema.find(path)) {
+      if (const KeySpec* spec = schema.find(path); spec && !spec->array_element) {
         auto name = key_path_string(path);
         cfg.values_[name] = convert(*spec, node, where(source_name, node));
+        cfg.given_[name] = true;
+      } else if (schema.is_table_array(path)) {
+        // [[a.b]]: every table's keys from the array's element keys, the rest defaulted.
+        const std::string name = key_path_string(path);
+        if (!node.is_array_of_tables())
+          throw InputError(where(source_name, node) + ": key '" + name + "': expected an array of tables ([[" + name +
+                           "]]), found " + describe_node(node));
+        auto& elems = cfg.arrays_[name];
+        for (const auto& item : *node.as_array()) {
+          std::map<std::string, Value> e;
+          for (const auto& k : schema.keys())
+            if (k.array_element && k.path.size() == path.size() + 1 && is_prefix(path, k.path)) e[k.path.back()] = k.default_value;
+          for (const auto& [ek, ev] : *item.as_table()) {
+            auto ep = path;
+            ep.emplace_back(ek.str());
+            const KeySpec* es = schema.find(ep);
+            if (!es || !es->array_element)
+              throw InputError(where(source_name, ev) + ": unknown key '" + std::string(ek.str()) + "' in [[" + name + "]]" +
+                               nearest_key_hint(schema, key_path_string(ep)));
+            e[ep.back()] = convert(*es, ev, where(source_name, ev));
+          }
+          elems.push_back(std::move(e));
+        }
         cfg.given_[name] = true;
       } else if (node.is_table() && schema.is_table(path)) {
         self(self, *node.as_table());
@@ -312,6 +347,10 @@ Config Config::parse(const Schema& schema, std::string_view text, const std::str
     std::string key = ov.substr(0, eq), val = ov.substr(eq + 1);
     const KeySpec* spec = schema.find_dotted(key);
     if (!spec) throw InputError("--set " + ov + ": unknown key '" + key + "'" + nearest_key_hint(schema, key));
+    if (spec->array_element) {
+      const std::string arr = key_path_string(std::vector<std::string>(spec->path.begin(), spec->path.end() - 1));
+      throw InputError("--set " + ov + ": '" + arr + "' is an array of tables ([[" + arr + "]]): set it in the experiment file");
+    }
     const std::string loc = "--set " + ov;
     toml::table vt;
     bool parsed = false;
@@ -351,6 +390,18 @@ const std::vector<std::int64_t>& Config::get_int_array(std::string_view k) const
   return std::get<std::vector<std::int64_t>>(get(k));
 }
 
+std::size_t Config::elements(std::string_view a) const {
+  auto it = arrays_.find(std::string(a));
+  return it == arrays_.end() ? 0 : it->second.size();
+}
+
+const Config::Value& Config::element(std::string_view a, std::size_t i, const std::string& key) const {
+  auto it = arrays_.find(std::string(a));
+  KVGRID_CHECK(it != arrays_.end() && i < it->second.size() && it->second[i].count(key), "configuration key '", a, "[", i,
+               "].", key, "' was not read");
+  return it->second[i].at(key);
+}
+
 bool Config::given(std::string_view k) const {
   auto it = given_.find(std::string(k));
   return it != given_.end() && it->second;
@@ -378,6 +429,11 @@ std::string Config::effective_toml() const {
     }
     os << key_path_string({path.back()}) << " = " << format_value(it->second) << "\n";
   }
+  for (const auto& [name, elems] : arrays_)
+    for (const auto& e : elems) {
+      os << "\n[[" << name << "]]\n";
+      for (const auto& [k, v] : e) os << key_path_string({k}) << " = " << format_value(v) << "\n";
+    }
   return os.str();
 }
 

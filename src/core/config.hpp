@@ -33,6 +33,9 @@ struct KeySpec {
   std::vector<std::string> choices;         // strings: allowed values (first = default)
   std::string doc;                          // one line, with the unit
   bool optional_table = false;              // key only present when its table is given (no default)
+  // A key of each table of an array of tables (`[[model.sidecar]]`: path {"model", "sidecar",
+  // "name"}); read per element with Config::element, defaulted per element.
+  bool array_element = false;
 };
 
 class Schema {
@@ -45,10 +48,14 @@ class Schema {
   bool is_table(const std::vector<std::string>& path) const;
   // Finds the key whose display form (quoted or not) equals `dotted`.
   const KeySpec* find_dotted(std::string_view dotted) const;
+  // An array of tables (`[[model.sidecar]]`); its keys are added with `array_element` set.
+  Schema& add_table_array(std::vector<std::string> path);
+  bool is_table_array(const std::vector<std::string>& path) const;
+  const std::vector<std::vector<std::string>>& table_arrays() const { return arrays_; }
 
  private:
   std::vector<KeySpec> keys_;
-  std::vector<std::vector<std::string>> tables_;
+  std::vector<std::vector<std::string>> tables_, arrays_;
 };
 
 std::string key_path_string(const std::vector<std::string>& path);
@@ -74,6 +81,9 @@ class Config {
   bool given(std::string_view dotted) const;
   // True when some key under this table prefix was given.
   bool table_given(std::string_view dotted_prefix) const;
+  // Arrays of tables: how many tables the file gave, and key `key` of table i (given or default).
+  std::size_t elements(std::string_view dotted_array) const;
+  const Value& element(std::string_view dotted_array, std::size_t i, const std::string& key) const;
 
   const std::string& source() const { return source_; }
   std::string effective_toml() const;
@@ -85,6 +95,7 @@ class Config {
   std::map<std::string, bool> given_;
   std::vector<std::string> order_;       // schema order, for printing
   std::map<std::string, std::vector<std::string>> paths_;
+  std::map<std::string, std::vector<std::map<std::string, Value>>> arrays_;  // by array path, in file order
 };
 
 }  // namespace kvgrid

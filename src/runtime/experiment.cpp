@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -46,6 +47,11 @@ KeySpec optional(KeySpec k) {
   k.optional_table = true;
   return k;
 }
+KeySpec element(KeySpec k) {  // a key of each table of an array of tables
+  k.optional_table = true;
+  k.array_element = true;
+  return k;
+}
 
 constexpr double kBig = 9.0e15;
 
@@ -61,6 +67,17 @@ Schema build_schema() {
   s.add(ikey({"model", "head_dim"}, 128, 1, 65536, "elements per head"));
   s.add(skey({"model", "attention"}, {"mha", "mla"}, "mha: heads split over TP; mla: one latent per token, replicated"));
   s.add(skey({"model", "cp_split"}, {"interleave", "zigzag"}, "how CP ranks split a prefill chunk's query tokens"));
+  s.add(skey({"model", "layer_types"}, {},
+             "hybrid models: comma-separated full | swa | mamba, repeated over the layers", "full"));
+  s.add(ikey({"model", "swa_window"}, 0, 0, 1e9, "swa layers: tokens attended to, (q - W, q] (needed with swa layers)"));
+  s.add(ikey({"model", "mamba_chunk"}, 0, 0, 1e9,
+             "mamba layers: checkpoint grid in tokens, a multiple of cache.page_size (0: the page size)"));
+  s.add(ikey({"model", "mamba_state"}, 4, 1, 4096, "mamba layers: words of recurrent state per head"));
+  s.add_table_array({"model", "sidecar"});
+  s.add(element(skey({"model", "sidecar", "name"}, {}, "[[model.sidecar]]: its name (unique)")));
+  s.add(element(skey({"model", "sidecar", "source"}, {"full", "swa"},
+                     "[[model.sidecar]]: the component whose page ids it follows (its payload moves with them)")));
+  s.add(element(ikey({"model", "sidecar", "words"}, 1, 1, 64, "[[model.sidecar]]: payload words per token")));
   s.add(skey({"model", "draft", "mode"}, protocols::draft_modes(),
              "speculative decoding's draft state in the cache: no draft; draft layers packed into the target's host "
              "slots; a sidecar draft host pool; or the target's KV alone (the draft reads a blind prefix)"));
@@ -94,6 +111,8 @@ Schema build_schema() {
   s.add(ikey({"cache", "gather_pages"}, 1024, 1, 2147483647.0,
              "sharded: pages of one layer a gather slot holds (two slots, charged to the device budget)"));
   s.add(bkey({"cache", "gather_overlap"}, true, "sharded: post layer l+1's gather before attention on layer l"));
+  s.add(ikey({"cache", "swa_pages"}, 0, 0, 2147483647.0, "hybrid models: SWA pool pages per rank (0: device_pages / 4)"));
+  s.add(ikey({"cache", "mamba_slots"}, 0, 0, 2147483647.0, "hybrid models: MAMBA state slots per rank (0: device_pages / 4)"));
   s.add(skey({"protocol", "pp_sync"}, {"pp_sync", "independent_polling"},
              "agreement of host-tier ACK consumption across PP stages (buggy: independent_polling)"));
   s.add(skey({"protocol", "prefetch_consensus"}, {"pp_consensus", "per_rank"},
@@ -282,8 +301,51 @@ std::string schema_help(const std::string& format) {
 }
 
 namespace {
+// Hybrid models (model.layer_types): what the hybrid device tier (cache/hybrid_cache.hpp) serves
+// today; the rest is refused by name.
+void check_hybrid(const ExperimentConfig& e, const std::string& src) {
+  const auto& m = e.model;
+  std::vector<LayerKind> kinds;
+  try {
+    kinds = m.kinds();
+  } catch (const std::invalid_argument& x) {
+    throw InputError(src + ": model.layer_types = \"" + m.layer_types + "\": " + x.what());
+  }
+  if (!m.hybrid()) return;
+  const std::string what = "model.layer_types = \"" + m.layer_types + "\"";
+  if (!m.has(LayerKind::Full))
+    throw InputError(src + ": " + what + " has no full layer (a hybrid model keeps at least one full-attention layer)");
+  if (m.has(LayerKind::Swa) && m.swa_window < 1)
+    throw InputError(src + ": " + what + " has swa layers: set model.swa_window (tokens, >= 1)");
+  const std::int64_t p = e.cache.page_size.value();
+  if (m.has(LayerKind::Mamba) && m.mamba_chunk != 0 && m.mamba_chunk % p != 0)
+    throw InputError(src + ": model.mamba_chunk = " + std::to_string(m.mamba_chunk) + " is not a multiple of cache.page_size = " +
+                     std::to_string(p));
+  for (std::size_t i = 0; i < m.sidecars.size(); ++i) {
+    const auto& sc = m.sidecars[i];
+    const std::string at = src + ": [[model.sidecar]] #" + std::to_string(i + 1) + " (\"" + sc.name + "\")";
+    if (sc.name.empty()) throw InputError(at + ": needs a name");
+    for (std::size_t j = 0; j < i; ++j)
+      if (m.sidecars[j].name == sc.name) throw InputError(at + ": the name is taken by sidecar #" + std::to_string(j + 1));
+    if (!m.has(sc.source))
+      throw InputError(at + ": source = \"" + layer_kind_name(sc.source) + "\" but " + what + " has no such layer");
+  }
+  auto refuse = [&](bool bad, const std::string& why) {
+    if (bad) throw InputError(src + ": " + what + " with " + why + " is not supported yet (hybrid models run at the device tier)");
+  };
+  refuse(e.workload.kind == "tree", "workload.kind = \"tree\" (the hybrid model needs the serving loop)");
+  refuse(e.topology.groups.size() > 1, "a P/D world");
+  for (const auto& g : e.topology.groups) {
+    refuse(g.shape.pp > 1, "pp = " + std::to_string(g.shape.pp) + " (hybrid layers across stages: \"Unified radix cache I·b\")");
+    refuse(g.shape.cp > 1, "cp = " + std::to_string(g.shape.cp));
+  }
+  refuse(e.cache.host_pages.value() > 0, "cache.host_pages > 0 (the host tier: \"Unified radix cache II\")");
+  refuse(m.draft.enabled(), "model.draft.mode = \"" + m.draft.mode + "\" (speculative decoding)");
+}
+
 // Relations between keys (each key alone was validated when read); throws InputError naming them.
 void check_relations(const ExperimentConfig& e, const std::string& src) {
+  check_hybrid(e, src);
   const auto& d = e.model.draft;
   const auto& w = e.workload;
   for (const auto& g : e.topology.groups) {
@@ -400,6 +462,18 @@ void read_model(const Config& c, ExperimentConfig& e) {
   d.accept_prob = c.get_float("model.draft.accept_prob");
   d.dtype = c.get_string("model.draft.dtype");
   e.model.cp_split = c.get_string("model.cp_split");
+  e.model.layer_types = c.get_string("model.layer_types");
+  if (e.model.layer_types.empty()) e.model.layer_types = "full";
+  e.model.swa_window = c.get_int("model.swa_window");
+  e.model.mamba_chunk = c.get_int("model.mamba_chunk");
+  e.model.mamba_state = c.get_int("model.mamba_state");
+  for (std::size_t i = 0; i < c.elements("model.sidecar"); ++i) {
+    SidecarConfig sc;
+    sc.name = std::get<std::string>(c.element("model.sidecar", i, "name"));
+    sc.source = std::get<std::string>(c.element("model.sidecar", i, "source")) == "swa" ? LayerKind::Swa : LayerKind::Full;
+    sc.words = std::get<std::int64_t>(c.element("model.sidecar", i, "words"));
+    e.model.sidecars.push_back(std::move(sc));
+  }
 }
 
 // [cache]: tiers, policies, CP sharding.
@@ -414,6 +488,8 @@ void read_cache(const Config& c, ExperimentConfig& e) {
   e.cache.cp_sharding = c.get_string("cache.cp_sharding");
   e.cache.gather_pages = Pages(c.get_int("cache.gather_pages"));
   e.cache.gather_overlap = c.get_bool("cache.gather_overlap");
+  e.cache.swa_pages = Pages(c.get_int("cache.swa_pages"));
+  e.cache.mamba_slots = c.get_int("cache.mamba_slots");
   e.cache.storage_dir = c.get_string("cache.storage_dir");
   e.cache.storage_capacity_mb = c.get_int("cache.storage_capacity_mb");
   e.cache.prefetch_threshold = Tokens(c.get_int("cache.prefetch_threshold"));
@@ -541,6 +617,9 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   read_workload(c, e);
   read_engine_cost_output(c, e);
   read_faults(c, e);
+  if (e.model.mamba_chunk == 0) e.model.mamba_chunk = e.cache.page_size.value();
+  if (e.cache.swa_pages.value() == 0) e.cache.swa_pages = Pages(std::max<std::int64_t>(e.cache.device_pages.value() / 4, 1));
+  if (e.cache.mamba_slots == 0) e.cache.mamba_slots = std::max<std::int64_t>(e.cache.device_pages.value() / 4, 1);
   check_relations(e, c.source());
   e.effective_toml = c.effective_toml();
   return e;
@@ -551,6 +630,42 @@ std::vector<std::string> with_seed(std::vector<std::string> ov, std::int64_t see
   return ov;
 }
 }  // namespace
+
+const char* layer_kind_name(LayerKind k) {
+  switch (k) {
+    case LayerKind::Full: return "full";
+    case LayerKind::Swa: return "swa";
+    case LayerKind::Mamba: return "mamba";
+  }
+  return "?";
+}
+
+std::vector<LayerKind> ModelConfig::kinds() const {
+  std::vector<LayerKind> pattern;
+  std::size_t at = 0;
+  while (at <= layer_types.size()) {
+    const std::size_t comma = std::min(layer_types.find(',', at), layer_types.size());
+    std::string t = layer_types.substr(at, comma - at);
+    t.erase(0, t.find_first_not_of(" \t"));
+    t.erase(t.find_last_not_of(" \t") + 1);
+    if (t == "full") pattern.push_back(LayerKind::Full);
+    else if (t == "swa") pattern.push_back(LayerKind::Swa);
+    else if (t == "mamba") pattern.push_back(LayerKind::Mamba);
+    else throw std::invalid_argument("\"" + t + "\" is not a layer type (full, swa, mamba)");
+    at = comma + 1;
+  }
+  std::vector<LayerKind> out(static_cast<std::size_t>(std::max<std::int64_t>(layers, 0)));
+  for (std::size_t l = 0; l < out.size(); ++l) out[l] = pattern[l % pattern.size()];
+  return out;
+}
+
+bool ModelConfig::has(LayerKind k) const {
+  for (LayerKind x : kinds())
+    if (x == k) return true;
+  return false;
+}
+
+bool ModelConfig::hybrid() const { return has(LayerKind::Swa) || has(LayerKind::Mamba) || !sidecars.empty(); }
 
 Pages gather_charge(const ExperimentConfig& e, std::size_t local_layers) {
   const std::int64_t p = e.cache.page_size.value();

@@ -26,11 +26,36 @@ struct DraftConfig {
   bool enabled() const { return mode != "none"; }
 };
 
+// What a layer is (model.layer_types): full attention, sliding-window attention, or a recurrent
+// (Mamba-style) layer.
+enum class LayerKind : std::uint8_t { Full = 0, Swa = 1, Mamba = 2 };
+inline constexpr std::size_t kLayerKinds = 3;
+const char* layer_kind_name(LayerKind k);
+
+// A payload pool that follows a component's page ids (`[[model.sidecar]]`; the article's
+// DeepSeek-V4 shape: indexer and compressor buffers beside the FULL and SWA pools).
+struct SidecarConfig {
+  std::string name;
+  LayerKind source = LayerKind::Full;
+  std::int64_t words = 1;  // per token
+};
+
 struct ModelConfig {
   std::int64_t layers = 8, kv_heads = 8, head_dim = 128;
   std::string attention = "mha";
   std::string cp_split = "interleave";  // how CP ranks split a chunk's query tokens
+  // Hybrid models: a comma-separated pattern of full | swa | mamba repeated over the layers.
+  std::string layer_types = "full";
+  std::int64_t swa_window = 0;   // tokens an SWA layer attends to (q - W, q]
+  std::int64_t mamba_chunk = 0;  // MAMBA checkpoint grid, tokens (0: the page size)
+  std::int64_t mamba_state = 4;  // words of a MAMBA state per head
+  std::vector<SidecarConfig> sidecars;
   DraftConfig draft;
+  // The kind of every layer, in order (the pattern repeated).
+  std::vector<LayerKind> kinds() const;
+  // Any layer that is not full attention, or a sidecar: served by the unified tree core.
+  bool hybrid() const;
+  bool has(LayerKind k) const;
 };
 
 struct CacheConfig {
@@ -43,6 +68,8 @@ struct CacheConfig {
   std::string storage = "none";           // "file": the storage tier (L3, needs the host tier)
   std::string cp_sharding = "replicated";  // protocols/cp_sharding.hpp
   Pages gather_pages{1024};               // one gather slot: pages of one layer
+  Pages swa_pages{0};                     // SWA pool (hybrid models; 0: a quarter of device_pages)
+  std::int64_t mamba_slots = 0;           // MAMBA state slots (hybrid models; 0: a quarter of device_pages)
   bool gather_overlap = true;
   std::string storage_dir;                // empty: <run dir>/storage
   std::int64_t storage_capacity_mb = 1024;  // per rank

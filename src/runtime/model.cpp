@@ -1,5 +1,7 @@
 #include "runtime/model.hpp"
 
+#include <algorithm>
+
 #include "core/check.hpp"
 #include "core/hash.hpp"
 #include "kernels/kv_math.hpp"
@@ -31,11 +33,34 @@ ModelGeometry ModelGeometry::for_rank(const ExperimentConfig& exp, const GridCoo
   g.cp_rank = c.cp;
   g.cp_size = s.cp;
   g.zigzag = exp.model.cp_split == "zigzag";
+  if (exp.model.hybrid()) {
+    g.model_kinds = exp.model.kinds();
+    g.kinds.assign(g.model_kinds.begin() + static_cast<std::ptrdiff_t>(g.layer_begin),
+                   g.model_kinds.begin() + static_cast<std::ptrdiff_t>(g.layer_end));
+    for (std::uint64_t l = 0; l < g.layer_begin; ++l) ++g.kind_first[static_cast<std::size_t>(g.model_kinds[l])];
+    g.swa_window = static_cast<std::uint64_t>(exp.model.swa_window);
+    g.mamba_chunk = static_cast<std::uint64_t>(exp.model.mamba_chunk);
+    g.mamba_state = static_cast<std::uint64_t>(exp.model.mamba_state);
+    g.sidecars = exp.model.sidecars;
+  }
   return g;
+}
+
+std::size_t ModelGeometry::local_of(LayerKind k) const {
+  if (!hybrid()) return k == LayerKind::Full ? static_cast<std::size_t>(local_layers()) : 0;
+  return static_cast<std::size_t>(std::count(kinds.begin(), kinds.end(), k));
+}
+
+std::uint64_t ModelGeometry::layer_id(LayerKind k, std::size_t i) const {
+  if (!hybrid()) return layer_begin + i;  // (a draft's layer_begin includes kDraftLayer0)
+  const std::uint64_t base[kLayerKinds] = {0, kSwaLayer0, kMambaLayer0};
+  const auto k_ = static_cast<std::size_t>(k);
+  return first_layer + base[k_] + kind_first[k_] + i;
 }
 
 ModelGeometry ModelGeometry::draft_for_rank(const ExperimentConfig& exp, const GridCoord& c, const GridShape& s) {
   ExperimentConfig d = exp;
+  d.model.layer_types = "full";
   d.model.layers = exp.model.draft.layers;
   d.model.kv_heads = exp.model.draft.kv_heads;
   d.model.head_dim = exp.model.draft.head_dim;
@@ -63,26 +88,57 @@ bool ModelGeometry::owns_query(std::size_t pos, std::size_t start, std::size_t e
 
 SyntheticModel::SyntheticModel(ModelGeometry g, cache::KvPool& pool, Tokens page_size)
     : g_(std::move(g)), pool_(pool), page_size_(static_cast<std::size_t>(page_size.value())) {
-  const std::size_t L = g_.local_layers(), H = g_.kv_heads.size();
-  KVGRID_CHECK(pool_.layers() == L && pool_.heads() == H, "KV pool geometry does not match the model slice");
-  qcoef_.assign(L * H, 0);
+  const std::size_t L = g_.local_of(LayerKind::Full), H = g_.kv_heads.size();
+  KVGRID_CHECK(pool_.layers() == L && pool_.heads() == H && pool_.layer_base() == g_.layer_id(LayerKind::Full, 0),
+               "KV pool geometry does not match the model slice");
+  qcoef_ = query_coefs(LayerKind::Full);
+}
+
+std::vector<std::uint64_t> SyntheticModel::query_coefs(LayerKind k) const {
+  const std::size_t L = g_.local_of(k), H = g_.kv_heads.size();
+  std::vector<std::uint64_t> c(L * H, 0);
   for (std::size_t l = 0; l < L; ++l)
     for (std::size_t h = 0; h < H; ++h) {
-      const std::uint64_t layer = g_.layer_begin + l;
+      const std::uint64_t layer = g_.layer_id(k, l);
       if (g_.mla) {
-        for (auto q : g_.query_heads) qcoef_[l * H + h] += query_coeff(layer, q);
+        for (auto q : g_.query_heads) c[l * H + h] += query_coeff(layer, q);
       } else {
-        qcoef_[l * H + h] = query_coeff(layer, g_.kv_heads[h]);
+        c[l * H + h] = query_coeff(layer, g_.kv_heads[h]);
       }
     }
+  return c;
+}
+
+void SyntheticModel::attach_hybrid(cache::KvPool* swa_pool, cache::StatePool* states) {
+  const std::size_t H = g_.kv_heads.size();
+  if (g_.local_of(LayerKind::Swa) > 0) {
+    KVGRID_CHECK(swa_pool && swa_pool->layers() == g_.local_of(LayerKind::Swa) && swa_pool->heads() == H &&
+                     swa_pool->layer_base() == g_.layer_id(LayerKind::Swa, 0) && swa_pool->payload() == cache::Payload::Full,
+                 "SWA pool geometry does not match the model slice");
+    swa_pool_ = swa_pool;
+    qcoef_swa_ = query_coefs(LayerKind::Swa);
+  }
+  if (g_.local_of(LayerKind::Mamba) > 0) {
+    KVGRID_CHECK(states && states->words_per_slot() == g_.local_of(LayerKind::Mamba) * H * g_.mamba_state,
+                 "MAMBA state pool geometry does not match the model slice");
+    states_ = states;
+    qcoef_mamba_ = query_coefs(LayerKind::Mamba);
+  }
 }
 
 void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tokens, std::size_t start, std::size_t end,
                              std::span<const PageId> page_table, std::span<std::uint64_t> out,
-                             const std::function<void(std::size_t)>& before_layer) {
-  const std::size_t L = g_.local_layers(), H = g_.kv_heads.size(), n = end - start;
+                             const std::function<void(std::size_t)>& before_layer, const HybridTables& ht) {
+  const std::size_t L = g_.local_of(LayerKind::Full), H = g_.kv_heads.size(), n = end - start;
   KVGRID_CHECK(start < end && end <= tokens.size(), "forward of [", start, ", ", end, ") over ", tokens.size(), " tokens");
-  KVGRID_CHECK(out.size() == L, "forward output of ", out.size(), " layers");
+  KVGRID_CHECK(out.size() == g_.local_layers(), "forward output of ", out.size(), " layers");
+  const bool first = !st.primed;
+  // A full-attention model writes its layers' checksums straight into `out`.
+  std::span<std::uint64_t> full_out = out;
+  if (g_.hybrid()) {
+    for (std::size_t k = 0; k < kLayerKinds; ++k) kind_out_[k].assign(g_.local_of(static_cast<LayerKind>(k)), 0);
+    full_out = kind_out_[0];
+  }
   KVGRID_CHECK((end + page_size_ - 1) / page_size_ <= page_table.size(), "page table too short");
   if (!st.primed) {
     // First computation of this request here: read the cached prefix from its pages.
@@ -157,7 +213,159 @@ void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tok
       }
       st.run[l * H + h] = run;
     }
+    full_out[l] = acc;
+  }
+  if (!g_.hybrid()) return;
+  if (swa_pool_) forward_swa(start, end, ht, kind_out_[static_cast<std::size_t>(LayerKind::Swa)]);
+  if (!sidecars_.empty()) forward_sidecars(st, first, start, end, page_table, ht);
+  if (states_) forward_mamba(first, start, end, ht, kind_out_[static_cast<std::size_t>(LayerKind::Mamba)]);
+  std::size_t at[kLayerKinds] = {0, 0, 0};
+  for (std::size_t l = 0; l < out.size(); ++l) {
+    const auto k = static_cast<std::size_t>(g_.kind(l));
+    out[l] = kind_out_[k][at[k]++];
+  }
+}
+
+void SyntheticModel::forward_swa(std::size_t start, std::size_t end, const HybridTables& ht, std::span<std::uint64_t> out) {
+  // F_ and G_ hold the chunk's features and query weights (forward computed them).
+  const std::size_t W = g_.swa_window, L = swa_pool_->layers(), H = g_.kv_heads.size(), n = end - start;
+  KVGRID_CHECK(ht.swa.size() >= (end + page_size_ - 1) / page_size_, "SWA page table of ", ht.swa.size(),
+               " pages for a chunk ending at ", end);
+  // Every query q attends to (q - W, q]: the window of the chunk's first query reaches back to lo.
+  const std::size_t lo = start + 1 >= W ? start + 1 - W : 0, m = end - lo;
+  win_pages_.resize(m);
+  win_slots_.resize(m);
+  for (std::size_t i = 0; i < m; ++i) {
+    const std::size_t pos = lo + i;
+    win_pages_[i] = ht.swa[pos / page_size_];
+    win_slots_[i] = static_cast<std::uint32_t>(pos % page_size_);
+  }
+  const auto chunk_pages = std::span<const std::uint32_t>(win_pages_).subspan(start - lo);
+  const auto chunk_slots = std::span<const std::uint32_t>(win_slots_).subspan(start - lo);
+  for (std::size_t i = 0; i < n; ++i)
+    KVGRID_CHECK(chunk_pages[i] != 0, "SWA page of position ", start + i, " is not held");
+  swa_pool_->write(chunk_pages, chunk_slots, std::span<const std::uint64_t>(F_).first(n));
+  // The window's folds, read back from the pool (the SWA pool is always full payload).
+  win_F_.assign(m, 0);
+  win_folds_.resize(m * L * H);
+  swa_pool_->fold_tokens(win_pages_, win_slots_, win_F_, lo, win_folds_);
+  auto fold = [&](std::size_t pos, std::size_t l, std::size_t h) { return win_folds_[((pos - lo) * L + l) * H + h]; };
+  for (std::size_t l = 0; l < L; ++l) {
+    std::uint64_t acc = 0;
+    for (std::size_t h = 0; h < H; ++h) {
+      std::uint64_t win = 0;
+      for (std::size_t t = lo; t <= start; ++t) win += fold(t, l, h);
+      const std::uint64_t coef = qcoef_swa_[l * H + h];
+      for (std::size_t q = start; q < end; ++q) {
+        if (q > start) {
+          win += fold(q, l, h);
+          if (q >= W) win -= fold(q - W, l, h);
+        }
+        if (g_.owns_query(q, start, end)) acc += G_[q - start] * coef * win;
+      }
+    }
     out[l] = acc;
+  }
+}
+
+void SyntheticModel::attach_sidecars(std::vector<cache::unified::PayloadSidecar*> sidecars, std::vector<SidecarConfig> specs) {
+  KVGRID_CHECK(sidecars.size() == specs.size(), sidecars.size(), " sidecar pools for ", specs.size(), " sidecars");
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    KVGRID_CHECK(sidecars[i] && sidecars[i]->words_per_slot() == static_cast<std::size_t>(specs[i].words) * page_size_ &&
+                     g_.local_of(specs[i].source) > 0 && (specs[i].source != LayerKind::Swa || swa_pool_),
+                 "sidecar ", specs[i].name, " does not match the model slice");
+  sidecars_ = std::move(sidecars);
+  sidecar_specs_ = std::move(specs);
+  sidecar_owner_ = std::find(g_.query_heads.begin(), g_.query_heads.end(), 0u) != g_.query_heads.end();
+}
+
+std::uint64_t SyntheticModel::sidecar_fold(std::size_t i, std::uint32_t slot, std::size_t pos) const {
+  const auto& sc = *sidecars_[i];
+  const std::size_t w = static_cast<std::size_t>(sidecar_specs_[i].words);
+  std::uint64_t f = 0;
+  if (slot == 0 || !sc.has(cache::unified::Slot(slot))) {
+    for (std::size_t j = 0; j < w; ++j) f += dim_coeff(j, w) * cache::StatePool::kPoison;  // not there: poison
+  } else {
+    const auto words = sc.read(cache::unified::Slot(slot)).subspan((pos % page_size_) * w, w);
+    for (std::size_t j = 0; j < w; ++j) f += dim_coeff(j, w) * words[j];
+  }
+  return position_coeff(pos, page_size_) * f;
+}
+
+void SyntheticModel::forward_sidecars(ModelRequestState& st, bool first, std::size_t start, std::size_t end,
+                                      std::span<const PageId> page_table, const HybridTables& ht) {
+  // F_ and G_ hold the chunk's features and query weights.
+  if (first) st.sidecar_run.assign(sidecars_.size(), 0);
+  std::vector<std::uint64_t> words;
+  for (std::size_t i = 0; i < sidecars_.size(); ++i) {
+    auto& sc = *sidecars_[i];
+    const auto& spec = sidecar_specs_[i];
+    const bool swa = spec.source == LayerKind::Swa;
+    const std::size_t w = static_cast<std::size_t>(spec.words);
+    const std::uint64_t id = kSidecarLayer0 + i;
+    auto slot_of = [&](std::size_t pos) { return swa ? ht.swa[pos / page_size_] : page_table[pos / page_size_].value(); };
+    // Write the chunk's tokens (every rank: each holds the stage's sidecars whole).
+    for (std::size_t pos = start; pos < end; ++pos) {
+      const cache::unified::Slot s(slot_of(pos));
+      if (sc.has(s)) {
+        auto cur = sc.read(s);
+        words.assign(cur.begin(), cur.end());
+      } else {
+        words.assign(sc.words_per_slot(), 0);
+      }
+      for (std::size_t j = 0; j < w; ++j) words[(pos % page_size_) * w + j] = kv_element(F_[pos - start], id, 0, j, w);
+      sc.write(s, words);
+    }
+    if (!sidecar_owner_) continue;
+    const std::uint64_t N = query_coeff(id, 0);
+    std::uint64_t acc = 0;
+    if (swa) {  // the window (q - W, q], read back like an SWA layer
+      const std::size_t W = g_.swa_window, lo = start + 1 >= W ? start + 1 - W : 0;
+      std::uint64_t win = 0;
+      for (std::size_t t = lo; t <= start; ++t) win += sidecar_fold(i, slot_of(t), t);
+      for (std::size_t q = start; q < end; ++q) {
+        if (q > start) {
+          win += sidecar_fold(i, slot_of(q), q);
+          if (q >= W) win -= sidecar_fold(i, slot_of(q - W), q - W);
+        }
+        if (g_.owns_query(q, start, end)) acc += G_[q - start] * N * win;
+      }
+    } else {  // every position <= q: the prefix from its pages once, then the running fold
+      std::uint64_t& run = st.sidecar_run[i];
+      if (first)
+        for (std::size_t t = 0; t < start; ++t) run += sidecar_fold(i, slot_of(t), t);
+      for (std::size_t q = start; q < end; ++q) {
+        run += sidecar_fold(i, slot_of(q), q);
+        if (g_.owns_query(q, start, end)) acc += G_[q - start] * N * run;
+      }
+    }
+    kind_out_[static_cast<std::size_t>(spec.source)][0] += acc;
+  }
+}
+
+void SyntheticModel::forward_mamba(bool first, std::size_t start, std::size_t end, const HybridTables& ht,
+                                   std::span<std::uint64_t> out) {
+  const std::size_t L = g_.local_of(LayerKind::Mamba), H = g_.kv_heads.size(), S = g_.mamba_state;
+  KVGRID_CHECK(ht.mamba != 0, "MAMBA layers without a state slot");
+  std::span<std::uint64_t> state = states_->slot(ht.mamba);
+  if (first && start == 0) {  // a fresh request: the initial state (a reused one was copied into the slot)
+    for (std::size_t l = 0; l < L; ++l)
+      for (std::size_t h = 0; h < H; ++h)
+        for (std::size_t j = 0; j < S; ++j) state[(l * H + h) * S + j] = mamba_initial(g_.layer_id(LayerKind::Mamba, l), g_.kv_heads[h], j);
+  }
+  std::fill(out.begin(), out.end(), 0);
+  for (std::size_t i = 0; i < end - start; ++i) {
+    const std::size_t pos = start + i;
+    const bool owned = g_.owns_query(pos, start, end);
+    for (std::size_t l = 0; l < L; ++l) {
+      const std::uint64_t layer = g_.layer_id(LayerKind::Mamba, l);
+      for (std::size_t h = 0; h < H; ++h) {
+        std::uint64_t* s = state.data() + (l * H + h) * S;
+        mamba_step(s, S, F_[i], layer, g_.kv_heads[h]);
+        if (owned) out[l] += G_[i] * qcoef_mamba_[l * H + h] * mamba_fold(s, S);
+      }
+    }
+    if (ht.mamba_ckpt != 0 && (pos + 1) % g_.mamba_chunk == 0) states_->copy(ht.mamba, ht.mamba_ckpt);
   }
 }
 
@@ -181,30 +389,83 @@ std::uint64_t chain(std::uint64_t in, std::span<const std::uint64_t> layer_check
 Oracle::Oracle(const ModelGeometry& g, Tokens page_size)
     : page_size_(static_cast<std::uint64_t>(page_size.value())), draft_(g.first_layer != 0) {
   KVGRID_CHECK(page_size_ > 0, "oracle of a model with page size ", page_size);
-  for (std::uint64_t l = g.first_layer; l < g.first_layer + g.layers; ++l) {
+  kinds_ = g.model_kinds;
+  if (kinds_.empty()) kinds_.assign(g.layers, LayerKind::Full);
+  window_ = g.swa_window;
+  words_ = g.mamba_state;
+  state_heads_ = g.mla ? 1 : g.heads;
+  const std::uint64_t base[kLayerKinds] = {0, kSwaLayer0, kMambaLayer0};
+  std::uint64_t seen[kLayerKinds] = {0, 0, 0};
+  for (std::size_t i = 0; i < g.sidecars.size(); ++i) {
+    const std::uint64_t id = kSidecarLayer0 + i;
+    sidecars_.emplace_back(g.sidecars[i].source, query_coeff(id, 0) * kv_coeff(id, 0));
+  }
+  for (LayerKind kind : kinds_) {
+    const auto k_ = static_cast<std::size_t>(kind);
+    const std::uint64_t l = g.first_layer + (g.hybrid() ? base[k_] : 0) + seen[k_]++;
     std::uint64_t k = 0;
     for (std::uint64_t h = 0; h < g.heads; ++h) k += query_coeff(l, h) * kv_coeff(l, g.mla ? 0 : h);
     K_.push_back(k);
+    if (kind == LayerKind::Mamba) {
+      mamba_ids_.push_back(l);
+      std::vector<std::uint64_t> n(state_heads_, 0);
+      for (std::uint64_t h = 0; h < g.heads; ++h) n[g.mla ? 0 : h] += query_coeff(l, h);
+      mamba_N_.push_back(std::move(n));
+    }
   }
 }
 
 std::uint64_t Oracle::expected(OracleRequestState& st, RequestId id, std::span<const TokenId> tokens, std::size_t start,
                                std::size_t end) {
-  if (st.hashed == 0) st.ph = kPrefixSeed;
-  KVGRID_CHECK(st.hashed <= start, "oracle asked for [", start, ", ", end, ") after ", st.hashed, " positions");
-  for (; st.hashed < start; ++st.hashed) {
-    st.ph = prefix_hash_step(st.ph, tokens[st.hashed]);
-    st.S += position_coeff(st.hashed, page_size_) * token_feature(st.ph);
+  const std::size_t M = mamba_ids_.size(), S = words_, Hs = state_heads_;
+  const bool swa = window_ > 0 && std::find(kinds_.begin(), kinds_.end(), LayerKind::Swa) != kinds_.end();
+  if (st.hashed == 0) {
+    st.ph = kPrefixSeed;
+    st.state.assign(M * Hs * S, 0);
+    for (std::size_t m = 0; m < M; ++m)
+      for (std::size_t h = 0; h < Hs; ++h)
+        for (std::size_t j = 0; j < S; ++j) st.state[(m * Hs + h) * S + j] = mamba_initial(mamba_ids_[m], h, j);
   }
-  std::uint64_t T = 0;
-  for (std::size_t q = start; q < end; ++q) {
+  KVGRID_CHECK(st.hashed <= start, "oracle asked for [", start, ", ", end, ") after ", st.hashed, " positions");
+  std::vector<std::uint64_t> Tm(M * Hs, 0);  // per MAMBA layer and state head: sum of G(q) * fold(s_q)
+  std::uint64_t T = 0, Tw = 0;
+  for (std::size_t q = st.hashed; q < end; ++q) {
     st.ph = prefix_hash_step(st.ph, tokens[q]);
-    st.S += position_coeff(q, page_size_) * token_feature(st.ph);
-    T += query_weight(st.ph) * st.S;
+    const std::uint64_t F = token_feature(st.ph), G = query_weight(st.ph);
+    st.S += position_coeff(q, page_size_) * F;
+    if (swa) st.S_at.push_back(st.S);
+    for (std::size_t m = 0; m < M; ++m)
+      for (std::size_t h = 0; h < Hs; ++h) {
+        std::uint64_t* s = st.state.data() + (m * Hs + h) * S;
+        mamba_step(s, S, F, mamba_ids_[m], h);
+        if (q >= start) Tm[m * Hs + h] += G * mamba_fold(s, S);
+      }
+    if (q < start) continue;
+    T += G * st.S;
+    if (swa) Tw += G * (st.S - (q >= window_ ? st.S_at[q - window_] : 0));  // the window (q - W, q]
   }
   st.hashed = end;
   std::uint64_t a = chain_seed(id, start, end, draft_);
-  for (auto k : K_) a = hash_combine(a, k * T);
+  std::size_t m = 0;
+  bool first_of[kLayerKinds] = {true, true, true};
+  for (std::size_t l = 0; l < kinds_.size(); ++l) {
+    std::uint64_t c = 0;
+    // Sidecars fold into the first layer of their source kind (FULL: like full attention; SWA: the window).
+    if (first_of[static_cast<std::size_t>(kinds_[l])]) {
+      first_of[static_cast<std::size_t>(kinds_[l])] = false;
+      for (const auto& [src, k] : sidecars_)
+        if (src == kinds_[l]) c += k * (src == LayerKind::Swa ? Tw : T);
+    }
+    switch (kinds_[l]) {
+      case LayerKind::Full: c += K_[l] * T; break;
+      case LayerKind::Swa: c += K_[l] * Tw; break;
+      case LayerKind::Mamba:
+        for (std::size_t h = 0; h < Hs; ++h) c += mamba_N_[m][h] * Tm[m * Hs + h];
+        ++m;
+        break;
+    }
+    a = hash_combine(a, c);
+  }
   return a;
 }
 

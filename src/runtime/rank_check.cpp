@@ -62,6 +62,19 @@ RankSummaryRow rank_summary(const RankGrid& grid, const cache::DeviceCache& dc, 
 }
 
 void add_tier_stats(RankSummaryRow& m, const cache::DeviceCache& dc) {
+  if (const auto* h = dc.hybrid()) {
+    const auto& c = h->counters();
+    m.hybrid = 1;
+    m.swa_tombstones_made = c.tombstones_made;
+    m.swa_tombstones_healed = c.tombstones_healed;
+    m.swa_freed_pages = c.swa_freed;
+    m.swa_windows_released = c.windows_released;
+    m.mamba_states_copied = c.states_copied;
+    m.mamba_states_saved = c.states_saved;
+    m.swa_waits = c.swa_waits;
+    m.tree_pages = h->tree().held_slots(cache::unified::ComponentId(0));
+    m.tree_nodes = static_cast<std::int64_t>(h->tree().node_count());
+  }
   if (const auto* host = dc.host_tier()) {
     const auto& h = host->stats();
     m.d2h_pages = static_cast<std::int64_t>(h.d2h_pages);

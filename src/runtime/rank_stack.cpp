@@ -55,8 +55,8 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
     capacity -= charged;
   }
   auto kv_config = [&](Pages pages) {
-    return cache::KvPoolConfig{pages,      exp.cache.page_size, geo.layer_begin, geo.local_layers(), geo.kv_heads,
-                               geo.head_dim, cache::parse_payload(exp.engine.payload), placement, shard->rank};
+    return cache::KvPoolConfig{pages,        exp.cache.page_size, geo.layer_id(LayerKind::Full, 0), geo.local_of(LayerKind::Full),
+                               geo.kv_heads, geo.head_dim, cache::parse_payload(exp.engine.payload), placement, shard->rank};
   };
   pool = std::make_unique<cache::KvPool>(kv_config(capacity));
   has_draft = exp.model.draft.enabled() && grid.is_last_stage();
@@ -87,7 +87,38 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
     engine = transfer::make_engine(ec);
     agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
   }
-  dc = std::make_unique<cache::DeviceCache>(cache::DeviceCacheConfig{exp.cache.page_size, capacity, shard->size}, log);
+  cache::DeviceCacheConfig dcc{exp.cache.page_size, capacity, shard->size, std::nullopt};
+  if (geo.hybrid()) {
+    // Hybrid models: the SWA layers' pool (per-token values in either payload: one word per head
+    // in digest runs) and the MAMBA layers' states, next to the FULL pool.
+    cache::HybridCacheConfig hc;
+    hc.page_size = exp.cache.page_size;
+    if (const std::size_t n = geo.local_of(LayerKind::Swa); n > 0) {
+      hc.swa = true;
+      hc.window = Tokens(exp.model.swa_window);
+      hc.swa_pages = exp.cache.swa_pages;
+      const bool full = exp.engine.payload == "full";
+      swa_pool = std::make_unique<cache::KvPool>(cache::KvPoolConfig{exp.cache.swa_pages, exp.cache.page_size,
+                                                                     geo.layer_id(LayerKind::Swa, 0), n, geo.kv_heads,
+                                                                     full ? geo.head_dim : 1, cache::Payload::Full});
+    }
+    if (const std::size_t n = geo.local_of(LayerKind::Mamba); n > 0) {
+      hc.mamba = true;
+      hc.mamba_chunk = Tokens(exp.model.mamba_chunk);
+      hc.mamba_slots = exp.cache.mamba_slots;
+      states = std::make_unique<cache::StatePool>(static_cast<std::size_t>(exp.cache.mamba_slots),
+                                                  n * geo.kv_heads.size() * geo.mamba_state);
+    }
+    for (const auto& sc : exp.model.sidecars)
+      hc.sidecars.push_back({sc.name, sc.source == LayerKind::Swa, static_cast<std::size_t>(sc.words)});
+    dcc.hybrid = hc;
+  }
+  dc = std::make_unique<cache::DeviceCache>(dcc, log);
+  if (auto* h = dc->hybrid()) {
+    h->set_on_swa_free([this](std::span<const PageId> pages) { swa_pool->poison(pages); });
+    h->set_on_state_free([this](std::span<const std::uint32_t> s) { states->poison(s); });
+    h->set_copy_state([this](std::uint32_t src, std::uint32_t dst) { states->copy(src, dst); });
+  }
   dc->set_on_free([this](std::span<const PageId> pages) {  // a freed page's old KV must not pass for a copy's
     pool->poison(pages);
     if (draft_pool) draft_pool->poison(pages);

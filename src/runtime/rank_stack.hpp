@@ -12,6 +12,7 @@
 #include "cache/device_cache.hpp"
 #include "cache/draft_state.hpp"
 #include "cache/kv_pool.hpp"
+#include "cache/state_pool.hpp"
 #include "core/decision_log.hpp"
 #include "core/failpoint.hpp"
 #include "core/rng.hpp"
@@ -37,7 +38,10 @@ struct RankStack {
   Pages capacity{0};             // KV pages of the device pool (per rank, after the gather slots)
   double kv_bytes_scale = 1.0;   // cost.kv_bytes: modelled bytes per stored byte
   std::uint64_t clock = 0;       // this rank's modelled clock, ns
-  std::unique_ptr<cache::KvPool> pool, host_kv;
+  std::unique_ptr<cache::KvPool> pool, host_kv;  // pool: the FULL layers
+  // Hybrid models: the SWA layers' pool and the MAMBA layers' states (null: none of that kind).
+  std::unique_ptr<cache::KvPool> swa_pool;
+  std::unique_ptr<cache::StatePool> states;
   // Speculative decoding ([model.draft], last stage only): the draft's geometry, its device pool
   // (the target's page ids) and its state in the tiers.
   bool has_draft = false;

@@ -74,6 +74,14 @@ void add_transfers(nlohmann::json& j, const RunTrace& run) {
       gns = std::max(gns, r.gather_ns);
     }
     j["device_pages_per_rank"] = {{"pool", pool}, {"high_water", high}};
+    // Hybrid models: rank 0's component counters (every rank of a group takes the same decisions).
+    if (!run.summary_ranks.empty() && run.summary_ranks.front().hybrid) {
+      const auto& h = run.summary_ranks.front();
+      j["hybrid"] = {{"swa_tombstones_made", h.swa_tombstones_made},   {"swa_tombstones_healed", h.swa_tombstones_healed},
+                     {"swa_freed_pages", h.swa_freed_pages},           {"swa_windows_released", h.swa_windows_released},
+                     {"mamba_states_copied", h.mamba_states_copied},   {"mamba_states_saved", h.mamba_states_saved},
+                     {"swa_waits", h.swa_waits}};
+    }
     j["gather"] = {{"bytes", gbytes}, {"time_model_ms", static_cast<double>(gns) / 1e6}};
   }
 }
@@ -321,6 +329,20 @@ std::string report_text(const RunTrace& run) {
       std::snprintf(line, sizeof(line), "# load-backs: %lld broken on some rank, their %lld tokens recomputed (never read)\n",
                     static_cast<long long>(j["load_back"]["failed_requests"].get<std::int64_t>()),
                     static_cast<long long>(j["load_back"]["recomputed_tokens"].get<std::int64_t>()));
+      os << line;
+    }
+    if (j.contains("hybrid")) {
+      const auto& h = j["hybrid"];
+      std::snprintf(line, sizeof(line),
+                    "# hybrid (rank 0): SWA tombstones made %lld, healed %lld; SWA pages freed behind the window %lld, "
+                    "window locks released early %lld; MAMBA states copied %lld, saved %lld; SWA waits %lld\n",
+                    static_cast<long long>(h["swa_tombstones_made"].get<std::int64_t>()),
+                    static_cast<long long>(h["swa_tombstones_healed"].get<std::int64_t>()),
+                    static_cast<long long>(h["swa_freed_pages"].get<std::int64_t>()),
+                    static_cast<long long>(h["swa_windows_released"].get<std::int64_t>()),
+                    static_cast<long long>(h["mamba_states_copied"].get<std::int64_t>()),
+                    static_cast<long long>(h["mamba_states_saved"].get<std::int64_t>()),
+                    static_cast<long long>(h["swa_waits"].get<std::int64_t>()));
       os << line;
     }
     if (j.contains("spec")) {

@@ -33,6 +33,14 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
     return protocols::LayerGather::padded_pages((static_cast<std::int64_t>(r.prompt_len()) + p - 1) / p, cfg_.shards);
   };
   std::int64_t first_steps = 0;
+  // Hybrid models: a request runs a step only with SWA pages for what it computes (else it sits
+  // the step out); `stalled` counts those, to tell a pool that can never serve them.
+  std::size_t stalled = 0;
+  auto ready = [&](ServeRequest& r, std::size_t end) {
+    if (cache_.prepare(r.spec.id, r.res, Tokens(static_cast<std::int64_t>(end)))) return true;
+    ++stalled;
+    return false;
+  };
   for (auto& r : running_) {
     if (!r->prefill_done() || r->finished() || r->awaiting_kv || r->awaiting_restore) continue;
     if (decode_gathers && !r->model.primed) {
@@ -40,12 +48,14 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
       if (first_steps > 0 && first_steps + want > cfg_.gather_pages) continue;  // the slot is full: next step
       first_steps += want;
     }
+    if (!ready(*r, r->tokens.size())) continue;
     batch.push_back({r.get(), r->computed, r->tokens.size(), false});
   }
   std::int64_t budget = cfg_.chunk_size;
   for (auto& r : running_) {
     if (r->prefill_done() || r->awaiting_kv || r->awaiting_restore || budget <= 0) continue;
     const auto take = std::min<std::int64_t>(static_cast<std::int64_t>(r->prompt_len() - r->computed), budget);
+    if (!ready(*r, r->computed + static_cast<std::size_t>(take))) continue;
     batch.push_back({r.get(), r->computed, r->computed + static_cast<std::size_t>(take), true});
     budget -= take;
   }
@@ -97,9 +107,14 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
       continue;
     }
     const auto take = std::min<std::int64_t>(static_cast<std::int64_t>(w.prompt_len() - w.computed), budget);
+    if (!ready(w, w.computed + static_cast<std::size_t>(take))) break;  // admitted; it starts when it has SWA pages
     batch.push_back({&w, w.computed, w.computed + static_cast<std::size_t>(take), true});
     budget -= take;
   }
+  if (batch.empty() && stalled > 0 && stalled == running_.size())
+    throw RunFailure("every running request waits for SWA pages and none can be freed: cache.swa_pages cannot hold the "
+                     "windows of " + std::to_string(stalled) + " running requests (raise cache.swa_pages or lower "
+                     "engine.max_running)");
   return batch;
 }
 
@@ -166,6 +181,7 @@ std::vector<std::unique_ptr<ServeRequest>> Scheduler::complete_step(const std::v
   for (const auto& e : batch) {
     ServeRequest& r = *e.req;
     r.computed = e.end;
+    cache_.advance(r.res, Tokens(static_cast<std::int64_t>(e.start)), Tokens(static_cast<std::int64_t>(e.end)));
     if (e.prefill) cache_.insert_computed(r.spec.id, r.res, std::span<const TokenId>(r.tokens).first(r.computed));
     if (e.prefill && !r.prefill_done()) continue;
     // The prefill finished (first token) or a decode step ran: one more token.

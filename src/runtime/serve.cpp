@@ -63,6 +63,12 @@ ServeLoop::ServeLoop(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
       corrupt_rng_(rank_stream(exp.engine.seed, grid.world_rank()).fork("device.page.corrupt.target")),
       abort_rng_(rank_stream(exp.engine.seed, grid.world_rank()).fork("request.abort.target")) {
   KVGRID_MPI_CHECK(MPI_Comm_size(grid.stage(), &stage_size_));
+  if (stack_.geo.hybrid()) {
+    model_.attach_hybrid(stack_.swa_pool.get(), stack_.states.get());
+    std::vector<cache::unified::PayloadSidecar*> sidecars;
+    for (std::size_t i = 0; i < exp.model.sidecars.size(); ++i) sidecars.push_back(dc_.hybrid()->sidecar(i));
+    if (!sidecars.empty()) model_.attach_sidecars(std::move(sidecars), exp.model.sidecars);
+  }
   if (exp.protocol.consensus_check == "on") online_ = std::make_unique<protocols::ConsensusChecker>(grid, log);
   // Only PP0's leader owns the workload (P/D: the prefill group's); a bad trace must still stop
   // every rank, not hang them.

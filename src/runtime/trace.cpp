@@ -113,6 +113,14 @@ Handle rank_summary_type() {
   KVGRID_FIELD(pd_restore_failed, H5T_NATIVE_INT64);
   KVGRID_FIELD(load_failed, H5T_NATIVE_INT64);
   KVGRID_FIELD(load_recomputed_tokens, H5T_NATIVE_INT64);
+  KVGRID_FIELD(hybrid, H5T_NATIVE_INT64);
+  KVGRID_FIELD(swa_tombstones_made, H5T_NATIVE_INT64);
+  KVGRID_FIELD(swa_tombstones_healed, H5T_NATIVE_INT64);
+  KVGRID_FIELD(swa_freed_pages, H5T_NATIVE_INT64);
+  KVGRID_FIELD(swa_windows_released, H5T_NATIVE_INT64);
+  KVGRID_FIELD(mamba_states_copied, H5T_NATIVE_INT64);
+  KVGRID_FIELD(mamba_states_saved, H5T_NATIVE_INT64);
+  KVGRID_FIELD(swa_waits, H5T_NATIVE_INT64);
 #undef KVGRID_FIELD
   return t;
 }

@@ -122,6 +122,12 @@ struct RankSummaryRow {
   // protocol.load_back: requests whose load-back failed on some rank of the group (agreed), and
   // the loaded positions they recomputed instead
   std::int64_t load_failed = 0, load_recomputed_tokens = 0;
+  // Hybrid models (hybrid = 1; cache/hybrid_cache.hpp): SWA pages inserts left as tombstones and
+  // tombstone pages they healed, SWA pages requests freed as their window moved on, window locks
+  // released early, MAMBA states copied into requests' slots and checkpoints the tree took, and
+  // request-steps spent waiting for SWA pages
+  std::int64_t hybrid = 0, swa_tombstones_made = 0, swa_tombstones_healed = 0, swa_freed_pages = 0;
+  std::int64_t swa_windows_released = 0, mamba_states_copied = 0, mamba_states_saved = 0, swa_waits = 0;
 };
 
 struct RunMeta {

@@ -25,6 +25,7 @@ TIERS = os.path.join(SRC, "experiments", "multiturn_tiers.toml")
 MOONCAKE = os.path.join(SRC, "experiments", "mooncake_replay.toml")
 CPSHARD = os.path.join(SRC, "experiments", "cp_sharding.toml")
 SPEC = os.path.join(SRC, "experiments", "spec_draft.toml")
+HYBRID = os.path.join(SRC, "experiments", "hybrid.toml")
 PDEX = os.path.join(SRC, "experiments", "pd_example.toml")
 PDMT = os.path.join(SRC, "experiments", "pd_multiturn.toml")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -1082,6 +1083,57 @@ def sweep_smoke():
         with open(out("sl/" + name)) as f:
             got = f.read()
         expect(got == want, f"{name} matches tests/cli/golden/{name}", got, want)
+
+
+def hybrid_runs():
+    """experiments/hybrid.toml (full + swa + mamba layers through the unified tree core) at 1 and
+    2 ranks, in both payloads: oracle OK, ranks agree, SWA tombstones made and healed, MAMBA
+    states copied and saved; the same workload with full attention only reuses at least as much
+    (the hybrid reuse rule is stricter); hybrid settings the device tier cannot serve are refused."""
+    j, console = {}, {}
+    text = open(HYBRID).read()
+    plain = write("hybrid-plain.toml", text[:text.index("[[model.sidecar]]")] + text[text.index("[cache]"):])
+    for name, np_, path, sets in (("tp1", 1, HYBRID, ["--set", "engine.debug_checks=true"]),
+                                  ("tp2", 2, HYBRID, ["--set", "topology.tp=2", "--set", "engine.payload=full"]),
+                                  ("full_only", 1, plain, ["--set", "model.layer_types=full"])):
+        rc, so, se = run(np_, path, "--out", out("hybrid-" + name), *sets)
+        expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so
+               and "# verify failures: 0 OK" in so, f"hybrid {name} run", so, se)
+        j[name] = json.loads(tool("report", out("hybrid-" + name), "--json")[1])
+        console[name] = so
+    for name in ("tp1", "tp2"):
+        h = j[name]["hybrid"]
+        print(name, "hit rate", j[name]["hit_rate"]["device"], h)
+        expect(h["swa_tombstones_made"] > 0 and h["swa_tombstones_healed"] > 0, f"{name}: tombstones made and healed", h)
+        expect(h["mamba_states_copied"] > 0 and h["mamba_states_saved"] > 0 and h["swa_freed_pages"] > 0,
+               f"{name}: states copied and saved, SWA pages freed behind the window", h)
+        expect(j[name]["hit_rate"]["device"] > 0.3, f"{name} reuses prefixes", j[name]["hit_rate"])
+    expect("hybrid" not in j["full_only"], "a full-attention run (RadixTree) has no hybrid block", j["full_only"].keys())
+    expect(j["full_only"]["hit_rate"]["device"] >= j["tp1"]["hit_rate"]["device"],
+           "full attention alone reuses at least what the hybrid model may", j["full_only"]["hit_rate"], j["tp1"]["hit_rate"])
+    print("full attention alone: hit rate", j["full_only"]["hit_rate"]["device"])
+    rc, so, se = run(1, HYBRID, "--out", out("hybrid-tp1-again"))
+    digests = [re.search(r"# decision log: .* digest (0x[0-9a-f]+)", t) for t in (console["tp1"], so)]
+    expect(rc == 0 and all(digests) and digests[0].group(1) == digests[1].group(1),
+           "the same seed gives the same decisions (with or without debug checks)", console["tp1"], so, se)
+    bad = [(["--set", "model.layer_types=full,bogus"], r'"bogus" is not a layer type \(full, swa, mamba\)'),
+           (["--set", "model.swa_window=0"], r"has swa layers: set model\.swa_window"),
+           (["--set", "model.layer_types=swa,mamba"], r"has no full layer"),
+           (["--set", "model.mamba_chunk=24"], r"model\.mamba_chunk = 24 is not a multiple of cache\.page_size = 16"),
+           (["--set", "topology.pp=2"], r"pp = 2 \(hybrid layers across stages"),
+           (["--set", "cache.host_pages=64"], r"cache\.host_pages > 0 \(the host tier"),
+           (["--set", "model.layer_types=full,mamba"], r'\[\[model\.sidecar\]\] #2 \("compressor"\): source = "swa" but'),
+           (["--set", "model.sidecar.words=3"], r"'model\.sidecar' is an array of tables \(\[\[model\.sidecar\]\]\): set it in the experiment file")]
+    dup = write("hybrid-dup.toml", text.replace('name = "compressor"', 'name = "indexer"'))
+    typo = write("hybrid-typo.toml", text.replace('words = 1\n', 'wrods = 1\n'))
+    for path, pattern in ((dup, r'#2 \("indexer"\): the name is taken by sidecar #1'),
+                          (typo, r"hybrid-typo\.toml:\d+:\d+: unknown key 'wrods' in \[\[model\.sidecar\]\]; did you mean 'model\.sidecar\.words'")):
+        bad.append(([], pattern, path))
+    for sets, pattern, *path in bad:
+        target = out("hybrid-bad")
+        rc, so, se = run(1, path[0] if path else HYBRID, "--out", target, *sets)
+        expect(rc == 2 and re.search(pattern, se) and not os.path.exists(os.path.join(target, "run.h5")),
+               f"{sets}: exit 2 naming the problem", rc, so, se)
 
 
 if __name__ == "__main__":

@@ -158,3 +158,42 @@ TEST(ExperimentConfig, ShippedExperimentsAreValid) {
 
 }  // namespace
 }  // namespace kvgrid
+
+namespace kvgrid {
+namespace {
+
+// [[model.sidecar]]: an array of tables, read in file order with per-element defaults, printed
+// back by effective_toml so that the trace's configuration reproduces the run.
+TEST(ExperimentConfig, ArraysOfTablesRoundTrip) {
+  const std::string toml =
+      "[model]\nlayer_types = \"full,swa\"\nswa_window = 8\n[[model.sidecar]]\nname = \"indexer\"\nwords = 3\n"
+      "[[model.sidecar]]\nname = \"c4\"\nsource = \"swa\"\n[workload]\nkind = \"gsp\"\n";
+  const auto e = parse_experiment(toml, "arrays", {});
+  ASSERT_EQ(e.model.sidecars.size(), 2u);
+  EXPECT_EQ(e.model.sidecars[0].name, "indexer");
+  EXPECT_EQ(e.model.sidecars[0].source, LayerKind::Full);  // the default
+  EXPECT_EQ(e.model.sidecars[0].words, 3);
+  EXPECT_EQ(e.model.sidecars[1].name, "c4");
+  EXPECT_EQ(e.model.sidecars[1].source, LayerKind::Swa);
+  EXPECT_EQ(e.model.sidecars[1].words, 1);
+  const auto again = parse_experiment(e.effective_toml, "again", {});
+  ASSERT_EQ(again.model.sidecars.size(), 2u);
+  EXPECT_EQ(again.model.sidecars[1].name, "c4");
+  EXPECT_EQ(again.model.sidecars[1].source, LayerKind::Swa);
+  EXPECT_EQ(again.effective_toml, e.effective_toml);
+  // A table where an array of tables belongs, and a word of the wrong type, are named.
+  EXPECT_THROW(
+      {
+        try {
+          parse_experiment("[model.sidecar]\nname = \"x\"\n", "t", {});
+        } catch (const InputError& x) {
+          EXPECT_NE(std::string(x.what()).find("expected an array of tables ([[model.sidecar]])"), std::string::npos) << x.what();
+          throw;
+        }
+      },
+      InputError);
+  EXPECT_THROW(parse_experiment("[[model.sidecar]]\nname = \"x\"\nwords = \"two\"\n", "t", {}), InputError);
+}
+
+}  // namespace
+}  // namespace kvgrid

@@ -23,9 +23,11 @@ void ServeLoop::forward(Step& s) {
     auto wait_layer = [&events, L](std::size_t l) {
       for (std::size_t k = l; k < events.size(); k += L) events[k].synchronize();
     };
+    HybridTables ht;
+    if (const auto* h = e.req->res.hybrid.get()) ht = {h->swa_table, h->mamba, h->mamba_ckpt};
     model_.forward(e.req->model, e.req->tokens, e.start, e.end, e.req->res.pages,
                    std::span<std::uint64_t>(partials_).subspan(i * L_, L_),
-                   events.empty() ? std::function<void(std::size_t)>{} : std::function<void(std::size_t)>(wait_layer));
+                   events.empty() ? std::function<void(std::size_t)>{} : std::function<void(std::size_t)>(wait_layer), ht);
     for (auto& ev : events) ev.synchronize();  // (all were, unless the request had no cached prefix to read)
     events.clear();
     for (std::size_t k = 0; k < plugins_.size(); ++k) plugins_[k]->forward_entry(s, i, plugin_partials(k, i, batch.size()));

@@ -1,0 +1,361 @@
+#include "cache/hybrid_cache.hpp"
+
+#include <algorithm>
+
+#include "cache/device_cache.hpp"
+#include "core/check.hpp"
+#include "core/hash.hpp"
+
+namespace kvgrid::cache {
+
+using unified::ComponentId;
+using unified::InsertValue;
+using unified::Slot;
+
+namespace {
+std::uint64_t slots_digest(std::span<const Slot> s) {
+  std::uint64_t h = 0x68796272ULL;
+  for (Slot x : s) h = hash_combine(h, x.value());
+  return h;
+}
+std::int64_t n_of(std::size_t n) { return static_cast<std::int64_t>(n); }
+}  // namespace
+
+HybridCache::HybridCache(const HybridCacheConfig& cfg, DevicePool& full_pool, DecisionLog& log)
+    : cfg_(cfg),
+      tree_(cfg.page_size),
+      full_pool_(full_pool),
+      swa_pool_(cfg.swa ? cfg.swa_pages.value() : 0),
+      mamba_pool_(cfg.mamba ? cfg.mamba_slots : 0),
+      log_(log) {
+  KVGRID_CHECK(full_pool.shards() == 1, "hybrid models over a sharded pool");
+  full_ = tree_.add_component(std::make_unique<unified::FullComponent>());
+  if (cfg.swa) {
+    auto s = std::make_unique<unified::SwaComponent>(cfg.window);
+    swa_comp_ = s.get();
+    swa_ = tree_.add_component(std::move(s));
+  }
+  if (cfg.mamba) mamba_ = tree_.add_component(std::make_unique<unified::MambaComponent>(cfg.mamba_chunk));
+  for (const auto& sc : cfg.sidecars) {
+    KVGRID_CHECK(!sc.swa || cfg.swa, "sidecar ", sc.name, " follows SWA in a model without SWA layers");
+    const auto capacity = static_cast<std::size_t>(sc.swa ? cfg.swa_pages.value() : full_pool.capacity().value());
+    auto p = unified::PayloadSidecar::make(tree_, sc.name, sc.swa ? swa_ : full_, sc.words_per_token, capacity);
+    sidecars_.push_back(p.get());
+    tree_.add_sidecar(std::move(p));
+  }
+}
+
+// ---- pools ----------------------------------------------------------------------------------
+
+void HybridCache::release(const unified::EvictResult& e, Pages* evicted) {
+  std::vector<PageId> full;
+  for (Slot s : e.freed[full_.value()]) full.push_back(PageId(s.value()));
+  full_pool_.free(full);
+  if (evicted) *evicted += Pages(n_of(full.size()));
+  if (cfg_.swa) free_swa(e.freed[swa_.value()]);
+  if (cfg_.mamba) {
+    std::vector<std::uint32_t> st;
+    for (Slot s : e.freed[mamba_.value()]) st.push_back(s.value());
+    free_states(st);
+  }
+}
+
+void HybridCache::make_room(ComponentId c, std::int64_t want, std::int64_t free_now, Pages* evicted) {
+  if (want <= free_now) return;
+  unified::EvictResult e = tree_.evict(c, want - free_now);
+  KVGRID_CONSENSUS(log_, "evict", {static_cast<std::int64_t>(c.value()), want - free_now},
+                   {n_of(e.freed[c.value()].size()), n_of(e.nodes_deleted)}, slots_digest(e.freed[c.value()]));
+  release(e, evicted);
+}
+
+void HybridCache::free_swa(std::span<const Slot> s) {
+  if (s.empty()) return;
+  swa_pool_.free(s);
+  if (on_swa_free_) {
+    std::vector<PageId> p;
+    for (Slot x : s) p.push_back(PageId(x.value()));
+    on_swa_free_(p);
+  }
+}
+
+void HybridCache::free_states(std::span<const std::uint32_t> s) {
+  if (s.empty()) return;
+  std::vector<Slot> slots;
+  for (auto x : s) slots.push_back(Slot(x));
+  mamba_pool_.free(slots);
+  if (on_state_free_) on_state_free_(s);
+}
+
+std::optional<std::vector<Slot>> HybridCache::alloc_swa(std::int64_t n) {
+  make_room(swa_, n, swa_pool_.free_count(), nullptr);
+  return swa_pool_.alloc(n);
+}
+
+std::optional<std::uint32_t> HybridCache::alloc_state() {
+  make_room(mamba_, 1, mamba_pool_.free_count(), nullptr);
+  auto s = mamba_pool_.alloc(1);
+  if (!s) return std::nullopt;
+  return (*s)[0].value();
+}
+
+void HybridCache::relock(HybridHold& h, unified::Node* node) {
+  unified::LockHandle next = tree_.lock(node);
+  tree_.unlock(h.lock);
+  h.lock = std::move(next);
+  h.swa.lock = &h.lock;
+}
+
+// ---- a request's life -----------------------------------------------------------------------
+
+std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const TokenId> prompt, Tokens kv_tokens,
+                                                Tokens max_match) {
+  const std::int64_t p = cfg_.page_size.value();
+  const auto cap = static_cast<std::size_t>(max_match.value());
+  const std::size_t view = cap < prompt.size() ? cap + 1 : prompt.size();
+  unified::MatchResult m = tree_.match_prefix(prompt.first(view));
+  KVGRID_CONSENSUS(log_, "match_prefix", {static_cast<std::int64_t>(id.value()), n_of(prompt.size())},
+                   {m.matched.value(), m.walked.value()});
+  auto hold = std::make_unique<HybridHold>();
+  hold->lock = tree_.lock(m.last_node);
+  hold->swa.lock = &hold->lock;
+  Reservation r;
+  const std::int64_t total = (kv_tokens.value() + p - 1) / p;
+  const auto& fm = m.components[full_.value()].slots;
+  const std::int64_t need = total - n_of(fm.size());
+  make_room(full_, need, full_pool_.free_pages().value(), &r.evicted);
+  auto fresh = full_pool_.alloc(Pages(need));
+  std::vector<std::uint32_t> states;
+  if (fresh && cfg_.mamba) {
+    make_room(mamba_, 2, mamba_pool_.free_count(), &r.evicted);
+    if (auto s = mamba_pool_.alloc(2)) states = {(*s)[0].value(), (*s)[1].value()};
+  }
+  const bool ok = fresh && (!cfg_.mamba || !states.empty());
+  KVGRID_CONSENSUS(log_, "admit", {static_cast<std::int64_t>(id.value())}, {ok ? 1 : 0, need});
+  if (!ok) {
+    if (fresh) full_pool_.free(*fresh);
+    tree_.unlock(hold->lock);
+    debug_verify();
+    return std::nullopt;
+  }
+  if (cfg_.mamba) {
+    hold->mamba = states[0];
+    hold->mamba_ckpt = states[1];
+    states_held_ += 2;
+    const auto& src = m.components[mamba_.value()].slots;
+    if (m.matched.value() > 0) {
+      KVGRID_CHECK(src.size() == 1, "request ", id, ": a match at ", m.matched, " without a MAMBA state");
+      if (copy_state_) copy_state_(src[0].value(), hold->mamba);
+      ++counters_.states_copied;
+    }
+  }
+  if (cfg_.swa) {
+    hold->swa_table.assign(static_cast<std::size_t>(total), 0);
+    const auto& sm = m.components[swa_.value()];
+    for (std::size_t i = 0; i < sm.slots.size(); ++i)
+      hold->swa_table[static_cast<std::size_t>(sm.from.value() / p) + i] = sm.slots[i].value();
+    hold->swa.own_from = m.matched;
+  }
+  r.matched = m.matched;
+  r.kv_tokens = kv_tokens;
+  r.fresh = Pages(need);
+  r.private_pages = Pages(need);
+  r.shared = m.matched;
+  reserved_ += Pages(need);
+  for (Slot s : fm) r.pages.push_back(PageId(s.value()));
+  r.pages.insert(r.pages.end(), fresh->begin(), fresh->end());
+  r.hybrid = std::move(hold);
+  debug_verify();
+  return r;
+}
+
+bool HybridCache::prepare(RequestId id, Reservation& r, Tokens end) {
+  if (!cfg_.swa) return true;
+  HybridHold& h = *r.hybrid;
+  const std::int64_t p = cfg_.page_size.value();
+  const std::int64_t have_to = h.swa.own_from.value() + n_of(h.swa.own.size()) * p;  // own pages cover [own_from, have_to)
+  const std::int64_t want = (end.value() + p - 1) / p - have_to / p;
+  if (want <= 0) return true;
+  auto got = alloc_swa(want);
+  KVGRID_CONSENSUS(log_, "swa_alloc", {static_cast<std::int64_t>(id.value()), want}, {got ? 1 : 0});
+  if (!got) {
+    ++counters_.swa_waits;
+    return false;
+  }
+  for (std::int64_t i = 0; i < want; ++i) {
+    h.swa_table[static_cast<std::size_t>(have_to / p + i)] = (*got)[static_cast<std::size_t>(i)].value();
+    h.swa.own.push_back((*got)[static_cast<std::size_t>(i)]);
+  }
+  swa_held_ += want;
+  debug_verify();
+  return true;
+}
+
+void HybridCache::advance(Reservation& r, Tokens start, Tokens computed) {
+  HybridHold& h = *r.hybrid;
+  if (cfg_.mamba && h.mamba_ckpt != 0) {
+    // The model saved the state at every grid depth in (start, computed]: the deepest is kept.
+    const Tokens g(computed.value() / cfg_.mamba_chunk.value() * cfg_.mamba_chunk.value());
+    if (g > start) h.ckpt_at = g;
+  }
+  if (!cfg_.swa) return;
+  const std::int64_t p = cfg_.page_size.value();
+  // What the request still needs: the window before its page-aligned length (where its next
+  // insert ends) — a query q >= computed reads (q - W, q], within it.
+  const Tokens position(computed.value() / p * p - cfg_.window.value());
+  if (position.value() <= 0) return;
+  const bool window_held = h.lock.parts[swa_.value()].held;
+  const auto first = static_cast<std::size_t>(h.swa.own_from.value() / p);
+  std::vector<Slot> freed = swa_comp_->free_before(tree_, h.swa, position);
+  if (window_held && !h.lock.parts[swa_.value()].held) ++counters_.windows_released;
+  for (std::size_t i = 0; i < freed.size(); ++i) h.swa_table[first + i] = 0;
+  swa_held_ -= n_of(freed.size());
+  counters_.swa_freed += n_of(freed.size());
+  free_swa(freed);
+  debug_verify();
+}
+
+void HybridCache::insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens) {
+  HybridHold& h = *r.hybrid;
+  const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
+  const std::size_t aligned = computed_tokens.size() / p;  // pages
+  const std::size_t from = static_cast<std::size_t>(r.shared.value()) / p;
+  if (aligned <= from) return;
+  KVGRID_CHECK(r.pages.size() >= aligned, "page table of ", r.pages.size(), " pages for ", aligned, " computed pages");
+  auto key = computed_tokens.first(aligned * p);
+  const Tokens end(static_cast<std::int64_t>(aligned * p));
+  std::vector<InsertValue> values(tree_.components());
+  std::vector<Slot> full;
+  for (std::size_t i = 0; i < aligned; ++i) full.push_back(Slot(r.pages[i].value()));
+  values[full_.value()] = InsertValue::pages(std::move(full));
+  std::vector<std::int64_t> swa_before;
+  std::size_t swa_offered = 0;
+  if (cfg_.swa) {
+    swa_before = tree_.page_values(key, swa_);
+    KVGRID_CHECK(h.swa.own_from <= end, "request ", id, " freed SWA pages up to ", h.swa.own_from, " beyond ", end);
+    swa_offered = std::min(h.swa.own.size(), aligned - static_cast<std::size_t>(h.swa.own_from.value()) / p);
+    values[swa_.value()] = InsertValue::pages(std::vector<Slot>(h.swa.own.begin(), h.swa.own.begin() + static_cast<std::ptrdiff_t>(swa_offered)),
+                                              h.swa.own_from);
+  }
+  const bool offer_state = cfg_.mamba && h.mamba_ckpt != 0 && h.ckpt_at.value() > 0 && h.ckpt_at <= end;
+  if (cfg_.mamba) values[mamba_.value()] = offer_state ? InsertValue::state(Slot(h.mamba_ckpt), h.ckpt_at) : InsertValue::none();
+  unified::InsertResult ins = tree_.insert(key, values);
+  KVGRID_CONSENSUS(log_, "insert", {static_cast<std::int64_t>(id.value()), n_of(key.size())},
+                   {ins.components[full_.value()].present.value(), offer_state ? h.ckpt_at.value() : 0});
+  // FULL: pages the tree held already replace ours (ours go back to the pool).
+  std::vector<PageId> dup;
+  for (Slot s : ins.components[full_.value()].returned) dup.push_back(PageId(s.value()));
+  full_pool_.free(dup);
+  const auto tree_full = tree_.page_values(key, full_);
+  for (std::size_t i = 0; i < aligned; ++i) {
+    KVGRID_CHECK(tree_full[i] > 0, "request ", id, ": page ", i, " of its inserted prefix holds no FULL page");
+    r.pages[i] = PageId(static_cast<std::uint32_t>(tree_full[i]));
+  }
+  const Pages moved(static_cast<std::int64_t>(aligned - from));
+  r.private_pages -= moved;
+  reserved_ -= moved;
+  if (cfg_.swa) {
+    // Ours the tree did not take (above the window, or duplicates) go back to the pool; the page
+    // table follows the tree from here on.
+    const auto& back = ins.components[swa_.value()].returned;
+    h.swa.own.erase(h.swa.own.begin(), h.swa.own.begin() + static_cast<std::ptrdiff_t>(swa_offered));
+    h.swa.own_from = std::max(h.swa.own_from, end);
+    swa_held_ -= n_of(swa_offered);
+    free_swa(back);
+    const auto after = tree_.page_values(key, swa_);
+    for (std::size_t i = 0; i < aligned; ++i) {
+      h.swa_table[i] = after[i] > 0 ? static_cast<std::uint32_t>(after[i]) : 0;
+      if (swa_before[i] < 0 && after[i] == 0) ++counters_.tombstones_made;
+      if (swa_before[i] == 0 && after[i] > 0) ++counters_.tombstones_healed;
+    }
+  }
+  if (offer_state) {
+    const auto& back = ins.components[mamba_.value()].returned;
+    h.ckpt_at = Tokens(0);
+    if (back.empty()) {  // the tree took the checkpoint: a fresh slot for the next one
+      ++counters_.states_saved;
+      --states_held_;
+      h.mamba_ckpt = 0;
+      if (auto s = alloc_state()) {
+        h.mamba_ckpt = *s;
+        ++states_held_;
+      }
+      KVGRID_CONSENSUS(log_, "state_slot", {static_cast<std::int64_t>(id.value())}, {h.mamba_ckpt != 0 ? 1 : 0});
+    }
+  }
+  relock(h, ins.last_node);
+  r.shared = end;
+  debug_verify();
+}
+
+void HybridCache::commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens) {
+  KVGRID_CHECK(static_cast<std::int64_t>(kv_tokens.size()) == r.kv_tokens.value(), "commit of ", kv_tokens.size(),
+               " tokens for a reservation of ", r.kv_tokens);
+  insert_computed(id, r, kv_tokens);
+  abort(id, r);  // what is still private (the partial last page, own SWA pages, states) goes back
+}
+
+void HybridCache::abort(RequestId id, Reservation& r) {
+  if (!r.hybrid) return;
+  HybridHold& h = *r.hybrid;
+  const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
+  const std::size_t shared = static_cast<std::size_t>(r.shared.value()) / p;
+  if (r.pages.size() > shared) {
+    const auto mine_pages = std::span<const PageId>(r.pages).subspan(shared);
+    std::vector<Slot> slots;
+    for (PageId pg : mine_pages) slots.push_back(Slot(pg.value()));
+    tree_.drop_sidecars(full_, slots);
+    full_pool_.free(mine_pages);
+    const Pages mine(static_cast<std::int64_t>(r.pages.size() - shared));
+    r.private_pages -= mine;
+    reserved_ -= mine;
+  }
+  KVGRID_CHECK(r.private_pages.value() == 0, "request ", id, " still holds ", r.private_pages, " private pages");
+  if (cfg_.swa) {
+    swa_held_ -= n_of(h.swa.own.size());
+    tree_.drop_sidecars(swa_, h.swa.own);
+    free_swa(h.swa.own);
+    h.swa.own.clear();
+  }
+  std::vector<std::uint32_t> st;
+  if (h.mamba) st.push_back(h.mamba);
+  if (h.mamba_ckpt) st.push_back(h.mamba_ckpt);
+  states_held_ -= n_of(st.size());
+  free_states(st);
+  tree_.unlock(h.lock);
+  r.hybrid.reset();
+  r.pages.clear();
+  KVGRID_CONSENSUS(log_, "release", {static_cast<std::int64_t>(id.value())}, {});
+  debug_verify();
+}
+
+// ---- checks ---------------------------------------------------------------------------------
+
+std::vector<PageId> HybridCache::cached_pages() const {
+  std::vector<PageId> out;
+  std::vector<const unified::Node*> stack{tree_.root()};
+  while (!stack.empty()) {
+    const unified::Node* n = stack.back();
+    stack.pop_back();
+    if (n->at(full_).live())
+      for (Slot s : *n->at(full_).value) out.push_back(PageId(s.value()));
+    for (const auto& [k, c] : n->children) stack.push_back(c.get());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void HybridCache::verify() const {
+  unified::VerifyAccounts acc;
+  acc.components.resize(tree_.components());
+  acc.components[full_.value()] = {full_pool_.capacity().value(), full_pool_.free_pages().value(), reserved_.value()};
+  if (cfg_.swa) acc.components[swa_.value()] = {swa_pool_.capacity(), swa_pool_.free_count(), swa_held_};
+  if (cfg_.mamba) acc.components[mamba_.value()] = {mamba_pool_.capacity(), mamba_pool_.free_count(), states_held_};
+  tree_.verify(&acc);
+  full_pool_.verify();
+}
+
+void HybridCache::debug_verify() const {
+  if (KVGRID_DEBUG_CHECKS_ON()) verify();
+}
+
+}  // namespace kvgrid::cache

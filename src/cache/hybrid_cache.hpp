@@ -1,0 +1,144 @@
+// The device tier of a hybrid model (full attention + sliding-window attention + recurrent
+// layers) on one rank: the unified tree core (unified_tree.hpp) with FULL, SWA and MAMBA
+// components, and one pool per index space — FULL pages in the rank's DevicePool, SWA pages and
+// MAMBA state slots in their own SlotPools. DeviceCache hands every call of a hybrid run here.
+//
+// A request's life, decision by decision (every one recorded in the decision log):
+//  * reserve: match (the deepest boundary every component accepts: FULL holds every page, the
+//    last W tokens before it are live SWA pages, a MAMBA state sits exactly there) → lock (FULL:
+//    the path; SWA: the tail window; MAMBA: the node) → FULL pages for the rest of its positions
+//    and two MAMBA slots (its running state and a checkpoint), evicting each component's LRU
+//    victims to make room, all or nothing → the matched state copied into its running slot (the
+//    match finalizer's copy: the request advances its private copy, never the tree's).
+//  * prepare (each step, before the forward): SWA pages for the positions the step computes —
+//    SWA pages are taken as the request goes, since it frees them again as its window moves on;
+//    a request that cannot get them sits the step out.
+//  * advance (after each forward): the depth of its checkpoint (the deepest grid depth the
+//    forward passed: the model saved the state there), and its own SWA pages wholly before the window it still needs
+//    (the window of its page-aligned length) are freed, and its lock on the tree's window goes
+//    once decode has passed it.
+//  * insert (each prefill chunk, and at commit): the page-aligned computed prefix with its FULL
+//    pages, its SWA pages from where it freed up to the end (the tree keeps only the window
+//    before the end: the rest becomes or stays tombstones, a tombstone inside the window is
+//    healed), and its checkpoint state at the deepest grid depth it passed; pages the tree
+//    already held replace the request's own in its page tables; the lock moves to the new end.
+//  * commit / abort: what it still holds privately goes back to the pools.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/device_pool.hpp"
+#include "cache/unified_components.hpp"
+#include "cache/unified_tree.hpp"
+#include "core/decision_log.hpp"
+
+namespace kvgrid::cache {
+
+struct Reservation;
+
+struct HybridCacheConfig {
+  Tokens page_size{16};
+  bool swa = false;
+  Tokens window{0};       // SWA window W
+  Pages swa_pages{0};
+  bool mamba = false;
+  Tokens mamba_chunk{0};  // checkpoint grid
+  std::int64_t mamba_slots = 0;
+  // Payload pools following FULL's or SWA's page ids ([[model.sidecar]]).
+  struct Sidecar {
+    std::string name;
+    bool swa = false;  // source: SWA (else FULL)
+    std::size_t words_per_token = 1;
+  };
+  std::vector<Sidecar> sidecars;
+};
+
+// What a running request holds of the hybrid components (Reservation::hybrid).
+struct HybridHold {
+  unified::LockHandle lock;             // on the node ending its shared prefix
+  unified::SwaRequest swa;              // its own SWA pages from swa.own_from (swa.lock = &lock)
+  std::vector<std::uint32_t> swa_table;  // SWA page of each page of the request (0: none held)
+  std::uint32_t mamba = 0;               // its running state
+  std::uint32_t mamba_ckpt = 0;          // its checkpoint slot (0: none)
+  Tokens ckpt_at{0};                     // depth of the state in mamba_ckpt (0: none yet)
+};
+
+struct HybridCounters {
+  std::int64_t tombstones_made = 0;    // SWA pages an insert left as tombstones
+  std::int64_t tombstones_healed = 0;  // SWA tombstone pages an insert made live again
+  std::int64_t swa_freed = 0;          // SWA pages running requests freed as their window moved on
+  std::int64_t windows_released = 0;   // SWA window locks released early (decode passed them)
+  std::int64_t states_copied = 0;      // MAMBA states copied into a request's private slot
+  std::int64_t states_saved = 0;       // MAMBA checkpoints the tree took
+  std::int64_t swa_waits = 0;          // steps a request sat out for lack of SWA pages
+};
+
+class HybridCache {
+ public:
+  HybridCache(const HybridCacheConfig& cfg, DevicePool& full_pool, DecisionLog& log);
+
+  std::optional<Reservation> reserve(RequestId id, std::span<const TokenId> prompt, Tokens kv_tokens, Tokens max_match);
+  bool prepare(RequestId id, Reservation& r, Tokens end);
+  // After a forward of [start, computed): the checkpoint's depth, and the SWA pages left behind.
+  void advance(Reservation& r, Tokens start, Tokens computed);
+  void insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens);
+  void commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens);
+  void abort(RequestId id, Reservation& r);
+  // The boundary reserve() would reuse, without touching LRU.
+  Tokens peek_hit(std::span<const TokenId> prompt) { return tree_.peek_prefix(prompt).matched; }
+
+  // Freed SWA pages and MAMBA slots go through these (the model's pools poison them); a matched
+  // state is copied with `copy_state(src, dst)`.
+  void set_on_swa_free(std::function<void(std::span<const PageId>)> f) { on_swa_free_ = std::move(f); }
+  void set_on_state_free(std::function<void(std::span<const std::uint32_t>)> f) { on_state_free_ = std::move(f); }
+  void set_copy_state(std::function<void(std::uint32_t, std::uint32_t)> f) { copy_state_ = std::move(f); }
+
+  // Tree invariants (unified verify with every pool's accounts) and FULL: tree + reserved = used.
+  void verify() const;
+  std::uint64_t digest() const { return tree_.digest(); }
+  Pages reserved_pages() const { return reserved_; }
+  std::vector<PageId> cached_pages() const;
+  const unified::UnifiedTree& tree() const { return tree_; }
+  // The i-th sidecar's payload (the model writes and reads it; the tree drops what its source gives up).
+  unified::PayloadSidecar* sidecar(std::size_t i) { return sidecars_[i]; }
+  const HybridCounters& counters() const { return counters_; }
+  const unified::SlotPool& swa_pool() const { return swa_pool_; }
+  const unified::SlotPool& mamba_pool() const { return mamba_pool_; }
+  bool has_swa() const { return cfg_.swa; }
+  bool has_mamba() const { return cfg_.mamba; }
+
+ private:
+  // Evicts component c until `want` of its slots are free (or nothing is left); records it.
+  void make_room(unified::ComponentId c, std::int64_t want, std::int64_t free_now, Pages* evicted);
+  void release(const unified::EvictResult& e, Pages* evicted);
+  void free_swa(std::span<const unified::Slot> s);
+  void free_states(std::span<const std::uint32_t> s);
+  std::optional<std::vector<unified::Slot>> alloc_swa(std::int64_t n);
+  std::optional<std::uint32_t> alloc_state();
+  void relock(HybridHold& h, unified::Node* node);
+  void debug_verify() const;
+
+  HybridCacheConfig cfg_;
+  unified::UnifiedTree tree_;
+  unified::ComponentId full_{0}, swa_{0}, mamba_{0};
+  const unified::SwaComponent* swa_comp_ = nullptr;
+  std::vector<unified::PayloadSidecar*> sidecars_;  // owned by the tree
+  DevicePool& full_pool_;
+  unified::SlotPool swa_pool_, mamba_pool_;
+  DecisionLog& log_;
+  Pages reserved_{0};             // FULL pages held privately by requests
+  std::int64_t swa_held_ = 0;     // SWA pages held by requests
+  std::int64_t states_held_ = 0;  // MAMBA slots held by requests
+  HybridCounters counters_;
+  std::function<void(std::span<const PageId>)> on_swa_free_;
+  std::function<void(std::span<const std::uint32_t>)> on_state_free_;
+  std::function<void(std::uint32_t, std::uint32_t)> copy_state_;
+};
+
+}  // namespace kvgrid::cache
