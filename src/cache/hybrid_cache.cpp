@@ -116,10 +116,20 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
   KVGRID_CONSENSUS(log_, "match_prefix", {static_cast<std::int64_t>(id.value()), n_of(prompt.size())},
                    {m.matched.value(), m.walked.value()});
   auto hold = std::make_unique<HybridHold>();
+  const std::int64_t total = (kv_tokens.value() + p - 1) / p;
+  if (cfg_.swa) {
+    const std::int64_t w = (cfg_.window.value() + p - 1) / p, c = (cfg_.chunk_tokens.value() + p - 1) / p;
+    hold->swa_budget = std::min(total, 2 * w + c + 2);
+    if (swa_budget_ + hold->swa_budget > cfg_.swa_pages.value()) {
+      last_refusal_ = "its SWA footprint of " + std::to_string(hold->swa_budget) + " pages (2 windows, a chunk and 2 pages) and the running requests' " +
+                      std::to_string(swa_budget_) + " exceed cache.swa_pages = " + std::to_string(cfg_.swa_pages.value());
+      KVGRID_CONSENSUS(log_, "admit", {static_cast<std::int64_t>(id.value())}, {0, -hold->swa_budget});
+      return std::nullopt;  // the running requests' SWA footprints leave no room for its own
+    }
+  }
   hold->lock = tree_.lock(m.last_node);
   hold->swa.lock = &hold->lock;
   Reservation r;
-  const std::int64_t total = (kv_tokens.value() + p - 1) / p;
   const auto& fm = m.components[full_.value()].slots;
   const std::int64_t need = total - n_of(fm.size());
   make_room(full_, need, full_pool_.free_pages().value(), &r.evicted);
@@ -132,11 +142,14 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
   const bool ok = fresh && (!cfg_.mamba || !states.empty());
   KVGRID_CONSENSUS(log_, "admit", {static_cast<std::int64_t>(id.value())}, {ok ? 1 : 0, need});
   if (!ok) {
+    last_refusal_ = !fresh ? "no " + std::to_string(need) + " FULL pages free after eviction"
+                           : "no 2 MAMBA slots free after eviction (the matched state is locked while it is copied)";
     if (fresh) full_pool_.free(*fresh);
     tree_.unlock(hold->lock);
     debug_verify();
     return std::nullopt;
   }
+  swa_budget_ += hold->swa_budget;
   if (cfg_.mamba) {
     hold->mamba = states[0];
     hold->mamba_ckpt = states[1];
@@ -214,7 +227,7 @@ void HybridCache::advance(Reservation& r, Tokens start, Tokens computed) {
   debug_verify();
 }
 
-void HybridCache::insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens) {
+void HybridCache::insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens, bool last) {
   HybridHold& h = *r.hybrid;
   const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
   const std::size_t aligned = computed_tokens.size() / p;  // pages
@@ -224,9 +237,11 @@ void HybridCache::insert_computed(RequestId id, Reservation& r, std::span<const 
   auto key = computed_tokens.first(aligned * p);
   const Tokens end(static_cast<std::int64_t>(aligned * p));
   std::vector<InsertValue> values(tree_.components());
+  // FULL: the request's own pages, from where its shared prefix ends (the tree's own before that,
+  // locked by the request, so every node there stays).
   std::vector<Slot> full;
-  for (std::size_t i = 0; i < aligned; ++i) full.push_back(Slot(r.pages[i].value()));
-  values[full_.value()] = InsertValue::pages(std::move(full));
+  for (std::size_t i = from; i < aligned; ++i) full.push_back(Slot(r.pages[i].value()));
+  values[full_.value()] = InsertValue::pages(std::move(full), r.shared);
   std::vector<std::int64_t> swa_before;
   std::size_t swa_offered = 0;
   if (cfg_.swa) {
@@ -268,29 +283,32 @@ void HybridCache::insert_computed(RequestId id, Reservation& r, std::span<const 
       if (swa_before[i] == 0 && after[i] > 0) ++counters_.tombstones_healed;
     }
   }
+  // The lock moves first: the checkpoint slot's eviction below must not take what was just inserted.
+  relock(h, ins.last_node);
+  r.shared = end;
   if (offer_state) {
     const auto& back = ins.components[mamba_.value()].returned;
     h.ckpt_at = Tokens(0);
-    if (back.empty()) {  // the tree took the checkpoint: a fresh slot for the next one
+    if (back.empty()) {  // the tree took the checkpoint: a fresh slot for the next one (none at the end)
       ++counters_.states_saved;
       --states_held_;
       h.mamba_ckpt = 0;
-      if (auto s = alloc_state()) {
-        h.mamba_ckpt = *s;
-        ++states_held_;
+      if (!last) {
+        if (auto s = alloc_state()) {
+          h.mamba_ckpt = *s;
+          ++states_held_;
+        }
+        KVGRID_CONSENSUS(log_, "state_slot", {static_cast<std::int64_t>(id.value())}, {h.mamba_ckpt != 0 ? 1 : 0});
       }
-      KVGRID_CONSENSUS(log_, "state_slot", {static_cast<std::int64_t>(id.value())}, {h.mamba_ckpt != 0 ? 1 : 0});
     }
   }
-  relock(h, ins.last_node);
-  r.shared = end;
   debug_verify();
 }
 
 void HybridCache::commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens) {
   KVGRID_CHECK(static_cast<std::int64_t>(kv_tokens.size()) == r.kv_tokens.value(), "commit of ", kv_tokens.size(),
                " tokens for a reservation of ", r.kv_tokens);
-  insert_computed(id, r, kv_tokens);
+  insert_computed(id, r, kv_tokens, /*last=*/true);
   abort(id, r);  // what is still private (the partial last page, own SWA pages, states) goes back
 }
 
@@ -310,6 +328,7 @@ void HybridCache::abort(RequestId id, Reservation& r) {
     reserved_ -= mine;
   }
   KVGRID_CHECK(r.private_pages.value() == 0, "request ", id, " still holds ", r.private_pages, " private pages");
+  swa_budget_ -= h.swa_budget;
   if (cfg_.swa) {
     swa_held_ -= n_of(h.swa.own.size());
     tree_.drop_sidecars(swa_, h.swa.own);

@@ -11,8 +11,11 @@
 //    victims to make room, all or nothing → the matched state copied into its running slot (the
 //    match finalizer's copy: the request advances its private copy, never the tree's).
 //  * prepare (each step, before the forward): SWA pages for the positions the step computes —
-//    SWA pages are taken as the request goes, since it frees them again as its window moves on;
-//    a request that cannot get them sits the step out.
+//    SWA pages are taken as the request goes, since it frees them again as its window moves on.
+//    Admission sets aside the most a request can hold at once (its own pages of a chunk and a
+//    window, and the tree's window pages it locks: 2·⌈W/p⌉ + ⌈chunk/p⌉ + 2 pages) and admits only
+//    while the running requests' footprints fit the pool, so every step finds its pages (a
+//    request that cannot get them would sit the step out).
 //  * advance (after each forward): the depth of its checkpoint (the deepest grid depth the
 //    forward passed: the model saved the state there), and its own SWA pages wholly before the window it still needs
 //    (the window of its page-aligned length) are freed, and its lock on the tree's window goes
@@ -50,6 +53,7 @@ struct HybridCacheConfig {
   bool mamba = false;
   Tokens mamba_chunk{0};  // checkpoint grid
   std::int64_t mamba_slots = 0;
+  Tokens chunk_tokens{512};  // the scheduler's prefill chunk (a request's SWA footprint, below)
   // Payload pools following FULL's or SWA's page ids ([[model.sidecar]]).
   struct Sidecar {
     std::string name;
@@ -67,6 +71,7 @@ struct HybridHold {
   std::uint32_t mamba = 0;               // its running state
   std::uint32_t mamba_ckpt = 0;          // its checkpoint slot (0: none)
   Tokens ckpt_at{0};                     // depth of the state in mamba_ckpt (0: none yet)
+  std::int64_t swa_budget = 0;           // SWA pages set aside for it at admission (its footprint)
 };
 
 struct HybridCounters {
@@ -87,7 +92,8 @@ class HybridCache {
   bool prepare(RequestId id, Reservation& r, Tokens end);
   // After a forward of [start, computed): the checkpoint's depth, and the SWA pages left behind.
   void advance(Reservation& r, Tokens start, Tokens computed);
-  void insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens);
+  // `last`: the commit's insert (no fresh checkpoint slot is taken for a request that ends).
+  void insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens, bool last = false);
   void commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens);
   void abort(RequestId id, Reservation& r);
   // The boundary reserve() would reuse, without touching LRU.
@@ -111,6 +117,8 @@ class HybridCache {
   const unified::SlotPool& swa_pool() const { return swa_pool_; }
   const unified::SlotPool& mamba_pool() const { return mamba_pool_; }
   bool has_swa() const { return cfg_.swa; }
+  // Why the latest reserve() refused (for a run that can never admit a request).
+  const std::string& last_refusal() const { return last_refusal_; }
   bool has_mamba() const { return cfg_.mamba; }
 
  private:
@@ -134,8 +142,10 @@ class HybridCache {
   DecisionLog& log_;
   Pages reserved_{0};             // FULL pages held privately by requests
   std::int64_t swa_held_ = 0;     // SWA pages held by requests
+  std::int64_t swa_budget_ = 0;   // the running requests' SWA footprints (admission keeps it <= the pool)
   std::int64_t states_held_ = 0;  // MAMBA slots held by requests
   HybridCounters counters_;
+  std::string last_refusal_;
   std::function<void(std::span<const PageId>)> on_swa_free_;
   std::function<void(std::span<const std::uint32_t>)> on_state_free_;
   std::function<void(std::uint32_t, std::uint32_t)> copy_state_;

@@ -126,8 +126,8 @@ void KvPool::reset(std::span<const PageId> pages) {
   }
 }
 
-void KvPool::poison(std::span<const PageId> pages) {
-  if (cfg_.payload == Payload::Full && !KVGRID_DEBUG_CHECKS_ON()) return;  // costly: tests turn it on
+void KvPool::poison(std::span<const PageId> pages, bool always) {
+  if (cfg_.payload == Payload::Full && !always && !KVGRID_DEBUG_CHECKS_ON()) return;  // costly: tests turn it on
   fill(pages, kPoison, "poison");
 }
 

@@ -77,7 +77,8 @@ class KvPool {
   // Prepares freshly allocated pages for new content (digest mode accumulates).
   void reset(std::span<const PageId> pages);
   // Fills freed pages with a poison pattern (digest always; full with debug checks on).
-  void poison(std::span<const PageId> pages);
+  // `always`: full pages too (a pool whose stale reads must show in every run: the SWA pool).
+  void poison(std::span<const PageId> pages, bool always = false);
   static constexpr std::uint64_t kPoison = 0x5fa1ed5fa1ed5fa1ULL;
   // Zeroes the listed pages' rows in either payload mode (KV nobody wrote).
   void clear(std::span<const PageId> pages);

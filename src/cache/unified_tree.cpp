@@ -52,6 +52,7 @@ ComponentId UnifiedTree::add_component(std::unique_ptr<Component> c) {
   protected_.push_back(0);
   root_->comp.emplace_back();
   root_->in_evictable.push_back(false);
+  root_->filed_at.push_back(0);
   return id;
 }
 
@@ -68,6 +69,7 @@ std::unique_ptr<Node> UnifiedTree::new_node() {
   n->id = next_id_++;
   n->comp.resize(components_.size());
   n->in_evictable.assign(components_.size(), false);
+  n->filed_at.assign(components_.size(), 0);
   return n;
 }
 
@@ -233,13 +235,10 @@ std::uint64_t UnifiedTree::digest() const {
 
 // ---- eviction sets and counters -------------------------------------------------------------
 
-void UnifiedTree::touch(Node* node) {
-  for (std::size_t c = 0; c < components_.size(); ++c)
-    if (node->in_evictable[c]) evictable_[c].erase(EvictKey{node->last_access, node->id, node});
-  node->last_access = clock_;
-  for (std::size_t c = 0; c < components_.size(); ++c)
-    if (node->in_evictable[c]) evictable_[c].insert(EvictKey{node->last_access, node->id, node});
-}
+// An access only stamps the node: its entries in the eviction sets keep the stamp they were filed
+// with (never newer than the node's), and lru_candidate re-files a stale entry when it reaches
+// the front — so the front is always the true (last_access, id) minimum, at O(1) per touched node.
+void UnifiedTree::touch(Node* node) { node->last_access = clock_; }
 
 bool UnifiedTree::cascade_unlocked(const Node* node, int priority) const {
   const bool leaf = node->is_leaf();
@@ -259,8 +258,12 @@ void UnifiedTree::refresh(Node* node) {
   for (std::size_t c = 0; c < components_.size(); ++c) {
     const bool want = is_candidate(node, ComponentId(static_cast<std::uint32_t>(c)));
     if (want == node->in_evictable[c]) continue;
-    if (want) evictable_[c].insert(EvictKey{node->last_access, node->id, node});
-    else evictable_[c].erase(EvictKey{node->last_access, node->id, node});
+    if (want) {
+      evictable_[c].insert(EvictKey{node->last_access, node->id, node});
+      node->filed_at[c] = node->last_access;
+    } else {
+      evictable_[c].erase(EvictKey{node->filed_at[c], node->id, node});
+    }
     node->in_evictable[c] = want;
   }
 }
@@ -303,8 +306,15 @@ void UnifiedTree::add_lock(Node* node, ComponentId c, std::int64_t delta) {
 }
 
 Node* UnifiedTree::lru_candidate(ComponentId c) const {
-  const auto& set = evictable_[c.value()];
-  return set.empty() ? nullptr : set.begin()->node;
+  auto& set = evictable_[c.value()];
+  while (!set.empty()) {
+    Node* n = set.begin()->node;
+    if (set.begin()->last_access == n->last_access) return n;
+    set.erase(set.begin());  // accessed since it was filed: file it under its stamp now
+    set.insert(EvictKey{n->last_access, n->id, n});
+    n->filed_at[c.value()] = n->last_access;
+  }
+  return nullptr;
 }
 
 void UnifiedTree::drop_sidecars(ComponentId c, std::span<const Slot> s) {
@@ -467,7 +477,7 @@ void UnifiedTree::delete_leaf(Node* node) {
   KVGRID_CHECK(node != root_.get() && node->is_leaf() && all_tombstone(node) && unlocked(node), "delete of node ",
                node->id, " that is not an unlocked, empty leaf");
   for (std::size_t c = 0; c < components_.size(); ++c)
-    if (node->in_evictable[c]) evictable_[c].erase(EvictKey{node->last_access, node->id, node});
+    if (node->in_evictable[c]) evictable_[c].erase(EvictKey{node->filed_at[c], node->id, node});
   Node* parent = node->parent;
   parent->children.erase(entry_of(node));
   --node_count_;
@@ -578,8 +588,8 @@ void UnifiedTree::verify(const VerifyAccounts* accounts) const {
                      " eviction-candidate flag is stale");
         if (c->in_evictable[k]) {
           ++candidates[k];
-          KVGRID_CHECK(evictable_[k].count(EvictKey{c->last_access, c->id, nullptr}) == 1, "candidate node ", c->id,
-                       " missing from the ", comp.name(), " eviction set");
+          KVGRID_CHECK(c->filed_at[k] <= c->last_access && evictable_[k].count(EvictKey{c->filed_at[k], c->id, nullptr}) == 1,
+                       "candidate node ", c->id, " missing from the ", comp.name(), " eviction set");
         }
         comp.verify_node(*this, *c);
       }

@@ -91,6 +91,7 @@ struct Node {
   std::uint64_t last_access = 0;
   std::vector<ComponentData> comp;  // indexed by ComponentId
   std::vector<bool> in_evictable;   // per component: filed in its eviction set
+  std::vector<std::uint64_t> filed_at;  // per component: the last_access it is filed under (<= last_access)
 
   Tokens start() const { return end - Tokens(static_cast<std::int64_t>(key.size())); }
   Tokens length() const { return Tokens(static_cast<std::int64_t>(key.size())); }
@@ -383,7 +384,7 @@ class UnifiedTree {
   std::unique_ptr<Node> root_;
   std::vector<std::unique_ptr<Component>> components_;
   std::vector<std::unique_ptr<Sidecar>> sidecars_;
-  std::vector<std::set<EvictKey>> evictable_;  // by ComponentId
+  mutable std::vector<std::set<EvictKey>> evictable_;  // by ComponentId (lru_candidate re-files stale entries)
   std::vector<std::int64_t> held_, protected_;  // slots, by ComponentId
   std::uint64_t clock_ = 0, next_id_ = 1, splits_ = 0;
   std::size_t node_count_ = 0;

@@ -330,9 +330,15 @@ void check_hybrid(const ExperimentConfig& e, const std::string& src) {
     if (!m.has(sc.source))
       throw InputError(at + ": source = \"" + layer_kind_name(sc.source) + "\" but " + what + " has no such layer");
   }
+  if (m.has(LayerKind::Mamba) && e.cache.mamba_slots < 3)
+    throw InputError(src + ": cache.mamba_slots = " + std::to_string(e.cache.mamba_slots) +
+                     ": a request holds two MAMBA slots (its state and a checkpoint) next to the state it reuses; "
+                     "give at least 3");
   auto refuse = [&](bool bad, const std::string& why) {
     if (bad) throw InputError(src + ": " + what + " with " + why + " is not supported yet (hybrid models run at the device tier)");
   };
+  for (const auto& f : e.faults)
+    refuse(f.name == "device.alloc.fail", "faults.\"device.alloc.fail\" (the hybrid cache has no agreed allocation failures yet)");
   refuse(e.workload.kind == "tree", "workload.kind = \"tree\" (the hybrid model needs the serving loop)");
   refuse(e.topology.groups.size() > 1, "a P/D world");
   for (const auto& g : e.topology.groups) {

@@ -93,6 +93,7 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
     // in digest runs) and the MAMBA layers' states, next to the FULL pool.
     cache::HybridCacheConfig hc;
     hc.page_size = exp.cache.page_size;
+    hc.chunk_tokens = Tokens(exp.engine.chunk_size);
     if (const std::size_t n = geo.local_of(LayerKind::Swa); n > 0) {
       hc.swa = true;
       hc.window = Tokens(exp.model.swa_window);
@@ -115,7 +116,7 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   }
   dc = std::make_unique<cache::DeviceCache>(dcc, log);
   if (auto* h = dc->hybrid()) {
-    h->set_on_swa_free([this](std::span<const PageId> pages) { swa_pool->poison(pages); });
+    h->set_on_swa_free([this](std::span<const PageId> pages) { swa_pool->poison(pages, /*always=*/true); });
     h->set_on_state_free([this](std::span<const std::uint32_t> s) { states->poison(s); });
     h->set_copy_state([this](std::uint32_t src, std::uint32_t dst) { states->copy(src, dst); });
   }

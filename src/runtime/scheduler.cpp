@@ -87,6 +87,10 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
                          std::to_string(per_owner) + (n > 1 ? " per owner" : "") +
                          ": it can never be admitted (raise cache.device_pages" +
                          (n > 1 ? ", or lower cache.gather_pages" : "") + ")");
+      if (running_.empty() && cache_.hybrid())  // nothing holds anything: eviction freed all it could
+        throw RunFailure("request " + std::to_string(w.spec.id.value()) + " (" + std::to_string(w.kv_len()) +
+                         " tokens) cannot be admitted even with nothing running: " + cache_.hybrid()->last_refusal() +
+                         " (raise cache.swa_pages, cache.mamba_slots or cache.device_pages, or lower engine.chunk_size)");
       break;
     }
     if (cfg_.gather_pages > 0 && !cfg_.receive_prompt)

@@ -7,8 +7,9 @@
 //     again outside the timing). Hybrid: SWA window 4,096 tokens, MAMBA states every 2,048 tokens.
 //   conversation: the article's tree-core shape — 200 rounds, each adding 100 input and 100
 //     output tokens; per round one match of the round's prompt and one insert of prompt + output
-//     (page 4, window 1,024 tokens, a MAMBA state at every turn's end: chunk 100). Timed as rounds
-//     1-25 and 176-200, each next to a memcmp of those rounds' prompts.
+//     offering that round's own pages (page 4, window 1,024 tokens, a MAMBA state at every
+//     turn's end: chunk 100). Timed as rounds 1-25 and 176-200, each next to a memcmp of those
+//     rounds' prompts.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -48,12 +49,15 @@ struct Tree {
     tree.add_component(std::make_unique<SwaComponent>(Tokens(window)));
     tree.add_component(std::make_unique<MambaComponent>(Tokens(chunk)));
   }
-  // FULL and SWA pages numbered from `first` (their own index spaces), a state at the key's end.
-  InsertResult insert(std::span<const TokenId> tokens, std::uint32_t first) {
-    const std::size_t pages = tokens.size() / static_cast<std::size_t>(tree.page_size().value());
-    std::vector<InsertValue> v{InsertValue::pages(slots(pages, first))};
+  // FULL and SWA pages numbered from `first` (their own index spaces) for tokens [from, end) —
+  // what the caller holds of its own (the serving loop offers its pages from where its shared
+  // prefix ends) — and a state at the key's end.
+  InsertResult insert(std::span<const TokenId> tokens, std::uint32_t first, std::size_t from = 0) {
+    const std::size_t p = static_cast<std::size_t>(tree.page_size().value()), pages = (tokens.size() - from) / p;
+    const Tokens at(static_cast<std::int64_t>(from));
+    std::vector<InsertValue> v{InsertValue::pages(slots(pages, first), at)};
     if (hybrid) {
-      v.push_back(InsertValue::pages(slots(pages, first)));
+      v.push_back(InsertValue::pages(slots(pages, first), at));
       v.push_back(InsertValue::state(Slot(next_state++), Tokens(static_cast<std::int64_t>(tokens.size()))));
     }
     return tree.insert(tokens, v);
@@ -147,12 +151,18 @@ void conversation(benchmark::State& state, bool hybrid, int first, int last, boo
     }
     state.PauseTiming();
     auto t = std::make_unique<Tree>(kConvPage, hybrid, 1024, 100);
-    for (int r = 1; r < first; ++r) t->insert(turn_of(r), 1);
+    // Slots are numbered by position, so every round's are fresh; each round offers its own
+    // 200 tokens' pages (the history before them is the tree's, matched).
+    auto put = [&](int r) {
+      const std::size_t from = static_cast<std::size_t>(200 * (r - 1));
+      return t->insert(turn_of(r), 1 + static_cast<std::uint32_t>(from / kConvPage), from);
+    };
+    for (int r = 1; r < first; ++r) put(r);
     state.ResumeTiming();
     for (int r = first; r <= last; ++r) {
       auto m = t->tree.match_prefix(prompt_of(r));
       benchmark::DoNotOptimize(m.last_node);
-      auto ins = t->insert(turn_of(r), 1);
+      auto ins = put(r);
       benchmark::DoNotOptimize(ins.last_node);
     }
     state.PauseTiming();

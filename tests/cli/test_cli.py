@@ -433,7 +433,7 @@ def decision_digests():
     slow experiments too): a change meant to keep behaviour keeps them."""
     p = subprocess.run([os.path.join(SRC, "jobs", "digests.py"), "--check", "--quick", "--seeds", "1"], capture_output=True,
                        text=True, env=dict(ENV, KVGRID_BIN=BIN, MPIEXEC=MPIEXEC), timeout=240)
-    expect(p.returncode == 0 and "7 of 7 digests as recorded" in p.stdout, "decisions as recorded", p.stdout, p.stderr)
+    expect(p.returncode == 0 and "8 of 8 digests as recorded" in p.stdout, "decisions as recorded", p.stdout, p.stderr)
 
 
 def metric_identity():
@@ -1122,6 +1122,8 @@ def hybrid_runs():
            (["--set", "model.mamba_chunk=24"], r"model\.mamba_chunk = 24 is not a multiple of cache\.page_size = 16"),
            (["--set", "topology.pp=2"], r"pp = 2 \(hybrid layers across stages"),
            (["--set", "cache.host_pages=64"], r"cache\.host_pages > 0 \(the host tier"),
+           (["--set", "cache.mamba_slots=2"], r"cache\.mamba_slots = 2: .* give at least 3"),
+           (["--set", "faults.device.alloc.fail.probability=0.1"], r'faults\."device\.alloc\.fail"'),
            (["--set", "model.layer_types=full,mamba"], r'\[\[model\.sidecar\]\] #2 \("compressor"\): source = "swa" but'),
            (["--set", "model.sidecar.words=3"], r"'model\.sidecar' is an array of tables \(\[\[model\.sidecar\]\]\): set it in the experiment file")]
     dup = write("hybrid-dup.toml", text.replace('name = "compressor"', 'name = "indexer"'))
@@ -1129,6 +1131,9 @@ def hybrid_runs():
     for path, pattern in ((dup, r'#2 \("indexer"\): the name is taken by sidecar #1'),
                           (typo, r"hybrid-typo\.toml:\d+:\d+: unknown key 'wrods' in \[\[model\.sidecar\]\]; did you mean 'model\.sidecar\.words'")):
         bad.append(([], pattern, path))
+    rc, so, se = run(1, HYBRID, "--out", out("hybrid-small-swa"), "--set", "cache.swa_pages=8")
+    expect(rc != 0 and "its SWA footprint of 16 pages" in so + se and "exceed cache.swa_pages = 8" in so + se,
+           "an SWA pool that can never hold one request fails the run naming the key", rc, so, se)
     for sets, pattern, *path in bad:
         target = out("hybrid-bad")
         rc, so, se = run(1, path[0] if path else HYBRID, "--out", target, *sets)

@@ -24,7 +24,7 @@ namespace {
 
 constexpr std::int64_t kPage = 4;
 constexpr std::int64_t kWindow = 10;  // not a page multiple
-constexpr std::int64_t kChunk = 8;    // MAMBA checkpoint grid
+constexpr std::int64_t kChunk = 4;    // MAMBA checkpoint grid: every page
 
 // A TP group of ranks, each with a FULL pool, an SWA pool and a state pool; chunks are summed
 // over the ranks and chained, as the serving loop does.
@@ -197,7 +197,7 @@ TEST_P(HybridReuse, OnlyTheRightPrefixMatchesTheOracle) {
   if (fault == Reuse::SwaFromFullKv && payload == "digest") GTEST_SKIP() << "a digest FULL pool has no per-token KV to read";
   HybridRig g(1, payload);
   auto t = random_tokens(48, 14);
-  // a: [0, 28) with its checkpoint in slot 4 (the state at 24 stays there), then [28, 32) with
+  // a: [0, 28) with its checkpoint in slot 4 (the state at 28 stays there), then [28, 32) with
   // its checkpoint in slot 2 (the state at 32).
   auto a = g.request(1, 1, 20, 12, 1, 4);
   auto r1 = g.chunk(a, t, 0, 28);
@@ -213,8 +213,14 @@ TEST_P(HybridReuse, OnlyTheRightPrefixMatchesTheOracle) {
   for (std::size_t k = 5; k < 8; ++k) b.swa[k] = a.swa[k];
   std::uint32_t src = 2;
   switch (fault) {
-    case Reuse::SwaByFullIds:  // the window's pages looked up by their FULL ids
+    case Reuse::SwaByFullIds:  // the window's pages looked up by their FULL ids (6..8: SWA pages
+      // another request wrote, the same positions of another prompt)
       for (std::size_t k = 5; k < 8; ++k) b.swa[k] = b.full[k].value();
+      {
+        auto other = g.request(3, 50, 1, 12, 5);
+        auto t2 = random_tokens(32, 99);
+        g.chunk(other, t2, 0, 32);
+      }
       break;
     case Reuse::SwaFromFullKv:  // the window's pages hold FULL-layer KV (layer-0 blocks of the same positions)
       for (auto& k : g.ranks)
@@ -225,7 +231,7 @@ TEST_P(HybridReuse, OnlyTheRightPrefixMatchesTheOracle) {
     case Reuse::FlipStateWord:
       for (auto& k : g.ranks) k.states->slot(2)[1] ^= 1ULL << 17;
       break;
-    case Reuse::StateOnePageShallower:  // the state at 24, not 32 (two pages of grid 8 tokens: one page = 4)
+    case Reuse::StateOnePageShallower:  // the state at 28, one page (and one grid step) short of 32
       src = 4;
       break;
     default: break;
