@@ -107,6 +107,7 @@ std::unique_ptr<MatchValidator> FullComponent::make_validator() const { return s
 
 void FullComponent::finalize_match(std::span<Node* const> path, Tokens, ComponentMatch& out) const {
   out.from = Tokens(0);
+  if (!path.empty()) out.slots.reserve(static_cast<std::size_t>(path.back()->end.value() / page_size().value()));
   for (const Node* n : path) append_value(*n, id(), out.slots);
 }
 

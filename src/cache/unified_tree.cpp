@@ -84,8 +84,13 @@ EvictResult UnifiedTree::empty_result() const {
 
 std::uint64_t UnifiedTree::page_hash(std::span<const TokenId> page) const { return hash_u32(page); }
 
-Node* UnifiedTree::find_child(Node* node, std::span<const TokenId> first_page, std::uint64_t h) const {
-  auto [it, end] = node->children.equal_range(h);
+Node* UnifiedTree::find_child(Node* node, std::span<const TokenId> first_page) const {
+  if (node->children.empty()) return nullptr;
+  if (node->children.size() == 1) {  // most nodes of a path have one child: compare, no hash
+    Node* only = node->children.begin()->second.get();
+    return std::memcmp(only->key.data(), first_page.data(), first_page.size() * sizeof(TokenId)) == 0 ? only : nullptr;
+  }
+  auto [it, end] = node->children.equal_range(page_hash(first_page));
   for (; it != end; ++it)
     if (std::memcmp(it->second->key.data(), first_page.data(), first_page.size() * sizeof(TokenId)) == 0)
       return it->second.get();
@@ -184,7 +189,7 @@ Node* UnifiedTree::find_node(std::span<const TokenId> tokens, Tokens end) {
   std::size_t pos = 0;
   while (pos < want) {
     auto first = tokens.subspan(pos, p);
-    Node* child = find_child(node, first, page_hash(first));
+    Node* child = find_child(node, first);
     if (!child || child->key.size() > want - pos) return nullptr;
     if (common_pages_tokens(child, tokens.subspan(pos, want - pos)) != child->key.size()) return nullptr;
     node = child;
@@ -200,7 +205,7 @@ std::vector<std::int64_t> UnifiedTree::page_values(std::span<const TokenId> toke
   std::size_t pos = 0;
   while (pos < n) {
     auto first = tokens.subspan(pos, p);
-    Node* child = find_child(node, first, page_hash(first));
+    Node* child = find_child(node, first);
     if (!child) break;
     const std::size_t m = common_pages_tokens(child, tokens.subspan(pos, n - pos));
     const ComponentData& d = child->at(c);
@@ -354,7 +359,7 @@ MatchResult UnifiedTree::match_up_to(std::span<const TokenId> tokens, std::size_
     std::size_t pos = 0;
     while (pos < limit) {
       auto first = tokens.subspan(pos, p);
-      Node* child = find_child(node, first, page_hash(first));
+      Node* child = find_child(node, first);
       if (!child) break;
       const std::size_t n = common_pages_tokens(child, tokens.subspan(pos, limit - pos));
       const bool partial = n < child->key.size();
@@ -398,7 +403,7 @@ InsertResult UnifiedTree::insert(std::span<const TokenId> tokens, std::span<cons
   std::size_t pos = 0;
   while (pos < tokens.size()) {  // the existing part of the path
     auto first = tokens.subspan(pos, p);
-    Node* child = find_child(node, first, page_hash(first));
+    Node* child = find_child(node, first);
     if (!child) break;
     const std::size_t n = common_pages_tokens(child, tokens.subspan(pos));
     if (n < child->key.size()) child = split(child, n);

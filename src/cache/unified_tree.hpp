@@ -356,7 +356,7 @@ class UnifiedTree {
 
   MatchResult match_up_to(std::span<const TokenId> tokens, std::size_t max_tokens, bool account);
   std::unique_ptr<Node> new_node();
-  Node* find_child(Node* node, std::span<const TokenId> first_page, std::uint64_t h) const;
+  Node* find_child(Node* node, std::span<const TokenId> first_page) const;
   std::unordered_multimap<std::uint64_t, std::unique_ptr<Node>>::iterator entry_of(Node* child);
   void add_child(Node* parent, std::unique_ptr<Node> child);
   std::size_t common_pages_tokens(const Node* node, std::span<const TokenId> tokens) const;
