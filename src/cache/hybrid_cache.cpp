@@ -253,7 +253,8 @@ void HybridCache::insert_computed(RequestId id, Reservation& r, std::span<const 
   }
   const bool offer_state = cfg_.mamba && h.mamba_ckpt != 0 && h.ckpt_at.value() > 0 && h.ckpt_at <= end;
   if (cfg_.mamba) values[mamba_.value()] = offer_state ? InsertValue::state(Slot(h.mamba_ckpt), h.ckpt_at) : InsertValue::none();
-  unified::InsertResult ins = tree_.insert(key, values);
+  // Below the node it holds locked: its path was this request's match (or its last insert).
+  unified::InsertResult ins = tree_.insert_below(h.lock.node, key, values);
   KVGRID_CONSENSUS(log_, "insert", {static_cast<std::int64_t>(id.value()), n_of(key.size())},
                    {ins.components[full_.value()].present.value(), offer_state ? h.ckpt_at.value() : 0});
   // FULL: pages the tree held already replace ours (ours go back to the pool).

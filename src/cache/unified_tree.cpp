@@ -9,8 +9,10 @@
 
 namespace kvgrid::cache::unified {
 
-bool Candidate::accepted() const {
-  return std::all_of(votes.begin(), votes.end(), [](bool v) { return v; });
+std::vector<bool> Candidate::votes() const {
+  std::vector<bool> v(voters);
+  for (std::uint32_t c = 0; c < voters; ++c) v[c] = (yes >> c) & 1;
+  return v;
 }
 
 bool LockHandle::held() const {
@@ -42,6 +44,7 @@ UnifiedTree::~UnifiedTree() {
 
 ComponentId UnifiedTree::add_component(std::unique_ptr<Component> c) {
   KVGRID_CHECK(!frozen_ && node_count_ == 0, "component ", c->name(), " registered after the first insert");
+  KVGRID_CHECK(components_.size() < 64, "more than 64 components");
   const ComponentId id(static_cast<std::uint32_t>(components_.size()));
   c->id_ = id;
   c->page_size_ = page_size_;
@@ -364,8 +367,9 @@ MatchResult UnifiedTree::match_up_to(std::span<const TokenId> tokens, std::size_
       const std::size_t n = common_pages_tokens(child, tokens.subspan(pos, limit - pos));
       const bool partial = n < child->key.size();
       if (partial) child = split(child, n);  // the walk's end becomes a candidate boundary
-      Candidate cand{child, std::vector<bool>(nc)};
-      for (std::size_t c = 0; c < nc; ++c) cand.votes[c] = validators[c]->accept(*child);  // every validator sees every node
+      Candidate cand{child, 0, static_cast<std::uint32_t>(nc)};
+      for (std::size_t c = 0; c < nc; ++c)  // every validator sees every node
+        if (validators[c]->accept(*child)) cand.yes |= 1ULL << c;
       walked.push_back(child);
       if (cand.accepted()) best = walked.size();
       r.candidates.push_back(std::move(cand));
@@ -389,18 +393,40 @@ MatchResult UnifiedTree::match_up_to(std::span<const TokenId> tokens, std::size_
 // ---- insert ---------------------------------------------------------------------------------
 
 InsertResult UnifiedTree::insert(std::span<const TokenId> tokens, std::span<const InsertValue> values) {
+  return insert_below(root_.get(), tokens, values);
+}
+
+InsertResult UnifiedTree::insert_below(Node* start, std::span<const TokenId> tokens, std::span<const InsertValue> values) {
   const std::size_t p = static_cast<std::size_t>(page_size_.value());
   const std::size_t nc = components_.size();
   KVGRID_CHECK(tokens.size() % p == 0, "insert of ", tokens.size(), " tokens, not a multiple of page size ", p);
   KVGRID_CHECK(values.size() == nc, "insert with ", values.size(), " values for ", nc, " components");
+  KVGRID_CHECK(start == root_.get() || static_cast<std::size_t>(start->end.value()) <= tokens.size(), "insert of ",
+               tokens.size(), " tokens below node ", start->id, " ending at ", start->end);
+  if (start != root_.get() && KVGRID_DEBUG_CHECKS_ON())
+    KVGRID_CHECK(find_node(tokens, start->end) == start, "insert below node ", start->id, " that is not on the key's path");
   frozen_ = true;
   const InsertContext ctx{tokens, Tokens(static_cast<std::int64_t>(tokens.size())), values};
-  for (std::size_t c = 0; c < nc; ++c) components_[c]->check_insert(ctx, values[c]);
+  for (std::size_t c = 0; c < nc; ++c) {
+    components_[c]->check_insert(ctx, values[c]);
+    if (start != root_.get())
+      KVGRID_CHECK(values[c].slots.empty() || (components_[c]->paged() ? values[c].from >= start->end
+                                                                      : (values[c].at.value() < 0 ? ctx.end : values[c].at) > start->end),
+                   components_[c]->name(), " offers values above node ", start->id, " (ending at ", start->end,
+                   "), where an insert below it does not go");
+  }
   ++clock_;
   InsertResult r;
   r.components.resize(nc);
-  Node* node = root_.get();
-  std::size_t pos = 0;
+  // What the path down to `start` already holds (it is not walked again: nothing is offered there).
+  for (const Node* n = start; n != root_.get(); n = n->parent)
+    for (std::size_t c = 0; c < nc; ++c) {
+      if (!n->comp[c].live()) continue;
+      if (components_[c]->paged()) r.components[c].present += n->length();
+      else r.components[c].present = std::max(r.components[c].present, n->end);
+    }
+  Node* node = start;
+  std::size_t pos = static_cast<std::size_t>(start->end.value());
   while (pos < tokens.size()) {  // the existing part of the path
     auto first = tokens.subspan(pos, p);
     Node* child = find_child(node, first);

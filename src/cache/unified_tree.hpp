@@ -119,8 +119,10 @@ struct ComponentMatch {
 // One candidate of the walk and every component's vote on it (kept for tests and diagnostics).
 struct Candidate {
   const Node* node;
-  std::vector<bool> votes;  // by ComponentId
-  bool accepted() const;
+  std::uint64_t yes = 0;     // bit c: component c accepted (at most 64 components)
+  std::uint32_t voters = 0;  // components asked
+  bool accepted() const { return yes == (voters == 64 ? ~0ULL : (1ULL << voters) - 1); }
+  std::vector<bool> votes() const;  // by ComponentId
 };
 
 struct MatchResult {
@@ -298,6 +300,11 @@ class UnifiedTree {
   // Inserts a page-aligned key with one InsertValue per component (by ComponentId). Bumps the
   // access counter of the key's path.
   InsertResult insert(std::span<const TokenId> tokens, std::span<const InsertValue> values);
+  // The same from `start` down: a node on the key's path (the one a request holds locked, whose
+  // path was its match), not walked, compared or touched again; nothing may be offered above it
+  // (paged values from >= its end, states deeper than it). What the path to it holds is counted
+  // into `present`.
+  InsertResult insert_below(Node* start, std::span<const TokenId> tokens, std::span<const InsertValue> values);
 
   LockHandle lock(Node* node);
   void unlock(LockHandle& h);  // releases the parts still held

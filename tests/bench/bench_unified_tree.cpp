@@ -7,9 +7,9 @@
 //     again outside the timing). Hybrid: SWA window 4,096 tokens, MAMBA states every 2,048 tokens.
 //   conversation: the article's tree-core shape — 200 rounds, each adding 100 input and 100
 //     output tokens; per round one match of the round's prompt and one insert of prompt + output
-//     offering that round's own pages (page 4, window 1,024 tokens, a MAMBA state at every
-//     turn's end: chunk 100). Timed as rounds 1-25 and 176-200, each next to a memcmp of those
-//     rounds' prompts.
+//     below the matched node, offering that round's own pages (page 4, window 1,024 tokens, a
+//     MAMBA state at every turn's end: chunk 100). Timed as rounds 1-25 and 176-200, each next to
+//     a memcmp of those rounds' prompts.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -52,7 +52,7 @@ struct Tree {
   // FULL and SWA pages numbered from `first` (their own index spaces) for tokens [from, end) —
   // what the caller holds of its own (the serving loop offers its pages from where its shared
   // prefix ends) — and a state at the key's end.
-  InsertResult insert(std::span<const TokenId> tokens, std::uint32_t first, std::size_t from = 0) {
+  InsertResult insert(std::span<const TokenId> tokens, std::uint32_t first, std::size_t from = 0, Node* below = nullptr) {
     const std::size_t p = static_cast<std::size_t>(tree.page_size().value()), pages = (tokens.size() - from) / p;
     const Tokens at(static_cast<std::int64_t>(from));
     std::vector<InsertValue> v{InsertValue::pages(slots(pages, first), at)};
@@ -60,7 +60,7 @@ struct Tree {
       v.push_back(InsertValue::pages(slots(pages, first), at));
       v.push_back(InsertValue::state(Slot(next_state++), Tokens(static_cast<std::int64_t>(tokens.size()))));
     }
-    return tree.insert(tokens, v);
+    return below ? tree.insert_below(below, tokens, v) : tree.insert(tokens, v);
   }
 };
 
@@ -153,16 +153,18 @@ void conversation(benchmark::State& state, bool hybrid, int first, int last, boo
     auto t = std::make_unique<Tree>(kConvPage, hybrid, 1024, 100);
     // Slots are numbered by position, so every round's are fresh; each round offers its own
     // 200 tokens' pages (the history before them is the tree's, matched).
-    auto put = [&](int r) {
+    auto put = [&](int r, Node* below = nullptr) {
       const std::size_t from = static_cast<std::size_t>(200 * (r - 1));
-      return t->insert(turn_of(r), 1 + static_cast<std::uint32_t>(from / kConvPage), from);
+      return t->insert(turn_of(r), 1 + static_cast<std::uint32_t>(from / kConvPage), from, below);
     };
     for (int r = 1; r < first; ++r) put(r);
     state.ResumeTiming();
     for (int r = first; r <= last; ++r) {
       auto m = t->tree.match_prefix(prompt_of(r));
       benchmark::DoNotOptimize(m.last_node);
-      auto ins = put(r);
+      // The insert continues below the matched node, as the serving loop's does below its lock.
+      if (m.matched.value() != 200 * (r - 1)) state.SkipWithError("the previous turn was not reused");
+      auto ins = put(r, m.last_node);
       benchmark::DoNotOptimize(ins.last_node);
     }
     state.PauseTiming();

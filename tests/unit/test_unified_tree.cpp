@@ -39,7 +39,7 @@ TEST(UnifiedTree, Figure2WalkReachesN4ButTheBoundaryIsN2) {
   for (std::size_t i = 0; i < 4; ++i) {
     SCOPED_TRACE("candidate n" + std::to_string(i + 1));
     EXPECT_EQ(m.candidates[i].node, nodes[i]);
-    EXPECT_EQ(m.candidates[i].votes, votes[i]);
+    EXPECT_EQ(m.candidates[i].votes(), votes[i]);
   }
   // Finalizers: FULL reuses every page, SWA the window before 16, MAMBA names the state to copy.
   EXPECT_EQ(m.components[h.full.value()].slots, run(1, 4));
@@ -109,7 +109,7 @@ TEST(UnifiedTree, Figure3FullTailPagesMapToTheirOwnSwaSlots) {
     for (std::size_t i = 3; i < 5; ++i) EXPECT_EQ(sc[i]->read(s)[0], 1000 * (i + 1) + s.value());
   }
   // Sidecars add no tree slot and no vote.
-  for (const auto& c : m.candidates) EXPECT_EQ(c.votes.size(), 2u);
+  for (const auto& c : m.candidates) EXPECT_EQ(c.votes().size(), 2u);
   VerifyAccounts acc{{{16, 10, 0}, {16, 14, 0}}, {0, 0, 0, 0, 0}};
   tree.verify(&acc);
   EXPECT_EQ(tree.held_slots(full), 6);
@@ -151,7 +151,7 @@ TEST(UnifiedTree, SplitSlicesPagesCopiesPathLocksAndLeavesTheStateOnTheChild) {
   EXPECT_EQ(node->at(h.mamba).meta, 16u);
   // The new parent is a candidate boundary: FULL and SWA accept, MAMBA has no state there.
   ASSERT_EQ(m.candidates.size(), 1u);
-  EXPECT_EQ(m.candidates[0].votes, (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(m.candidates[0].votes(), (std::vector<bool>{true, true, false}));
   EXPECT_EQ(m.matched, Tokens(0));
   h.tree.verify();
   EXPECT_EQ(h.tree.protected_slots(h.full), 4);
@@ -485,7 +485,7 @@ TEST(UnifiedTree, SidecarsFollowTheirSourceThroughSplitsAndEvictionAndNeverVote)
   for (TokenId y : {900u, 901u, 902u, 903u, 904u}) p.push_back(y);
   auto m = tree.match_prefix(p);  // splits [0, 16) at 8
   ASSERT_EQ(tree.node_count(), 2u);
-  for (const auto& c : m.candidates) EXPECT_EQ(c.votes.size(), 2u);
+  for (const auto& c : m.candidates) EXPECT_EQ(c.votes().size(), 2u);
   Node* lower = tree.find_node(t, Tokens(16));
   ASSERT_TRUE(lower);
   for (std::size_t i = 0; i < 2; ++i) {  // the lower fragment's pages still find their payload
@@ -528,6 +528,43 @@ TEST(UnifiedTree, VerifyNamesBrokenInvariants) {
   EXPECT_THROW(h.tree.verify(&acc), InternalError);
   LockHandle never_taken{n3, {LockPart{true, Tokens(0)}, LockPart{}, LockPart{}}};
   EXPECT_THROW(h.tree.unlock(never_taken), InternalError);  // releasing what was never locked
+}
+
+}  // namespace
+}  // namespace kvgrid::cache::unified
+
+namespace kvgrid::cache::unified {
+namespace {
+
+// insert_below continues from a node on the key's path (the request's locked match) without
+// walking it again: the tree it leaves is the one insert() leaves, `present` included; an offer
+// reaching above the node is refused before anything changes.
+TEST(UnifiedTree, InsertBelowTheMatchedNodeEqualsAWholeInsert) {
+  Hybrid a(8, 8), b(8, 8);
+  const auto t = toks(64);
+  for (Hybrid* h : {&a, &b}) h->put(t, 24, run(1, 6), run(1, 6), 0, /*state=*/1);
+  // Both extend [0, 24) to [0, 48): a by a whole insert, b below its match of the first 24.
+  std::vector<InsertValue> v{InsertValue::pages(run(7, 6), Tokens(24)), InsertValue::pages(run(7, 6), Tokens(24)),
+                             InsertValue::state(Slot(2), Tokens(48))};
+  const auto ra = a.tree.insert(head(t, 48), v);
+  auto m = b.tree.match_prefix(head(t, 25));
+  ASSERT_EQ(m.matched.value(), 24);
+  const auto rb = b.tree.insert_below(m.last_node, head(t, 48), v);
+  EXPECT_EQ(a.tree.digest(), b.tree.digest());
+  for (std::size_t c = 0; c < 3; ++c) {
+    EXPECT_EQ(ra.components[c].present, rb.components[c].present) << c;
+    EXPECT_EQ(ra.components[c].returned, rb.components[c].returned) << c;
+  }
+  EXPECT_EQ(ra.last_node->end, rb.last_node->end);
+  a.tree.verify();
+  b.tree.verify();
+  // An offer starting above the node is refused, and the tree is unchanged.
+  const auto before = b.tree.digest();
+  auto m2 = b.tree.match_prefix(head(t, 49));
+  std::vector<InsertValue> bad{InsertValue::pages(run(20, 8), Tokens(32)), InsertValue::pages(run(20, 8), Tokens(32)),
+                               InsertValue::none()};
+  EXPECT_THROW(b.tree.insert_below(m2.last_node, head(t, 64), bad), InternalError);
+  EXPECT_EQ(b.tree.digest(), before);
 }
 
 }  // namespace
