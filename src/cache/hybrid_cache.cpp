@@ -370,8 +370,20 @@ void HybridCache::verify() const {
   acc.components[full_.value()] = {full_pool_.capacity().value(), full_pool_.free_pages().value(), reserved_.value()};
   if (cfg_.swa) acc.components[swa_.value()] = {swa_pool_.capacity(), swa_pool_.free_count(), swa_held_};
   if (cfg_.mamba) acc.components[mamba_.value()] = {mamba_pool_.capacity(), mamba_pool_.free_count(), states_held_};
-  tree_.verify(&acc);
+  tree_.verify(&acc);  // every tree slot of a sidecar's source has its entry
   full_pool_.verify();
+  // ... and no entry outlives its source's slot: each sits on a slot its pool has handed out
+  // (the tree's, or a request's own).
+  for (std::size_t i = 0; i < sidecars_.size(); ++i) {
+    const bool swa = cfg_.sidecars[i].swa;
+    const std::int64_t cap = swa ? swa_pool_.capacity() : full_pool_.capacity().value();
+    for (std::int64_t s = 1; s <= cap; ++s) {
+      const Slot slot(static_cast<std::uint32_t>(s));
+      if (!sidecars_[i]->has(slot)) continue;
+      KVGRID_CHECK(swa ? swa_pool_.is_allocated(slot) : full_pool_.is_allocated(PageId(slot.value())), "sidecar ",
+                   sidecars_[i]->name(), " holds an entry for ", swa ? "SWA" : "FULL", " slot ", s, ", which is free");
+    }
+  }
 }
 
 void HybridCache::debug_verify() const {
