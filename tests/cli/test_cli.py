@@ -1088,8 +1088,10 @@ def sweep_smoke():
 def hybrid_runs():
     """experiments/hybrid.toml (full + swa + mamba layers through the unified tree core) at 1 and
     2 ranks, in both payloads: oracle OK, ranks agree, SWA tombstones made and healed, MAMBA
-    states copied and saved; the same workload with full attention only reuses at least as much
-    (the hybrid reuse rule is stricter); hybrid settings the device tier cannot serve are refused."""
+    states copied and saved; the same workload with full attention only (no sidecars: RadixTree)
+    reuses at least as much (the hybrid reuse rule is stricter: here no pool is tight enough to
+    delay an admission and the device pool never evicts, so every hybrid boundary is one full
+    attention has too); hybrid settings the device tier cannot serve are refused."""
     j, console = {}, {}
     text = open(HYBRID).read()
     plain = write("hybrid-plain.toml", text[:text.index("[[model.sidecar]]")] + text[text.index("[cache]"):])
