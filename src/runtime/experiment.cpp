@@ -11,6 +11,7 @@
 
 #include "cache/draft_state.hpp"
 #include "core/check.hpp"
+#include "protocols/component_boundary.hpp"
 #include "protocols/cp_sharding.hpp"
 #include "protocols/draft_restore.hpp"
 
@@ -115,6 +116,9 @@ Schema build_schema() {
   s.add(ikey({"cache", "mamba_slots"}, 0, 0, 2147483647.0, "hybrid models: MAMBA state slots per rank (0: device_pages / 4)"));
   s.add(skey({"protocol", "pp_sync"}, {"pp_sync", "independent_polling"},
              "agreement of host-tier ACK consumption across PP stages (buggy: independent_polling)"));
+  s.add(skey({"protocol", "component_boundary"}, protocols::component_boundary_variants(),
+             "hybrid models across PP stages: every stage's tree keeps every component of the model, or (buggy) "
+             "only those of its own layers"));
   s.add(skey({"protocol", "prefetch_consensus"}, {"pp_consensus", "per_rank"},
              "storage prefetch decisions across PP stages (buggy: per_rank)"));
   s.add(skey({"protocol", "consensus_check"}, {"off", "on"},
@@ -341,9 +345,18 @@ void check_hybrid(const ExperimentConfig& e, const std::string& src) {
     refuse(f.name == "device.alloc.fail", "faults.\"device.alloc.fail\" (the hybrid cache has no agreed allocation failures yet)");
   refuse(e.workload.kind == "tree", "workload.kind = \"tree\" (the hybrid model needs the serving loop)");
   refuse(e.topology.groups.size() > 1, "a P/D world");
-  for (const auto& g : e.topology.groups) {
-    refuse(g.shape.pp > 1, "pp = " + std::to_string(g.shape.pp) + " (hybrid layers across stages: \"Unified radix cache I·b\")");
-    refuse(g.shape.cp > 1, "cp = " + std::to_string(g.shape.cp));
+  refuse(e.cache.cp_sharding != "replicated", "cache.cp_sharding = \"" + e.cache.cp_sharding + "\" (CP replicated only)");
+  for (const auto& g : e.topology.groups) {  // every stage keeps a full layer (its FULL pool holds the prefix)
+    const auto pp = static_cast<std::int64_t>(g.shape.pp), base = m.layers / pp, extra = m.layers % pp;
+    for (std::int64_t st = 0; st < pp && pp <= m.layers; ++st) {
+      const std::int64_t begin = st * base + std::min(st, extra), end = begin + base + (st < extra ? 1 : 0);
+      bool full = false;
+      for (std::int64_t l = begin; l < end; ++l) full = full || kinds[static_cast<std::size_t>(l)] == LayerKind::Full;
+      if (!full)
+        throw InputError(src + ": " + what + " over pp = " + std::to_string(pp) + " leaves stage " + std::to_string(st) +
+                         " (layers " + std::to_string(begin) + ".." + std::to_string(end - 1) +
+                         ") without a full layer; every stage needs one (reorder model.layer_types)");
+    }
   }
   refuse(e.cache.host_pages.value() > 0, "cache.host_pages > 0 (the host tier: \"Unified radix cache II\")");
   refuse(m.draft.enabled(), "model.draft.mode = \"" + m.draft.mode + "\" (speculative decoding)");
@@ -478,6 +491,7 @@ void read_model(const Config& c, ExperimentConfig& e) {
     sc.name = std::get<std::string>(c.element("model.sidecar", i, "name"));
     sc.source = std::get<std::string>(c.element("model.sidecar", i, "source")) == "swa" ? LayerKind::Swa : LayerKind::Full;
     sc.words = std::get<std::int64_t>(c.element("model.sidecar", i, "words"));
+    sc.index = i;
     e.model.sidecars.push_back(std::move(sc));
   }
 }
@@ -516,6 +530,7 @@ void read_protocol(const Config& c, ExperimentConfig& e) {
   e.protocol.pd_restore = c.get_string("protocol.pd_restore");
   e.protocol.load_back = c.get_string("protocol.load_back");
   e.protocol.layer_gather = c.get_string("protocol.layer_gather");
+  e.protocol.component_boundary = c.get_string("protocol.component_boundary");
 }
 
 // [workload] and each kind's table (a Mooncake trace named in the file is relative to it).

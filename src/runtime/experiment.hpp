@@ -38,6 +38,7 @@ struct SidecarConfig {
   std::string name;
   LayerKind source = LayerKind::Full;
   std::int64_t words = 1;  // per token
+  std::size_t index = 0;   // its place in the file (its payload's layer id: kSidecarLayer0 + index)
 };
 
 struct ModelConfig {
@@ -155,6 +156,7 @@ struct ProtocolConfig {
   std::string pd_restore = "agreed";     // P/D: decode's restores private until agreed, or (buggy) unchecked
   std::string layer_gather = "after_restore";  // CP sharding: gather(l) after restore(l), or (buggy) before its event
   std::string load_back = "agreed";      // failing load-backs: private until agreed, or (buggy) unchecked
+  std::string component_boundary = "whole_model";  // hybrid models across PP stages (protocols/component_boundary.hpp)
 };
 
 struct OutputConfig {

@@ -272,7 +272,7 @@ void SyntheticModel::attach_sidecars(std::vector<cache::unified::PayloadSidecar*
   KVGRID_CHECK(sidecars.size() == specs.size(), sidecars.size(), " sidecar pools for ", specs.size(), " sidecars");
   for (std::size_t i = 0; i < specs.size(); ++i)
     KVGRID_CHECK(sidecars[i] && sidecars[i]->words_per_slot() == static_cast<std::size_t>(specs[i].words) * page_size_ &&
-                     g_.local_of(specs[i].source) > 0 && (specs[i].source != LayerKind::Swa || swa_pool_),
+                     g_.local_of(specs[i].source) > 0 && g_.kind_first[static_cast<std::size_t>(specs[i].source)] == 0,
                  "sidecar ", specs[i].name, " does not match the model slice");
   sidecars_ = std::move(sidecars);
   sidecar_specs_ = std::move(specs);
@@ -302,7 +302,7 @@ void SyntheticModel::forward_sidecars(ModelRequestState& st, bool first, std::si
     const auto& spec = sidecar_specs_[i];
     const bool swa = spec.source == LayerKind::Swa;
     const std::size_t w = static_cast<std::size_t>(spec.words);
-    const std::uint64_t id = kSidecarLayer0 + i;
+    const std::uint64_t id = kSidecarLayer0 + spec.index;
     auto slot_of = [&](std::size_t pos) { return swa ? ht.swa[pos / page_size_] : page_table[pos / page_size_].value(); };
     // Write the chunk's tokens (every rank: each holds the stage's sidecars whole).
     for (std::size_t pos = start; pos < end; ++pos) {

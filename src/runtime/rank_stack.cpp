@@ -5,6 +5,7 @@
 #include "cache/page_hash.hpp"
 #include "core/check.hpp"
 #include "runtime/pd.hpp"
+#include "protocols/component_boundary.hpp"
 #include "protocols/draft_restore.hpp"
 #include "protocols/load_back.hpp"
 #include "protocols/pd_restore.hpp"
@@ -91,34 +92,42 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   if (geo.hybrid()) {
     // Hybrid models: the SWA layers' pool (per-token values in either payload: one word per head
     // in digest runs) and the MAMBA layers' states, next to the FULL pool.
+    // Which components this stage's tree keeps: protocol.component_boundary (every component of
+    // the model, or — buggy — those of its own layers); the bytes only for its own layers.
     cache::HybridCacheConfig hc;
     hc.page_size = exp.cache.page_size;
     hc.chunk_tokens = Tokens(exp.engine.chunk_size);
+    const std::string& boundary = exp.protocol.component_boundary;
+    hc.swa = protocols::stage_keeps_component(boundary, exp.model.has(LayerKind::Swa), geo.local_of(LayerKind::Swa) > 0);
+    hc.window = Tokens(exp.model.swa_window);
+    hc.swa_pages = exp.cache.swa_pages;
     if (const std::size_t n = geo.local_of(LayerKind::Swa); n > 0) {
-      hc.swa = true;
-      hc.window = Tokens(exp.model.swa_window);
-      hc.swa_pages = exp.cache.swa_pages;
       const bool full = exp.engine.payload == "full";
       swa_pool = std::make_unique<cache::KvPool>(cache::KvPoolConfig{exp.cache.swa_pages, exp.cache.page_size,
                                                                      geo.layer_id(LayerKind::Swa, 0), n, geo.kv_heads,
                                                                      full ? geo.head_dim : 1, cache::Payload::Full});
     }
-    if (const std::size_t n = geo.local_of(LayerKind::Mamba); n > 0) {
-      hc.mamba = true;
-      hc.mamba_chunk = Tokens(exp.model.mamba_chunk);
-      hc.mamba_slots = exp.cache.mamba_slots;
+    hc.mamba = protocols::stage_keeps_component(boundary, exp.model.has(LayerKind::Mamba), geo.local_of(LayerKind::Mamba) > 0);
+    hc.mamba_chunk = Tokens(exp.model.mamba_chunk);
+    hc.mamba_slots = exp.cache.mamba_slots;
+    if (const std::size_t n = geo.local_of(LayerKind::Mamba); n > 0)
       states = std::make_unique<cache::StatePool>(static_cast<std::size_t>(exp.cache.mamba_slots),
                                                   n * geo.kv_heads.size() * geo.mamba_state);
-    }
+    // A sidecar's payload lives on the stage that folds it: the one holding its source kind's first layer.
     for (const auto& sc : exp.model.sidecars)
-      hc.sidecars.push_back({sc.name, sc.source == LayerKind::Swa, static_cast<std::size_t>(sc.words)});
+      if (geo.local_of(sc.source) > 0 && geo.kind_first[static_cast<std::size_t>(sc.source)] == 0) {
+        hc.sidecars.push_back({sc.name, sc.source == LayerKind::Swa, static_cast<std::size_t>(sc.words)});
+        sidecars.push_back(sc);
+      }
     dcc.hybrid = hc;
   }
   dc = std::make_unique<cache::DeviceCache>(dcc, log);
   if (auto* h = dc->hybrid()) {
-    h->set_on_swa_free([this](std::span<const PageId> pages) { swa_pool->poison(pages, /*always=*/true); });
-    h->set_on_state_free([this](std::span<const std::uint32_t> s) { states->poison(s); });
-    h->set_copy_state([this](std::uint32_t src, std::uint32_t dst) { states->copy(src, dst); });
+    if (swa_pool) h->set_on_swa_free([this](std::span<const PageId> pages) { swa_pool->poison(pages, /*always=*/true); });
+    if (states) {
+      h->set_on_state_free([this](std::span<const std::uint32_t> s) { states->poison(s); });
+      h->set_copy_state([this](std::uint32_t src, std::uint32_t dst) { states->copy(src, dst); });
+    }
   }
   dc->set_on_free([this](std::span<const PageId> pages) {  // a freed page's old KV must not pass for a copy's
     pool->poison(pages);

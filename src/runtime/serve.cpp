@@ -66,8 +66,8 @@ ServeLoop::ServeLoop(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   if (stack_.geo.hybrid()) {
     model_.attach_hybrid(stack_.swa_pool.get(), stack_.states.get());
     std::vector<cache::unified::PayloadSidecar*> sidecars;
-    for (std::size_t i = 0; i < exp.model.sidecars.size(); ++i) sidecars.push_back(dc_.hybrid()->sidecar(i));
-    if (!sidecars.empty()) model_.attach_sidecars(std::move(sidecars), exp.model.sidecars);
+    for (std::size_t i = 0; i < stack_.sidecars.size(); ++i) sidecars.push_back(dc_.hybrid()->sidecar(i));
+    if (!sidecars.empty()) model_.attach_sidecars(std::move(sidecars), stack_.sidecars);
   }
   if (exp.protocol.consensus_check == "on") online_ = std::make_unique<protocols::ConsensusChecker>(grid, log);
   // Only PP0's leader owns the workload (P/D: the prefill group's); a bad trace must still stop

@@ -41,6 +41,12 @@ def run(np, *args, timeout=240):
     return p.returncode, p.stdout, p.stderr
 
 
+def run_single(*args, timeout=240):
+    """`kvgrid run` as a singleton MPI process (no mpirun: a second less per run), for 1-rank runs."""
+    p = subprocess.run([BIN, "run", *args], capture_output=True, text=True, env=ENV, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
 def tool(*args):
     p = subprocess.run([BIN, *args], capture_output=True, text=True, env=ENV, timeout=120)
     return p.returncode, p.stdout, p.stderr
@@ -1098,7 +1104,7 @@ def hybrid_runs():
     for name, np_, path, sets in (("tp1", 1, HYBRID, ["--set", "engine.debug_checks=true"]),
                                   ("tp2", 2, HYBRID, ["--set", "topology.tp=2", "--set", "engine.payload=full"]),
                                   ("full_only", 1, plain, ["--set", "model.layer_types=full"])):
-        rc, so, se = run(np_, path, "--out", out("hybrid-" + name), *sets)
+        rc, so, se = (run_single if np_ == 1 else lambda *a: run(np_, *a))(path, "--out", out("hybrid-" + name), *sets)
         expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so
                and "# verify failures: 0 OK" in so, f"hybrid {name} run", so, se)
         j[name] = json.loads(tool("report", out("hybrid-" + name), "--json")[1])
@@ -1114,7 +1120,7 @@ def hybrid_runs():
     expect(j["full_only"]["hit_rate"]["device"] >= j["tp1"]["hit_rate"]["device"],
            "full attention alone reuses at least what the hybrid model may", j["full_only"]["hit_rate"], j["tp1"]["hit_rate"])
     print("full attention alone: hit rate", j["full_only"]["hit_rate"]["device"])
-    rc, so, se = run(1, HYBRID, "--out", out("hybrid-tp1-again"))
+    rc, so, se = run_single(HYBRID, "--out", out("hybrid-tp1-again"))
     digests = [re.search(r"# decision log: .* digest (0x[0-9a-f]+)", t) for t in (console["tp1"], so)]
     expect(rc == 0 and all(digests) and digests[0].group(1) == digests[1].group(1),
            "the same seed gives the same decisions (with or without debug checks)", console["tp1"], so, se)
@@ -1122,7 +1128,9 @@ def hybrid_runs():
            (["--set", "model.swa_window=0"], r"has swa layers: set model\.swa_window"),
            (["--set", "model.layer_types=swa,mamba"], r"has no full layer"),
            (["--set", "model.mamba_chunk=24"], r"model\.mamba_chunk = 24 is not a multiple of cache\.page_size = 16"),
-           (["--set", "topology.pp=2"], r"pp = 2 \(hybrid layers across stages"),
+           (["--set", "topology.pp=2", "--set", "model.layer_types=full,swa,mamba,swa,swa,mamba"],
+            r"leaves stage 1 \(layers 3\.\.5\) without a full layer"),
+           (["--set", "topology.cp=2", "--set", "cache.cp_sharding=sharded"], r'cache\.cp_sharding = "sharded" \(CP replicated only\)'),
            (["--set", "cache.host_pages=64"], r"cache\.host_pages > 0 \(the host tier"),
            (["--set", "cache.mamba_slots=2"], r"cache\.mamba_slots = 2: .* give at least 3"),
            (["--set", "faults.device.alloc.fail.probability=0.1"], r'faults\."device\.alloc\.fail"'),
@@ -1133,14 +1141,38 @@ def hybrid_runs():
     for path, pattern in ((dup, r'#2 \("indexer"\): the name is taken by sidecar #1'),
                           (typo, r"hybrid-typo\.toml:\d+:\d+: unknown key 'wrods' in \[\[model\.sidecar\]\]; did you mean 'model\.sidecar\.words'")):
         bad.append(([], pattern, path))
-    rc, so, se = run(1, HYBRID, "--out", out("hybrid-small-swa"), "--set", "cache.swa_pages=8")
+    rc, so, se = run_single(HYBRID, "--out", out("hybrid-small-swa"), "--set", "cache.swa_pages=8")
     expect(rc != 0 and "its SWA footprint of 16 pages" in so + se and "exceed cache.swa_pages = 8" in so + se,
            "an SWA pool that can never hold one request fails the run naming the key", rc, so, se)
     for sets, pattern, *path in bad:
         target = out("hybrid-bad")
-        rc, so, se = run(1, path[0] if path else HYBRID, "--out", target, *sets)
+        rc, so, se = run_single(path[0] if path else HYBRID, "--out", target, *sets)
         expect(rc == 2 and re.search(pattern, se) and not os.path.exists(os.path.join(target, "run.h5")),
                f"{sets}: exit 2 naming the problem", rc, so, se)
+
+
+def hybrid_grids():
+    """Hybrid models on other grids: PP2 whose stages hold different layer kinds (stage 0 full +
+    SWA, stage 1 full + MAMBA), TP2xPP2 and CP2 (replicated): oracle OK and every rank agrees with
+    protocol.component_boundary = whole_model; local_components (each stage's tree keeps only its
+    own layers' components) is caught — a shape mismatch or a divergence, exit 1 — at PP2."""
+    split = ["--set", "model.layer_types=full,swa,swa,full,mamba,mamba"]
+    for name, np_, sets in (("pp2", 2, ["--set", "topology.pp=2", *split, "--set", "engine.debug_checks=true"]),
+                            ("tp2pp2", 4, ["--set", "topology.tp=2", "--set", "topology.pp=2", *split]),
+                            ("cp2", 2, ["--set", "topology.cp=2", "--set", "engine.payload=full"])):
+        rc, so, se = run(np_, HYBRID, "--out", out("hybrid-" + name), *sets)
+        expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so
+               and "# verify failures: 0 OK" in so, f"hybrid {name}", so, se)
+        h = json.loads(tool("report", out("hybrid-" + name), "--json")[1])
+        expect(h["hit_rate"]["device"] > 0.3 and h["hybrid"]["swa_tombstones_made"] > 0, f"{name} reuses, SWA tombstones", h["hit_rate"], h["hybrid"])
+    caught = 0
+    for seed in (1, 2, 3):
+        rc, so, se = run(2, HYBRID, "--out", out(f"hybrid-local-{seed}"), "--seed", str(seed), "--set", "topology.pp=2", *split,
+                         "--set", "protocol.component_boundary=local_components")
+        hit = rc == 1 and ("shape mismatch" in so + se or "divergence" in so + se or "FAILED" in so)
+        print("local_components seed", seed, "rc", rc, "caught" if hit else "not caught")
+        caught += hit
+    expect(caught >= 2, f"local_components caught in {caught} of 3 seeds")
 
 
 if __name__ == "__main__":
