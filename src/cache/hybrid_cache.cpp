@@ -150,6 +150,20 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
     return std::nullopt;
   }
   swa_budget_ += hold->swa_budget;
+  {  // what each rule cost this request (the walk's votes): FULL alone's boundary, and how much
+     // of it each component's rule, with FULL's, would cut
+    auto deepest = [&](std::uint64_t want) {
+      std::int64_t d = 0;
+      for (const auto& c : m.candidates)
+        if ((c.yes & want) == want) d = c.node->end.value();
+      return d;
+    };
+    const std::uint64_t full = 1ULL << full_.value();
+    const std::int64_t full_alone = deepest(full);
+    counters_.full_alone_tokens += full_alone;
+    if (cfg_.swa) counters_.swa_cost_tokens += full_alone - deepest(full | (1ULL << swa_.value()));
+    if (cfg_.mamba) counters_.mamba_cost_tokens += full_alone - deepest(full | (1ULL << mamba_.value()));
+  }
   if (cfg_.mamba) {
     hold->mamba = states[0];
     hold->mamba_ckpt = states[1];

@@ -82,6 +82,10 @@ struct HybridCounters {
   std::int64_t states_copied = 0;      // MAMBA states copied into a request's private slot
   std::int64_t states_saved = 0;       // MAMBA checkpoints the tree took
   std::int64_t swa_waits = 0;          // steps a request sat out for lack of SWA pages
+  // What each rule cost at admission, summed over admitted requests: the prefix FULL alone would
+  // have reused, and per component how much of it that component's rule (with FULL's) would cut —
+  // the two may overlap (both reject the same boundary).
+  std::int64_t full_alone_tokens = 0, swa_cost_tokens = 0, mamba_cost_tokens = 0;
 };
 
 class HybridCache {

@@ -72,6 +72,9 @@ void add_tier_stats(RankSummaryRow& m, const cache::DeviceCache& dc) {
     m.mamba_states_copied = c.states_copied;
     m.mamba_states_saved = c.states_saved;
     m.swa_waits = c.swa_waits;
+    m.full_alone_tokens = c.full_alone_tokens;
+    m.swa_cost_tokens = c.swa_cost_tokens;
+    m.mamba_cost_tokens = c.mamba_cost_tokens;
     m.tree_pages = h->tree().held_slots(cache::unified::ComponentId(0));
     m.tree_nodes = static_cast<std::int64_t>(h->tree().node_count());
   }

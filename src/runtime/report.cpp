@@ -80,7 +80,9 @@ void add_transfers(nlohmann::json& j, const RunTrace& run) {
       j["hybrid"] = {{"swa_tombstones_made", h.swa_tombstones_made},   {"swa_tombstones_healed", h.swa_tombstones_healed},
                      {"swa_freed_pages", h.swa_freed_pages},           {"swa_windows_released", h.swa_windows_released},
                      {"mamba_states_copied", h.mamba_states_copied},   {"mamba_states_saved", h.mamba_states_saved},
-                     {"swa_waits", h.swa_waits}};
+                     {"swa_waits", h.swa_waits},
+                     {"full_alone_tokens", h.full_alone_tokens},       {"swa_cost_tokens", h.swa_cost_tokens},
+                     {"mamba_cost_tokens", h.mamba_cost_tokens}};
     }
     j["gather"] = {{"bytes", gbytes}, {"time_model_ms", static_cast<double>(gns) / 1e6}};
   }
@@ -299,7 +301,7 @@ std::string report_text(const RunTrace& run) {
     os << "# incomplete: no /summary (the run did not end cleanly)\n";
   }
   if (j["workload"] != "tree" && j.contains("prompt_tokens")) {  // the serving loop's figures
-    char line[400];
+    char line[600];
     std::snprintf(line, sizeof(line),
                   "# requests %llu finished, prompt tokens %llu = cached %llu (hit rate: device %.2f%%, host %.2f%%, storage "
                   "%.2f%%) + computed %llu\n"
@@ -335,14 +337,18 @@ std::string report_text(const RunTrace& run) {
       const auto& h = j["hybrid"];
       std::snprintf(line, sizeof(line),
                     "# hybrid (rank 0): SWA tombstones made %lld, healed %lld; SWA pages freed behind the window %lld, "
-                    "window locks released early %lld; MAMBA states copied %lld, saved %lld; SWA waits %lld\n",
+                    "window locks released early %lld; MAMBA states copied %lld, saved %lld; SWA waits %lld\n"
+                    "# hybrid reuse at admission: FULL alone would reuse %lld tokens; SWA's rule cuts %lld of them, MAMBA's %lld\n",
                     static_cast<long long>(h["swa_tombstones_made"].get<std::int64_t>()),
                     static_cast<long long>(h["swa_tombstones_healed"].get<std::int64_t>()),
                     static_cast<long long>(h["swa_freed_pages"].get<std::int64_t>()),
                     static_cast<long long>(h["swa_windows_released"].get<std::int64_t>()),
                     static_cast<long long>(h["mamba_states_copied"].get<std::int64_t>()),
                     static_cast<long long>(h["mamba_states_saved"].get<std::int64_t>()),
-                    static_cast<long long>(h["swa_waits"].get<std::int64_t>()));
+                    static_cast<long long>(h["swa_waits"].get<std::int64_t>()),
+                    static_cast<long long>(h["full_alone_tokens"].get<std::int64_t>()),
+                    static_cast<long long>(h["swa_cost_tokens"].get<std::int64_t>()),
+                    static_cast<long long>(h["mamba_cost_tokens"].get<std::int64_t>()));
       os << line;
     }
     if (j.contains("spec")) {

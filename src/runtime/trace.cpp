@@ -121,6 +121,9 @@ Handle rank_summary_type() {
   KVGRID_FIELD(mamba_states_copied, H5T_NATIVE_INT64);
   KVGRID_FIELD(mamba_states_saved, H5T_NATIVE_INT64);
   KVGRID_FIELD(swa_waits, H5T_NATIVE_INT64);
+  KVGRID_FIELD(full_alone_tokens, H5T_NATIVE_INT64);
+  KVGRID_FIELD(swa_cost_tokens, H5T_NATIVE_INT64);
+  KVGRID_FIELD(mamba_cost_tokens, H5T_NATIVE_INT64);
 #undef KVGRID_FIELD
   return t;
 }

@@ -128,6 +128,9 @@ struct RankSummaryRow {
   // request-steps spent waiting for SWA pages
   std::int64_t hybrid = 0, swa_tombstones_made = 0, swa_tombstones_healed = 0, swa_freed_pages = 0;
   std::int64_t swa_windows_released = 0, mamba_states_copied = 0, mamba_states_saved = 0, swa_waits = 0;
+  // ... and what the rules cost: the prefix tokens FULL alone would have reused, and those SWA
+  // alone and MAMBA alone refused (summed over admissions)
+  std::int64_t full_alone_tokens = 0, swa_cost_tokens = 0, mamba_cost_tokens = 0;
 };
 
 struct RunMeta {

@@ -1116,6 +1116,9 @@ def hybrid_runs():
         expect(h["mamba_states_copied"] > 0 and h["mamba_states_saved"] > 0 and h["swa_freed_pages"] > 0,
                f"{name}: states copied and saved, SWA pages freed behind the window", h)
         expect(j[name]["hit_rate"]["device"] > 0.3, f"{name} reuses prefixes", j[name]["hit_rate"])
+        lost = h["full_alone_tokens"] - j[name]["cached_tokens"]["device"]
+        expect(lost >= max(h["swa_cost_tokens"], h["mamba_cost_tokens"]) and h["swa_cost_tokens"] > 0,
+               f"{name}: FULL alone bounds the reuse, each rule's cut within what was lost", h, j[name]["cached_tokens"])
     expect("hybrid" not in j["full_only"], "a full-attention run (RadixTree) has no hybrid block", j["full_only"].keys())
     expect(j["full_only"]["hit_rate"]["device"] >= j["tp1"]["hit_rate"]["device"],
            "full attention alone reuses at least what the hybrid model may", j["full_only"]["hit_rate"], j["tp1"]["hit_rate"])
