@@ -115,6 +115,23 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
   unified::MatchResult m = tree_.match_prefix(prompt.first(view));
   KVGRID_CONSENSUS(log_, "match_prefix", {static_cast<std::int64_t>(id.value()), n_of(prompt.size())},
                    {m.matched.value(), m.walked.value()});
+  // What each rule cost this request (the walk's votes), read now: eviction below may delete
+  // walked nodes past the boundary. FULL alone's boundary, and how much of it each component's
+  // rule, with FULL's, would cut (counted once the request is admitted).
+  std::int64_t rule_cost[3] = {0, 0, 0};
+  {
+    auto deepest = [&](std::uint64_t want) {
+      std::int64_t d = 0;
+      for (const auto& c : m.candidates)
+        if ((c.yes & want) == want) d = c.node->end.value();
+      return d;
+    };
+    const std::uint64_t full = 1ULL << full_.value();
+    const std::int64_t full_alone = deepest(full);
+    rule_cost[0] = full_alone;
+    if (cfg_.swa) rule_cost[1] = full_alone - deepest(full | (1ULL << swa_.value()));
+    if (cfg_.mamba) rule_cost[2] = full_alone - deepest(full | (1ULL << mamba_.value()));
+  }
   auto hold = std::make_unique<HybridHold>();
   const std::int64_t total = (kv_tokens.value() + p - 1) / p;
   if (cfg_.swa) {
@@ -150,20 +167,9 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
     return std::nullopt;
   }
   swa_budget_ += hold->swa_budget;
-  {  // what each rule cost this request (the walk's votes): FULL alone's boundary, and how much
-     // of it each component's rule, with FULL's, would cut
-    auto deepest = [&](std::uint64_t want) {
-      std::int64_t d = 0;
-      for (const auto& c : m.candidates)
-        if ((c.yes & want) == want) d = c.node->end.value();
-      return d;
-    };
-    const std::uint64_t full = 1ULL << full_.value();
-    const std::int64_t full_alone = deepest(full);
-    counters_.full_alone_tokens += full_alone;
-    if (cfg_.swa) counters_.swa_cost_tokens += full_alone - deepest(full | (1ULL << swa_.value()));
-    if (cfg_.mamba) counters_.mamba_cost_tokens += full_alone - deepest(full | (1ULL << mamba_.value()));
-  }
+  counters_.full_alone_tokens += rule_cost[0];
+  counters_.swa_cost_tokens += rule_cost[1];
+  counters_.mamba_cost_tokens += rule_cost[2];
   if (cfg_.mamba) {
     hold->mamba = states[0];
     hold->mamba_ckpt = states[1];

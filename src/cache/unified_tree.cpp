@@ -418,13 +418,16 @@ InsertResult UnifiedTree::insert_below(Node* start, std::span<const TokenId> tok
   ++clock_;
   InsertResult r;
   r.components.resize(nc);
-  // What the path down to `start` already holds (it is not walked again: nothing is offered there).
-  for (const Node* n = start; n != root_.get(); n = n->parent)
+  // What the path down to `start` already holds (it is not walked again: nothing is offered
+  // there); its nodes are accessed as a whole insert's would be.
+  for (Node* n = start; n != root_.get(); n = n->parent) {
+    touch(n);
     for (std::size_t c = 0; c < nc; ++c) {
       if (!n->comp[c].live()) continue;
       if (components_[c]->paged()) r.components[c].present += n->length();
       else r.components[c].present = std::max(r.components[c].present, n->end);
     }
+  }
   Node* node = start;
   std::size_t pos = static_cast<std::size_t>(start->end.value());
   while (pos < tokens.size()) {  // the existing part of the path

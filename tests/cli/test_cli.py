@@ -1116,13 +1116,16 @@ def hybrid_runs():
         expect(h["mamba_states_copied"] > 0 and h["mamba_states_saved"] > 0 and h["swa_freed_pages"] > 0,
                f"{name}: states copied and saved, SWA pages freed behind the window", h)
         expect(j[name]["hit_rate"]["device"] > 0.3, f"{name} reuses prefixes", j[name]["hit_rate"])
-        lost = h["full_alone_tokens"] - j[name]["cached_tokens"]["device"]
-        expect(lost >= max(h["swa_cost_tokens"], h["mamba_cost_tokens"]) and h["swa_cost_tokens"] > 0,
-               f"{name}: FULL alone bounds the reuse, each rule's cut within what was lost", h, j[name]["cached_tokens"])
+        expect(h["swa_cost_tokens"] > 0 and h["full_alone_tokens"] > j[name]["cached_tokens"]["device"],
+               f"{name}: the SWA rule cost reuse", h, j[name]["cached_tokens"])
     expect("hybrid" not in j["full_only"], "a full-attention run (RadixTree) has no hybrid block", j["full_only"].keys())
     expect(j["full_only"]["hit_rate"]["device"] >= j["tp1"]["hit_rate"]["device"],
            "full attention alone reuses at least what the hybrid model may", j["full_only"]["hit_rate"], j["tp1"]["hit_rate"])
     print("full attention alone: hit rate", j["full_only"]["hit_rate"]["device"])
+    # What the hybrid run says FULL alone would have reused is what the full-attention run reused
+    # (same admissions, no FULL eviction in either): the rule-cost figure is measured, not guessed.
+    expect(j["tp1"]["hybrid"]["full_alone_tokens"] == j["full_only"]["cached_tokens"]["device"],
+           "FULL alone in the hybrid run = the full-attention run's reuse", j["tp1"]["hybrid"], j["full_only"]["cached_tokens"])
     rc, so, se = run_single(HYBRID, "--out", out("hybrid-tp1-again"))
     digests = [re.search(r"# decision log: .* digest (0x[0-9a-f]+)", t) for t in (console["tp1"], so)]
     expect(rc == 0 and all(digests) and digests[0].group(1) == digests[1].group(1),
@@ -1158,10 +1161,14 @@ def hybrid_grids():
     """Hybrid models on other grids: PP2 whose stages hold different layer kinds (stage 0 full +
     SWA, stage 1 full + MAMBA), TP2xPP2 and CP2 (replicated): oracle OK and every rank agrees with
     protocol.component_boundary = whole_model; local_components (each stage's tree keeps only its
-    own layers' components) is caught — a shape mismatch or a divergence, exit 1 — at PP2."""
-    split = ["--set", "model.layer_types=full,swa,swa,full,mamba,mamba"]
+    own layers' components) is caught at PP2 by a shape mismatch: with states only every 128
+    tokens the MAMBA-only stage reuses shorter prefixes than the SWA-only one (the same setting is
+    clean with whole_model). TP2xPP2 puts the stages the other way round, so the SWA sidecar lives
+    on stage 1."""
+    split = ["--set", "model.layer_types=full,swa,swa,full,mamba,mamba", "--set", "model.mamba_chunk=128"]
+    flipped = ["--set", "model.layer_types=full,mamba,mamba,full,swa,swa"]
     for name, np_, sets in (("pp2", 2, ["--set", "topology.pp=2", *split, "--set", "engine.debug_checks=true"]),
-                            ("tp2pp2", 4, ["--set", "topology.tp=2", "--set", "topology.pp=2", *split]),
+                            ("tp2pp2", 4, ["--set", "topology.tp=2", "--set", "topology.pp=2", *flipped]),
                             ("cp2", 2, ["--set", "topology.cp=2", "--set", "engine.payload=full"])):
         rc, so, se = run(np_, HYBRID, "--out", out("hybrid-" + name), *sets)
         expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so
@@ -1172,7 +1179,7 @@ def hybrid_grids():
     for seed in (1, 2, 3):
         rc, so, se = run(2, HYBRID, "--out", out(f"hybrid-local-{seed}"), "--seed", str(seed), "--set", "topology.pp=2", *split,
                          "--set", "protocol.component_boundary=local_components")
-        hit = rc == 1 and ("shape mismatch" in so + se or "divergence" in so + se or "FAILED" in so)
+        hit = rc == 1 and "shape mismatch" in so + se
         print("local_components seed", seed, "rc", rc, "caught" if hit else "not caught")
         caught += hit
     expect(caught >= 2, f"local_components caught in {caught} of 3 seeds")

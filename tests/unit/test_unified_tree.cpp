@@ -556,6 +556,8 @@ TEST(UnifiedTree, InsertBelowTheMatchedNodeEqualsAWholeInsert) {
     EXPECT_EQ(ra.components[c].returned, rb.components[c].returned) << c;
   }
   EXPECT_EQ(ra.last_node->end, rb.last_node->end);
+  // The path above the start node is accessed with the insert, as a whole insert accesses it.
+  EXPECT_EQ(m.last_node->last_access, rb.last_node->last_access);
   a.tree.verify();
   b.tree.verify();
   // An offer starting above the node is refused, and the tree is unchanged.
