@@ -42,9 +42,14 @@ void ServeLoop::check_activation(const Step& s) {
     const auto id = have_in ? in[i].id : batch[i].req->spec.id.value();
     const auto theirs = have_in ? in[i].end - in[i].start : 0;
     const auto mine = have_mine ? batch[i].end - batch[i].start : 0;
+    // The positions too: two stages that reused different prefixes schedule equal counts from
+    // different starts.
+    auto range = [](auto start, auto end) { return " [" + std::to_string(start) + ", " + std::to_string(end) + ")"; };
     const std::string m = "shape mismatch at step " + std::to_string(s.index) + " on stage " + std::to_string(pp) +
                           ": request " + std::to_string(id) + ": stage " + std::to_string(pp - 1) + " sent " +
-                          std::to_string(theirs) + " tokens, this stage scheduled " + std::to_string(mine) +
+                          std::to_string(theirs) + " tokens" + (have_in ? range(in[i].start, in[i].end) : "") +
+                          ", this stage scheduled " + std::to_string(mine) +
+                          (have_mine ? range(batch[i].start, batch[i].end) : "") +
                           (have_mine && have_in && in[i].id != batch[i].req->spec.id.value()
                                ? " (for request " + std::to_string(batch[i].req->spec.id.value()) + ")"
                                : "");
