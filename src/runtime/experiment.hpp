@@ -31,6 +31,10 @@ struct DraftConfig {
 enum class LayerKind : std::uint8_t { Full = 0, Swa = 1, Mamba = 2 };
 inline constexpr std::size_t kLayerKinds = 3;
 const char* layer_kind_name(LayerKind k);
+struct ExperimentConfig;
+// Hybrid models: what the hybrid device tier serves today (runtime/experiment_hybrid.cpp); throws
+// InputError naming the keys otherwise. Part of load_experiment's checks.
+void check_hybrid_model(const ExperimentConfig& e, const std::string& src);
 
 // A payload pool that follows a component's page ids (`[[model.sidecar]]`; the article's
 // DeepSeek-V4 shape: indexer and compressor buffers beside the FULL and SWA pools).

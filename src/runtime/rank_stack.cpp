@@ -36,6 +36,40 @@ std::function<std::optional<std::size_t>(std::size_t)> load_fault(const Experime
 }
 }  // namespace
 
+// Hybrid models: the unified tree's configuration for this stage, and the byte pools of its own
+// layers — the SWA layers' pool (per-token values in either payload: one word per head in digest
+// runs), the MAMBA layers' states, the sidecars it folds.
+cache::HybridCacheConfig RankStack::hybrid_config(const ExperimentConfig& exp) {
+  // Which components this stage's tree keeps: protocol.component_boundary (every component of
+  // the model, or — buggy — those of its own layers); the bytes only for its own layers.
+  cache::HybridCacheConfig hc;
+  hc.page_size = exp.cache.page_size;
+  hc.chunk_tokens = Tokens(exp.engine.chunk_size);
+  const std::string& boundary = exp.protocol.component_boundary;
+  hc.swa = protocols::stage_keeps_component(boundary, exp.model.has(LayerKind::Swa), geo.local_of(LayerKind::Swa) > 0);
+  hc.window = Tokens(exp.model.swa_window);
+  hc.swa_pages = exp.cache.swa_pages;
+  if (const std::size_t n = geo.local_of(LayerKind::Swa); n > 0) {
+    const bool full = exp.engine.payload == "full";
+    swa_pool = std::make_unique<cache::KvPool>(cache::KvPoolConfig{exp.cache.swa_pages, exp.cache.page_size,
+                                                                   geo.layer_id(LayerKind::Swa, 0), n, geo.kv_heads,
+                                                                   full ? geo.head_dim : 1, cache::Payload::Full});
+  }
+  hc.mamba = protocols::stage_keeps_component(boundary, exp.model.has(LayerKind::Mamba), geo.local_of(LayerKind::Mamba) > 0);
+  hc.mamba_chunk = Tokens(exp.model.mamba_chunk);
+  hc.mamba_slots = exp.cache.mamba_slots;
+  if (const std::size_t n = geo.local_of(LayerKind::Mamba); n > 0)
+    states = std::make_unique<cache::StatePool>(static_cast<std::size_t>(exp.cache.mamba_slots),
+                                                n * geo.kv_heads.size() * geo.mamba_state);
+  // A sidecar's payload lives on the stage that folds it: the one holding its source kind's first layer.
+  for (const auto& sc : exp.model.sidecars)
+    if (geo.local_of(sc.source) > 0 && geo.kind_first[static_cast<std::size_t>(sc.source)] == 0) {
+      hc.sidecars.push_back({sc.name, sc.source == LayerKind::Swa, static_cast<std::size_t>(sc.words)});
+      sidecars.push_back(sc);
+    }
+  return hc;
+}
+
 RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults, DecisionLog& log)
     : fault_rng(rank_stream(exp.engine.seed, grid.world_rank()).fork("storage.fault.target")),
       restore_fault_rng(rank_stream(exp.engine.seed, grid.world_rank()).fork("pd.restore.fail.layer")) {
@@ -89,38 +123,7 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
     agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
   }
   cache::DeviceCacheConfig dcc{exp.cache.page_size, capacity, shard->size, std::nullopt};
-  if (geo.hybrid()) {
-    // Hybrid models: the SWA layers' pool (per-token values in either payload: one word per head
-    // in digest runs) and the MAMBA layers' states, next to the FULL pool.
-    // Which components this stage's tree keeps: protocol.component_boundary (every component of
-    // the model, or — buggy — those of its own layers); the bytes only for its own layers.
-    cache::HybridCacheConfig hc;
-    hc.page_size = exp.cache.page_size;
-    hc.chunk_tokens = Tokens(exp.engine.chunk_size);
-    const std::string& boundary = exp.protocol.component_boundary;
-    hc.swa = protocols::stage_keeps_component(boundary, exp.model.has(LayerKind::Swa), geo.local_of(LayerKind::Swa) > 0);
-    hc.window = Tokens(exp.model.swa_window);
-    hc.swa_pages = exp.cache.swa_pages;
-    if (const std::size_t n = geo.local_of(LayerKind::Swa); n > 0) {
-      const bool full = exp.engine.payload == "full";
-      swa_pool = std::make_unique<cache::KvPool>(cache::KvPoolConfig{exp.cache.swa_pages, exp.cache.page_size,
-                                                                     geo.layer_id(LayerKind::Swa, 0), n, geo.kv_heads,
-                                                                     full ? geo.head_dim : 1, cache::Payload::Full});
-    }
-    hc.mamba = protocols::stage_keeps_component(boundary, exp.model.has(LayerKind::Mamba), geo.local_of(LayerKind::Mamba) > 0);
-    hc.mamba_chunk = Tokens(exp.model.mamba_chunk);
-    hc.mamba_slots = exp.cache.mamba_slots;
-    if (const std::size_t n = geo.local_of(LayerKind::Mamba); n > 0)
-      states = std::make_unique<cache::StatePool>(static_cast<std::size_t>(exp.cache.mamba_slots),
-                                                  n * geo.kv_heads.size() * geo.mamba_state);
-    // A sidecar's payload lives on the stage that folds it: the one holding its source kind's first layer.
-    for (const auto& sc : exp.model.sidecars)
-      if (geo.local_of(sc.source) > 0 && geo.kind_first[static_cast<std::size_t>(sc.source)] == 0) {
-        hc.sidecars.push_back({sc.name, sc.source == LayerKind::Swa, static_cast<std::size_t>(sc.words)});
-        sidecars.push_back(sc);
-      }
-    dcc.hybrid = hc;
-  }
+  if (geo.hybrid()) dcc.hybrid = hybrid_config(exp);
   dc = std::make_unique<cache::DeviceCache>(dcc, log);
   if (auto* h = dc->hybrid()) {
     if (swa_pool) h->set_on_swa_free([this](std::span<const PageId> pages) { swa_pool->poison(pages, /*always=*/true); });

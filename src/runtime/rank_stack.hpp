@@ -61,6 +61,9 @@ struct RankStack {
   bool relay_admissions = false;  // device.alloc.fail across stages: PP0 decides, later stages follow
   Rng fault_rng;                  // storage failpoints' targets
   Rng restore_fault_rng;          // pd.restore.fail's first failing layer
+
+ private:
+  cache::HybridCacheConfig hybrid_config(const ExperimentConfig& exp);  // (fills swa_pool, states, sidecars)
 };
 
 }  // namespace kvgrid

@@ -1,0 +1,106 @@
+// The hybrid model's settings (model.layer_types, its windows and pools, [[model.sidecar]]): the
+// layer kinds a pattern gives, and the relations load_experiment checks for a hybrid run.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/check.hpp"
+#include "runtime/experiment.hpp"
+
+namespace kvgrid {
+
+const char* layer_kind_name(LayerKind k) {
+  switch (k) {
+    case LayerKind::Full: return "full";
+    case LayerKind::Swa: return "swa";
+    case LayerKind::Mamba: return "mamba";
+  }
+  return "?";
+}
+
+std::vector<LayerKind> ModelConfig::kinds() const {
+  std::vector<LayerKind> pattern;
+  std::size_t at = 0;
+  while (at <= layer_types.size()) {
+    const std::size_t comma = std::min(layer_types.find(',', at), layer_types.size());
+    std::string t = layer_types.substr(at, comma - at);
+    t.erase(0, t.find_first_not_of(" \t"));
+    t.erase(t.find_last_not_of(" \t") + 1);
+    if (t == "full") pattern.push_back(LayerKind::Full);
+    else if (t == "swa") pattern.push_back(LayerKind::Swa);
+    else if (t == "mamba") pattern.push_back(LayerKind::Mamba);
+    else throw std::invalid_argument("\"" + t + "\" is not a layer type (full, swa, mamba)");
+    at = comma + 1;
+  }
+  std::vector<LayerKind> out(static_cast<std::size_t>(std::max<std::int64_t>(layers, 0)));
+  for (std::size_t l = 0; l < out.size(); ++l) out[l] = pattern[l % pattern.size()];
+  return out;
+}
+
+bool ModelConfig::has(LayerKind k) const {
+  for (LayerKind x : kinds())
+    if (x == k) return true;
+  return false;
+}
+
+bool ModelConfig::hybrid() const { return has(LayerKind::Swa) || has(LayerKind::Mamba) || !sidecars.empty(); }
+
+// Hybrid models (model.layer_types): what the hybrid device tier (cache/hybrid_cache.hpp) serves
+// today; the rest is refused by name.
+void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
+  const auto& m = e.model;
+  std::vector<LayerKind> kinds;
+  try {
+    kinds = m.kinds();
+  } catch (const std::invalid_argument& x) {
+    throw InputError(src + ": model.layer_types = \"" + m.layer_types + "\": " + x.what());
+  }
+  if (!m.hybrid()) return;
+  const std::string what = "model.layer_types = \"" + m.layer_types + "\"";
+  if (!m.has(LayerKind::Full))
+    throw InputError(src + ": " + what + " has no full layer (a hybrid model keeps at least one full-attention layer)");
+  if (m.has(LayerKind::Swa) && m.swa_window < 1)
+    throw InputError(src + ": " + what + " has swa layers: set model.swa_window (tokens, >= 1)");
+  const std::int64_t p = e.cache.page_size.value();
+  if (m.has(LayerKind::Mamba) && m.mamba_chunk != 0 && m.mamba_chunk % p != 0)
+    throw InputError(src + ": model.mamba_chunk = " + std::to_string(m.mamba_chunk) + " is not a multiple of cache.page_size = " +
+                     std::to_string(p));
+  for (std::size_t i = 0; i < m.sidecars.size(); ++i) {
+    const auto& sc = m.sidecars[i];
+    const std::string at = src + ": [[model.sidecar]] #" + std::to_string(i + 1) + " (\"" + sc.name + "\")";
+    if (sc.name.empty()) throw InputError(at + ": needs a name");
+    for (std::size_t j = 0; j < i; ++j)
+      if (m.sidecars[j].name == sc.name) throw InputError(at + ": the name is taken by sidecar #" + std::to_string(j + 1));
+    if (!m.has(sc.source))
+      throw InputError(at + ": source = \"" + layer_kind_name(sc.source) + "\" but " + what + " has no such layer");
+  }
+  if (m.has(LayerKind::Mamba) && e.cache.mamba_slots < 3)
+    throw InputError(src + ": cache.mamba_slots = " + std::to_string(e.cache.mamba_slots) +
+                     ": a request holds two MAMBA slots (its state and a checkpoint) next to the state it reuses; "
+                     "give at least 3");
+  auto refuse = [&](bool bad, const std::string& why) {
+    if (bad) throw InputError(src + ": " + what + " with " + why + " is not supported yet (hybrid models run at the device tier)");
+  };
+  for (const auto& f : e.faults)
+    refuse(f.name == "device.alloc.fail", "faults.\"device.alloc.fail\" (the hybrid cache has no agreed allocation failures yet)");
+  refuse(e.workload.kind == "tree", "workload.kind = \"tree\" (the hybrid model needs the serving loop)");
+  refuse(e.topology.groups.size() > 1, "a P/D world");
+  refuse(e.cache.cp_sharding != "replicated", "cache.cp_sharding = \"" + e.cache.cp_sharding + "\" (CP replicated only)");
+  for (const auto& g : e.topology.groups) {  // every stage keeps a full layer (its FULL pool holds the prefix)
+    const auto pp = static_cast<std::int64_t>(g.shape.pp), base = m.layers / pp, extra = m.layers % pp;
+    for (std::int64_t st = 0; st < pp && pp <= m.layers; ++st) {
+      const std::int64_t begin = st * base + std::min(st, extra), end = begin + base + (st < extra ? 1 : 0);
+      bool full = false;
+      for (std::int64_t l = begin; l < end; ++l) full = full || kinds[static_cast<std::size_t>(l)] == LayerKind::Full;
+      if (!full)
+        throw InputError(src + ": " + what + " over pp = " + std::to_string(pp) + " leaves stage " + std::to_string(st) +
+                         " (layers " + std::to_string(begin) + ".." + std::to_string(end - 1) +
+                         ") without a full layer; every stage needs one (reorder model.layer_types)");
+    }
+  }
+  refuse(e.cache.host_pages.value() > 0, "cache.host_pages > 0 (the host tier: \"Unified radix cache II\")");
+  refuse(m.draft.enabled(), "model.draft.mode = \"" + m.draft.mode + "\" (speculative decoding)");
+}
+
+}  // namespace kvgrid
