@@ -31,7 +31,8 @@ def fmt(v):
 
 def kind(k):
     if "choices" in k:
-        return " \\| ".join(f"`{c}`" for c in k["choices"])
+        one_of = " \\| ".join(f"`{c}`" for c in k["choices"])
+        return f"array of: {one_of}" if k["type"] == "array of strings" else one_of
     t = k["type"]
     if "min" in k and "max" in k:
         lo, hi = k["min"], k["max"]

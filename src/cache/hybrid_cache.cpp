@@ -31,11 +31,11 @@ HybridCache::HybridCache(const HybridCacheConfig& cfg, DevicePool& full_pool, De
   KVGRID_CHECK(full_pool.shards() == 1, "hybrid models over a sharded pool");
   full_ = tree_.add_component(std::make_unique<unified::FullComponent>());
   if (cfg.swa) {
-    auto s = std::make_unique<unified::SwaComponent>(cfg.window);
+    auto s = std::make_unique<unified::SwaComponent>(cfg.window, cfg.bugs);
     swa_comp_ = s.get();
     swa_ = tree_.add_component(std::move(s));
   }
-  if (cfg.mamba) mamba_ = tree_.add_component(std::make_unique<unified::MambaComponent>(cfg.mamba_chunk));
+  if (cfg.mamba) mamba_ = tree_.add_component(std::make_unique<unified::MambaComponent>(cfg.mamba_chunk, cfg.bugs));
   for (const auto& sc : cfg.sidecars) {
     KVGRID_CHECK(!sc.swa || cfg.swa, "sidecar ", sc.name, " follows SWA in a model without SWA layers");
     const auto capacity = static_cast<std::size_t>(sc.swa ? cfg.swa_pages.value() : full_pool.capacity().value());
@@ -144,10 +144,26 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
       return std::nullopt;  // the running requests' SWA footprints leave no room for its own
     }
   }
-  hold->lock = tree_.lock(m.last_node);
+  unified::Node* reuse_node = m.last_node;
+  std::vector<Slot> fm = m.components[full_.value()].slots;
+  if (cfg_.bugs.has(ComponentBug::ReadPastBoundary)) {
+    // read_past_boundary (#23): FULL's pages to the deepest candidate FULL accepts, although SWA
+    // or MAMBA refused the boundaries past m.matched (their state is still the boundary's).
+    const std::uint64_t full = 1ULL << full_.value();
+    std::size_t last = m.candidates.size();
+    for (std::size_t i = 0; i < m.candidates.size(); ++i)
+      if (m.candidates[i].yes & full) last = i;
+    for (std::size_t i = 0; last < m.candidates.size() && i <= last; ++i) {
+      const unified::Node* n = m.candidates[i].node;
+      if (n->end <= m.matched) continue;
+      fm.insert(fm.end(), n->at(full_).value->begin(), n->at(full_).value->end());
+      reuse_node = const_cast<unified::Node*>(n);
+    }
+  }
+  const Tokens matched = reuse_node == tree_.root() ? Tokens(0) : reuse_node->end;
+  hold->lock = tree_.lock(reuse_node);
   hold->swa.lock = &hold->lock;
   Reservation r;
-  const auto& fm = m.components[full_.value()].slots;
   const std::int64_t need = total - n_of(fm.size());
   make_room(full_, need, full_pool_.free_pages().value(), &r.evicted);
   auto fresh = full_pool_.alloc(Pages(need));
@@ -171,14 +187,18 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
   counters_.swa_cost_tokens += rule_cost[1];
   counters_.mamba_cost_tokens += rule_cost[2];
   if (cfg_.mamba) {
-    hold->mamba = states[0];
+    hold->mamba = hold->mamba_own = states[0];
     hold->mamba_ckpt = states[1];
     states_held_ += 2;
     const auto& src = m.components[mamba_.value()].slots;
     if (m.matched.value() > 0) {
       KVGRID_CHECK(src.size() == 1, "request ", id, ": a match at ", m.matched, " without a MAMBA state");
-      if (copy_state_) copy_state_(src[0].value(), hold->mamba);
-      ++counters_.states_copied;
+      if (cfg_.bugs.has(ComponentBug::SharedStateSlot)) {
+        hold->mamba = src[0].value();  // #22: no private copy — the forward advances the tree's slot
+      } else {
+        if (copy_state_) copy_state_(src[0].value(), hold->mamba);
+        ++counters_.states_copied;
+      }
     }
   }
   if (cfg_.swa) {
@@ -186,13 +206,13 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
     const auto& sm = m.components[swa_.value()];
     for (std::size_t i = 0; i < sm.slots.size(); ++i)
       hold->swa_table[static_cast<std::size_t>(sm.from.value() / p) + i] = sm.slots[i].value();
-    hold->swa.own_from = m.matched;
+    hold->swa.own_from = matched;
   }
-  r.matched = m.matched;
+  r.matched = matched;
   r.kv_tokens = kv_tokens;
   r.fresh = Pages(need);
   r.private_pages = Pages(need);
-  r.shared = m.matched;
+  r.shared = matched;
   reserved_ += Pages(need);
   for (Slot s : fm) r.pages.push_back(PageId(s.value()));
   r.pages.insert(r.pages.end(), fresh->begin(), fresh->end());
@@ -228,7 +248,14 @@ void HybridCache::advance(Reservation& r, Tokens start, Tokens computed) {
   if (cfg_.mamba && h.mamba_ckpt != 0) {
     // The model saved the state at every grid depth in (start, computed]: the deepest is kept.
     const Tokens g(computed.value() / cfg_.mamba_chunk.value() * cfg_.mamba_chunk.value());
-    if (g > start) h.ckpt_at = g;
+    if (g > start) {
+      h.ckpt_at = g;
+    } else if (cfg_.bugs.has(ComponentBug::StateAtFloor) && g.value() > 0) {
+      // state_at_floor (#21): no checkpoint depth was passed, yet the running state (of
+      // `computed` tokens) is saved as the checkpoint of the floored depth g.
+      if (copy_state_) copy_state_(h.mamba, h.mamba_ckpt);
+      h.ckpt_at = g;
+    }
   }
   if (!cfg_.swa) return;
   const std::int64_t p = cfg_.page_size.value();
@@ -240,7 +267,11 @@ void HybridCache::advance(Reservation& r, Tokens start, Tokens computed) {
   const auto first = static_cast<std::size_t>(h.swa.own_from.value() / p);
   std::vector<Slot> freed = swa_comp_->free_before(tree_, h.swa, position);
   if (window_held && !h.lock.parts[swa_.value()].held) ++counters_.windows_released;
-  for (std::size_t i = 0; i < freed.size(); ++i) h.swa_table[first + i] = 0;
+  if (cfg_.bugs.has(ComponentBug::HealFreesStale))
+    for (std::size_t i = 0; i < freed.size(); ++i) full_to_swa_[r.pages[first + i].value()] = freed[i].value();
+  // (unfinished_insert_live keeps the released ids in the table, as a stale page table would.)
+  if (!cfg_.bugs.has(ComponentBug::UnfinishedInsertLive))
+    for (std::size_t i = 0; i < freed.size(); ++i) h.swa_table[first + i] = 0;
   swa_held_ -= n_of(freed.size());
   counters_.swa_freed += n_of(freed.size());
   free_swa(freed);
@@ -268,8 +299,20 @@ void HybridCache::insert_computed(RequestId id, Reservation& r, std::span<const 
     swa_before = tree_.page_values(key, swa_);
     KVGRID_CHECK(h.swa.own_from <= end, "request ", id, " freed SWA pages up to ", h.swa.own_from, " beyond ", end);
     swa_offered = std::min(h.swa.own.size(), aligned - static_cast<std::size_t>(h.swa.own_from.value()) / p);
-    values[swa_.value()] = InsertValue::pages(std::vector<Slot>(h.swa.own.begin(), h.swa.own.begin() + static_cast<std::ptrdiff_t>(swa_offered)),
-                                              h.swa.own_from);
+    std::vector<Slot> offer(h.swa.own.begin(), h.swa.own.begin() + static_cast<std::ptrdiff_t>(swa_offered));
+    Tokens offer_from = h.swa.own_from;
+    if (cfg_.bugs.has(ComponentBug::UnfinishedInsertLive) && !last) {
+      // unfinished_insert_live (#16): a chunk's insert does not forward how far the request
+      // released its window — it offers from its shared prefix, with the released pages' ids.
+      std::vector<Slot> stale;
+      for (std::size_t i = from; i < static_cast<std::size_t>(h.swa.own_from.value()) / p; ++i)
+        if (h.swa_table[i] != 0) stale.push_back(Slot(h.swa_table[i]));
+      if (stale.size() == static_cast<std::size_t>(h.swa.own_from.value()) / p - from) {
+        offer.insert(offer.begin(), stale.begin(), stale.end());
+        offer_from = r.shared;
+      }
+    }
+    values[swa_.value()] = InsertValue::pages(std::move(offer), offer_from);
   }
   const bool offer_state = cfg_.mamba && h.mamba_ckpt != 0 && h.ckpt_at.value() > 0 && h.ckpt_at <= end;
   if (cfg_.mamba) values[mamba_.value()] = offer_state ? InsertValue::state(Slot(h.mamba_ckpt), h.ckpt_at) : InsertValue::none();
@@ -301,7 +344,16 @@ void HybridCache::insert_computed(RequestId id, Reservation& r, std::span<const 
     for (std::size_t i = 0; i < aligned; ++i) {
       h.swa_table[i] = after[i] > 0 ? static_cast<std::uint32_t>(after[i]) : 0;
       if (swa_before[i] < 0 && after[i] == 0) ++counters_.tombstones_made;
-      if (swa_before[i] == 0 && after[i] > 0) ++counters_.tombstones_healed;
+      if (swa_before[i] == 0 && after[i] > 0) {
+        ++counters_.tombstones_healed;
+        // heal_frees_stale (#15): healing frees the position's old FULL->SWA mapping, a page its
+        // request released long ago that the pool has handed out again since.
+        if (auto it = full_to_swa_.find(static_cast<std::uint32_t>(tree_full[i])); it != full_to_swa_.end()) {
+          const Slot stale(it->second);
+          full_to_swa_.erase(it);
+          if (stale.value() != static_cast<std::uint32_t>(after[i])) free_swa(std::span<const Slot>(&stale, 1));
+        }
+      }
     }
   }
   // The lock moves first: the checkpoint slot's eviction below must not take what was just inserted.
@@ -357,7 +409,7 @@ void HybridCache::abort(RequestId id, Reservation& r) {
     h.swa.own.clear();
   }
   std::vector<std::uint32_t> st;
-  if (h.mamba) st.push_back(h.mamba);
+  if (h.mamba_own) st.push_back(h.mamba_own);
   if (h.mamba_ckpt) st.push_back(h.mamba_ckpt);
   states_held_ -= n_of(st.size());
   free_states(st);

@@ -26,6 +26,9 @@
 //    healed), and its checkpoint state at the deepest grid depth it passed; pages the tree
 //    already held replace the request's own in its page tables; the lock moves to the new end.
 //  * commit / abort: what it still holds privately goes back to the pools.
+// Planted bugs of this file (cache.component_bugs, cache/component_bugs.hpp): heal_frees_stale and
+// unfinished_insert_live (advance, insert_computed), state_at_floor (advance), shared_state_slot
+// and read_past_boundary (reserve).
 #pragma once
 
 #include <cstdint>
@@ -34,8 +37,10 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "cache/component_bugs.hpp"
 #include "cache/device_pool.hpp"
 #include "cache/unified_components.hpp"
 #include "cache/unified_tree.hpp"
@@ -61,6 +66,7 @@ struct HybridCacheConfig {
     std::size_t words_per_token = 1;
   };
   std::vector<Sidecar> sidecars;
+  ComponentBugs bugs;  // planted bugs (cache.component_bugs; empty: the correct code)
 };
 
 // What a running request holds of the hybrid components (Reservation::hybrid).
@@ -68,7 +74,8 @@ struct HybridHold {
   unified::LockHandle lock;             // on the node ending its shared prefix
   unified::SwaRequest swa;              // its own SWA pages from swa.own_from (swa.lock = &lock)
   std::vector<std::uint32_t> swa_table;  // SWA page of each page of the request (0: none held)
-  std::uint32_t mamba = 0;               // its running state
+  std::uint32_t mamba = 0;               // its running state (the slot the forward advances)
+  std::uint32_t mamba_own = 0;           // the slot it owns (= mamba, except under shared_state_slot)
   std::uint32_t mamba_ckpt = 0;          // its checkpoint slot (0: none)
   Tokens ckpt_at{0};                     // depth of the state in mamba_ckpt (0: none yet)
   std::int64_t swa_budget = 0;           // SWA pages set aside for it at admission (its footprint)
@@ -150,6 +157,9 @@ class HybridCache {
   std::int64_t states_held_ = 0;  // MAMBA slots held by requests
   HybridCounters counters_;
   std::string last_refusal_;
+  // heal_frees_stale only: the SWA page each FULL page's position had when its request released it
+  // (SGLang's FULL->SWA index mapping, left stale on tombstones).
+  std::unordered_map<std::uint32_t, std::uint32_t> full_to_swa_;
   std::function<void(std::span<const PageId>)> on_swa_free_;
   std::function<void(std::span<const std::uint32_t>)> on_state_free_;
   std::function<void(std::uint32_t, std::uint32_t)> copy_state_;

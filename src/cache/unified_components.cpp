@@ -73,19 +73,26 @@ class FullValidator final : public MatchValidator {
 
 class SwaValidator final : public MatchValidator {
  public:
-  SwaValidator(ComponentId id, Tokens window) : id_(id), window_(window.value()) {}
+  SwaValidator(ComponentId id, Tokens window, bool buggy) : id_(id), window_(window.value()), buggy_(buggy) {}
   // Live tokens since the last tombstone; "infinite" until the first one (nothing precedes the
-  // root, so a run from the root covers every window).
+  // root, so a run from the root covers every window). swa_run_across_tombstones (#14): only the
+  // first tombstone resets the run; later ones are counted as if they were live.
   bool accept(const Node& node) override {
     constexpr std::int64_t kInf = std::numeric_limits<std::int64_t>::max();
-    if (!node.at(id_).live()) run_ = 0;
-    else if (run_ != kInf) run_ += static_cast<std::int64_t>(node.key.size());
+    const bool live = node.at(id_).live();
+    if (!live && !(buggy_ && reset_)) {
+      run_ = 0;
+      reset_ = true;
+    } else if (run_ != kInf) {
+      run_ += static_cast<std::int64_t>(node.key.size());
+    }
     return run_ >= window_;
   }
 
  private:
   ComponentId id_;
   std::int64_t window_;
+  bool buggy_, reset_ = false;
   std::int64_t run_ = std::numeric_limits<std::int64_t>::max();
 };
 
@@ -163,12 +170,12 @@ void FullComponent::verify_node(const UnifiedTree& tree, const Node& node) const
 
 // ---- SWA ------------------------------------------------------------------------------------
 
-SwaComponent::SwaComponent(Tokens window) : window_(window) {
+SwaComponent::SwaComponent(Tokens window, ComponentBugs bugs) : window_(window), bugs_(bugs) {
   KVGRID_CHECK(window.value() >= 1, "swa window of ", window, " tokens");
 }
 
 std::unique_ptr<MatchValidator> SwaComponent::make_validator() const {
-  return std::make_unique<SwaValidator>(id(), window_);
+  return std::make_unique<SwaValidator>(id(), window_, bugs_.has(ComponentBug::SwaRunAcrossTombstones));
 }
 
 void SwaComponent::finalize_match(std::span<Node* const> path, Tokens boundary, ComponentMatch& out) const {
@@ -181,7 +188,14 @@ void SwaComponent::finalize_match(std::span<Node* const> path, Tokens boundary, 
   }
   if (first == path.size()) return;
   out.from = path[first]->start();
-  for (std::size_t i = first; i < path.size(); ++i) append_value(*path[i], id(), out.slots);
+  for (std::size_t i = first; i < path.size(); ++i) {
+    // A tombstone inside the window is reachable only through the validator's bug (#14): its
+    // pages have no SWA KV, and the request's page table points at the padding page there.
+    if (!path[i]->at(id()).live() && bugs_.has(ComponentBug::SwaRunAcrossTombstones))
+      out.slots.insert(out.slots.end(), page_index(path[i]->length(), page_size()), Slot(0));
+    else
+      append_value(*path[i], id(), out.slots);
+  }
 }
 
 void SwaComponent::redistribute_on_split(ComponentData& parent, ComponentData& child, std::size_t prefix_pages) const {
@@ -194,8 +208,13 @@ void SwaComponent::check_insert(const InsertContext& ctx, const InsertValue& v) 
 
 Tokens SwaComponent::insert_window_start(const InsertContext& ctx) const {
   const std::int64_t p = page_size().value();
-  const Tokens span((window_.value() + p - 1) / p * p);
-  return std::max({ctx.values[id().value()].from, ctx.end - span, Tokens(0)});
+  const Tokens from = ctx.values[id().value()].from;
+  // unfinished_insert_live (#16): the tree trusts the caller's release point and keeps the
+  // whole offer live (the caller, under the same bug, does not forward it).
+  if (bugs_.has(ComponentBug::UnfinishedInsertLive)) return std::max(from, Tokens(0));
+  // floored_frontier (#17): the window rounded down to pages — none at all when page > window.
+  const std::int64_t pages = bugs_.has(ComponentBug::FlooredFrontier) ? window_.value() / p : (window_.value() + p - 1) / p;
+  return std::max({from, ctx.end - Tokens(pages * p), Tokens(0)});
 }
 
 std::optional<Tokens> SwaComponent::insert_boundary(const InsertContext& ctx, const Node* node, Tokens start,
@@ -223,6 +242,11 @@ void SwaComponent::commit_insert(UnifiedTree& tree, Node* node, const InsertCont
   }
   // Above the window (insert_boundary cut the node there): stays a tombstone.
   return_unused(*node, id(), v, page_size(), out);
+}
+
+bool SwaComponent::veto_leaf(const InsertContext& ctx, Tokens start) const {
+  // swa_veto_full_leaf (#18): a leaf that cannot hold a whole window by itself is refused.
+  return bugs_.has(ComponentBug::SwaVetoFullLeaf) && ctx.end - start < window_;
 }
 
 LockPart SwaComponent::acquire_lock(UnifiedTree& tree, Node* node) const {
@@ -256,7 +280,7 @@ std::vector<Slot> SwaComponent::free_before(UnifiedTree& tree, SwaRequest& req, 
 
 // ---- MAMBA ----------------------------------------------------------------------------------
 
-MambaComponent::MambaComponent(Tokens chunk) : chunk_(chunk) {
+MambaComponent::MambaComponent(Tokens chunk, ComponentBugs bugs) : chunk_(chunk), bugs_(bugs) {
   KVGRID_CHECK(chunk.value() >= 1, "mamba checkpoint chunk of ", chunk, " tokens");
 }
 
@@ -273,8 +297,15 @@ void MambaComponent::finalize_match(std::span<Node* const> path, Tokens boundary
   append_value(*path.back(), id(), out.slots);  // the state to copy into a private request slot
 }
 
-void MambaComponent::redistribute_on_split(ComponentData& parent, ComponentData&, std::size_t) const {
+void MambaComponent::redistribute_on_split(ComponentData& parent, ComponentData& child, std::size_t) const {
   parent = ComponentData{};  // a state is valid only at its node's end depth: it stays on the child
+  if (bugs_.has(ComponentBug::SplitTruncatesState) && child.live()) {
+    // split_truncates_state (#20): the state goes with the prefix, as a paged value's first pages
+    // would — the new node ending shallower claims a state of the deeper depth.
+    parent.value = std::move(child.value);
+    parent.meta = child.meta;
+    child.value.reset();
+  }
 }
 
 Tokens MambaComponent::state_depth(const InsertContext& ctx) const {

@@ -16,6 +16,8 @@
 //    without a state. The match finalizer names the state to copy into a private request slot
 //    (the caller copies). Locks one node. Priority 0.
 //  * Sidecars (`PayloadSidecar`): per-slot payload following a source component's slot ids.
+//  * Planted bugs (`ComponentBugs`, cache/component_bugs.hpp): SWA and MAMBA take the set at
+//    construction; each bug changes only the rule it names (see the bug list).
 //  * `SlotPool`: slots 1..capacity of one index space (0 is padding), all-or-nothing and
 //    deterministic (a fresh pool hands out the lowest slots; freed slots come back first); what
 //    tests and the later integration use for SWA and MAMBA.
@@ -27,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/component_bugs.hpp"
 #include "cache/unified_tree.hpp"
 
 namespace kvgrid::cache::unified {
@@ -61,7 +64,7 @@ struct SwaRequest {
 
 class SwaComponent final : public Component {
  public:
-  explicit SwaComponent(Tokens window);
+  explicit SwaComponent(Tokens window, ComponentBugs bugs = {});
   std::string_view name() const override { return "swa"; }
   bool paged() const override { return true; }
   Tokens window() const { return window_; }
@@ -72,6 +75,7 @@ class SwaComponent final : public Component {
   std::optional<Tokens> insert_boundary(const InsertContext& ctx, const Node* node, Tokens start, Tokens end) const override;
   void insert_overlap(UnifiedTree& tree, Node* node, const InsertContext& ctx, ComponentInsert& out) const override;
   void commit_insert(UnifiedTree& tree, Node* node, const InsertContext& ctx, ComponentInsert& out) const override;
+  bool veto_leaf(const InsertContext& ctx, Tokens start) const override;
   LockPart acquire_lock(UnifiedTree& tree, Node* node) const override;
   void release_lock(UnifiedTree& tree, Node* node, const LockPart& part) const override;
   int eviction_priority(bool leaf) const override { return leaf ? 0 : 1; }
@@ -92,11 +96,12 @@ class SwaComponent final : public Component {
 
  private:
   Tokens window_;
+  ComponentBugs bugs_;
 };
 
 class MambaComponent final : public Component {
  public:
-  explicit MambaComponent(Tokens chunk);
+  explicit MambaComponent(Tokens chunk, ComponentBugs bugs = {});
   std::string_view name() const override { return "mamba"; }
   bool paged() const override { return false; }
   Tokens chunk() const { return chunk_; }
@@ -119,6 +124,7 @@ class MambaComponent final : public Component {
 
  private:
   Tokens chunk_;
+  ComponentBugs bugs_;
 };
 
 // Per-slot payload following a source component's slot ids: `words_per_token` words per token,

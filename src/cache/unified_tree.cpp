@@ -444,6 +444,22 @@ InsertResult UnifiedTree::insert_below(Node* start, std::span<const TokenId> tok
     }
     pos += n;
   }
+  bool vetoed = false;
+  for (std::size_t c = 0; c < nc && pos < tokens.size(); ++c) vetoed = vetoed || components_[c]->veto_leaf(ctx, Tokens(static_cast<std::int64_t>(pos)));
+  if (vetoed) {  // no leaf: what was offered for [pos, end) goes back
+    const Tokens s(static_cast<std::int64_t>(pos));
+    for (std::size_t c = 0; c < nc; ++c) {
+      const InsertValue& v = values[c];
+      if (v.slots.empty()) continue;
+      if (!components_[c]->paged()) {
+        if ((v.at.value() < 0 ? ctx.end : v.at) > s) r.components[c].returned.push_back(v.slots[0]);
+        continue;
+      }
+      const std::size_t skip = static_cast<std::size_t>((std::max(v.from, s) - v.from).value()) / p;
+      r.components[c].returned.insert(r.components[c].returned.end(), v.slots.begin() + static_cast<std::ptrdiff_t>(skip), v.slots.end());
+    }
+    pos = tokens.size();
+  }
   if (pos < tokens.size()) {  // the new part: one leaf, cut where components need boundaries
     auto leaf = new_node();
     leaf->key.assign(tokens.begin() + static_cast<std::ptrdiff_t>(pos), tokens.end());

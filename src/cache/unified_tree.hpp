@@ -230,6 +230,11 @@ class Component {
   virtual void insert_overlap(UnifiedTree& tree, Node* node, const InsertContext& ctx, ComponentInsert& out) const = 0;
   // insert into a node this insert created: attach the caller's value (or leave a tombstone).
   virtual void commit_insert(UnifiedTree& tree, Node* node, const InsertContext& ctx, ComponentInsert& out) const = 0;
+  // insert: may this component refuse the new leaf [start, key end)? A refused leaf is not
+  // created and every component's offer for it goes back to the caller. kvgrid's components never
+  // refuse (FULL must stay cacheable whatever the others hold); SWA does under the planted bug
+  // swa_veto_full_leaf (bug-catalogue #18).
+  virtual bool veto_leaf(const InsertContext& /*ctx*/, Tokens /*start*/) const { return false; }
 
   // locks: take this component's lock for a request whose matched prefix ends at `node`.
   virtual LockPart acquire_lock(UnifiedTree& tree, Node* node) const = 0;

@@ -61,7 +61,7 @@ std::string mpi_error_string(int code);
   do {                                                                                        \
     if (!(cond)) [[unlikely]]                                                                 \
       ::kvgrid::fail_check(__FILE__, __LINE__,                                                \
-                           ::kvgrid::detail::concat("check failed: " #cond " ", ##__VA_ARGS__)); \
+                           ::kvgrid::detail::concat("check failed: `" #cond "` ", ##__VA_ARGS__)); \
   } while (0)
 
 #define KVGRID_MPI_CHECK(call)                                                                \

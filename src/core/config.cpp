@@ -78,6 +78,10 @@ std::string format_value(const Config::Value& v) {
             os << c;
           }
           os << '"';
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          os << '[';
+          for (std::size_t i = 0; i < x.size(); ++i) os << (i ? ", " : "") << format_value(Config::Value(x[i]));
+          os << ']';
         } else {
           os << '[';
           for (std::size_t i = 0; i < x.size(); ++i) os << (i ? ", " : "") << x[i];
@@ -167,6 +171,30 @@ Config::Value convert(const KeySpec& k, const toml::node& n, const std::string& 
       v = std::move(out);
       break;
     }
+    case ValueType::StringArray: {
+      // A string stands for its comma-separated names ("a, b" = ["a", "b"]; `--set key=a,b`).
+      std::vector<std::string> out;
+      if (n.is_string()) {
+        const std::string_view text = *n.value<std::string_view>();
+        std::size_t at = 0;
+        while (at <= text.size()) {
+          const std::size_t comma = std::min(text.find(',', at), text.size());
+          std::string_view part = text.substr(at, comma - at);
+          while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+          while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
+          if (!part.empty()) out.emplace_back(part);
+          at = comma + 1;
+        }
+      } else {
+        if (!n.is_array()) throw bad(describe_node(n));
+        for (const auto& e : *n.as_array()) {
+          if (!e.is_string()) throw bad("an array containing " + describe_node(e));
+          out.emplace_back(*e.value<std::string_view>());
+        }
+      }
+      v = std::move(out);
+      break;
+    }
   }
   auto check_range = [&](double x, const std::string& shown) {
     if ((k.min && x < *k.min) || (k.max && x > *k.max)) throw bad(shown + " (out of range)");
@@ -180,6 +208,9 @@ Config::Value convert(const KeySpec& k, const toml::node& n, const std::string& 
     for (const auto& c : k.choices) ok = ok || c == *s;
     if (!ok) throw bad("\"" + *s + "\"");
   }
+  if (auto* a = std::get_if<std::vector<std::string>>(&v); a && !k.choices.empty())
+    for (const auto& s : *a)
+      if (std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end()) throw bad("an array containing \"" + s + "\"");
   return v;
 }
 
@@ -199,6 +230,7 @@ const char* value_type_name(ValueType t) {
     case ValueType::Bool: return "boolean";
     case ValueType::String: return "string";
     case ValueType::IntArray: return "array of integers";
+    case ValueType::StringArray: return "array of strings";
   }
   return "?";
 }
@@ -365,6 +397,9 @@ Config Config::parse(const Schema& schema, std::string_view text, const std::str
     } else if (spec->type == ValueType::String) {
       toml::value<std::string> sv(val);
       v = convert(*spec, sv, loc);
+    } else if (spec->type == ValueType::StringArray) {  // bare words, comma-separated: a,b
+      toml::value<std::string> sv(val);
+      v = convert(*spec, sv, loc);
     } else {
       throw InputError(loc + ": key '" + key_path_string(spec->path) + "': expected " +
                        value_type_name(spec->type) + ", found \"" + val + "\"");
@@ -388,6 +423,9 @@ bool Config::get_bool(std::string_view k) const { return std::get<bool>(get(k));
 const std::string& Config::get_string(std::string_view k) const { return std::get<std::string>(get(k)); }
 const std::vector<std::int64_t>& Config::get_int_array(std::string_view k) const {
   return std::get<std::vector<std::int64_t>>(get(k));
+}
+const std::vector<std::string>& Config::get_string_array(std::string_view k) const {
+  return std::get<std::vector<std::string>>(get(k));
 }
 
 std::size_t Config::elements(std::string_view a) const {

@@ -22,15 +22,15 @@
 
 namespace kvgrid {
 
-enum class ValueType { Integer, Float, Bool, String, IntArray };
+enum class ValueType { Integer, Float, Bool, String, IntArray, StringArray };
 
 struct KeySpec {
   std::vector<std::string> path;  // components, e.g. {"faults", "rank.stall", "probability"}
   ValueType type = ValueType::Integer;
-  std::variant<std::int64_t, double, bool, std::string, std::vector<std::int64_t>> default_value;
+  std::variant<std::int64_t, double, bool, std::string, std::vector<std::int64_t>, std::vector<std::string>> default_value;
   std::optional<double> min;                // inclusive, numbers (and array elements)
   std::optional<double> max;                // inclusive
-  std::vector<std::string> choices;         // strings: allowed values (first = default)
+  std::vector<std::string> choices;         // strings: allowed values (first = default); string arrays: allowed elements
   std::string doc;                          // one line, with the unit
   bool optional_table = false;              // key only present when its table is given (no default)
   // A key of each table of an array of tables (`[[model.sidecar]]`: path {"model", "sidecar",
@@ -63,7 +63,7 @@ const char* value_type_name(ValueType t);
 
 class Config {
  public:
-  using Value = std::variant<std::int64_t, double, bool, std::string, std::vector<std::int64_t>>;
+  using Value = std::variant<std::int64_t, double, bool, std::string, std::vector<std::int64_t>, std::vector<std::string>>;
 
   // Parses `path`, applies `overrides` ("key.path=value", TOML value syntax; a bare word is a
   // string), validates everything against `schema`. Throws InputError.
@@ -77,6 +77,7 @@ class Config {
   bool get_bool(std::string_view dotted) const;
   const std::string& get_string(std::string_view dotted) const;
   const std::vector<std::int64_t>& get_int_array(std::string_view dotted) const;
+  const std::vector<std::string>& get_string_array(std::string_view dotted) const;
   // True when the key was given in the file or by an override (not defaulted).
   bool given(std::string_view dotted) const;
   // True when some key under this table prefix was given.

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cache/component_bugs.hpp"
 #include "cache/draft_state.hpp"
 #include "core/check.hpp"
 #include "protocols/component_boundary.hpp"
@@ -114,6 +115,12 @@ Schema build_schema() {
   s.add(bkey({"cache", "gather_overlap"}, true, "sharded: post layer l+1's gather before attention on layer l"));
   s.add(ikey({"cache", "swa_pages"}, 0, 0, 2147483647.0, "hybrid models: SWA pool pages per rank (0: device_pages / 4)"));
   s.add(ikey({"cache", "mamba_slots"}, 0, 0, 2147483647.0, "hybrid models: MAMBA state slots per rank (0: device_pages / 4)"));
+  {
+    KeySpec k = key({"cache", "component_bugs"}, ValueType::StringArray, std::vector<std::string>{},
+                    "hybrid models: production bugs of the components planted (bug-catalogue #14-#23; empty: the correct code)");
+    k.choices = cache::component_bug_names();
+    s.add(std::move(k));
+  }
   s.add(skey({"protocol", "pp_sync"}, {"pp_sync", "independent_polling"},
              "agreement of host-tier ACK consumption across PP stages (buggy: independent_polling)"));
   s.add(skey({"protocol", "component_boundary"}, protocols::component_boundary_variants(),
@@ -136,10 +143,10 @@ Schema build_schema() {
              "over every rank serving the request (a failed one is recomputed), or (buggy) read at once, never checked"));
   s.add(skey({"protocol", "tp_sync"}, {"min_allreduce", "per_rank", "skip_when_empty"},
              "agreement of ACK consumption in a stage (buggy: per_rank, skip_when_empty)"));
-  s.add(skey({"workload", "kind"}, {"tree", "gsp", "multiturn", "mooncake"},
-             "tree: cache-only loop; gsp, multiturn, mooncake: the serving loop with the synthetic model"));
+  s.add(skey({"workload", "kind"}, {"tree", "gsp", "multiturn", "mooncake", "aba", "cold_prefix"},
+             "tree: cache-only loop; gsp, multiturn, mooncake, aba, cold_prefix: the serving loop with the synthetic model"));
   s.add(ikey({"workload", "vocab"}, 32000, 2, 4294967295.0, "vocabulary size (prompt and generated token ids are < vocab)"));
-  s.add(fkey({"workload", "request_rate"}, 0.0, 0.0, 1e9, "gsp/multiturn: Poisson arrivals per modelled second (0: all at t = 0)"));
+  s.add(fkey({"workload", "request_rate"}, 0.0, 0.0, 1e9, "gsp/multiturn/aba/cold_prefix: Poisson arrivals per modelled second (0: all at t = 0)"));
   s.add(ikey({"workload", "tree", "steps"}, 200, 1, kBig, "scheduler steps"));
   s.add(ikey({"workload", "tree", "requests_per_step"}, 4, 1, 1e6, "requests arriving per step"));
   s.add(ikey({"workload", "tree", "prompt_tokens_min"}, 64, 1, 1e9, "shortest prompt, tokens"));
@@ -163,6 +170,17 @@ Schema build_schema() {
   s.add(ikey({"workload", "multiturn", "sub_question_length"}, 0, 0, 1e8, "new tokens per later round (0: request_length)"));
   s.add(ikey({"workload", "multiturn", "max_in_flight"}, 8, 1, 1e6, "requests outstanding at once"));
   s.add(bkey({"workload", "multiturn", "round_barrier"}, false, "round r+1 starts when every client finished round r"));
+  s.add(ikey({"workload", "aba", "lanes"}, 4, 1, 1e6, "A -> B -> A sequences run side by side"));
+  s.add(ikey({"workload", "aba", "a_len"}, 512, 2, 1e8, "tokens of A (sent again, identical, after B)"));
+  s.add(ikey({"workload", "aba", "b_len"}, 512, 2, 1e8, "tokens of B"));
+  s.add(ikey({"workload", "aba", "shared_len"}, 200, 0, 1e8, "tokens B shares with A's start (< a_len and b_len)"));
+  s.add(ikey({"workload", "aba", "output_len"}, 16, 1, 1e6, "generated tokens per request"));
+  s.add(ikey({"workload", "aba", "repeats"}, 1, 1, 1e4, "B then A again, this many times after the first A"));
+  s.add(ikey({"workload", "cold_prefix", "groups"}, 2, 1, 1e6, "prefixes nobody has computed"));
+  s.add(ikey({"workload", "cold_prefix", "requests"}, 4, 1, 1e6, "requests per group, arriving together"));
+  s.add(ikey({"workload", "cold_prefix", "prefix_len"}, 1024, 1, 1e8, "tokens of a group's prefix"));
+  s.add(ikey({"workload", "cold_prefix", "suffix_len"}, 64, 1, 1e8, "tokens of each request's own suffix"));
+  s.add(ikey({"workload", "cold_prefix", "output_len"}, 16, 1, 1e6, "generated tokens per request"));
   KeySpec trace = skey({"workload", "mooncake", "trace"}, {}, "Mooncake JSONL trace (relative paths: to the experiment file)");
   s.add(trace);
   s.add(ikey({"workload", "mooncake", "first_n"}, 0, 0, kBig, "replay only the first N requests (0: all)"));
@@ -236,6 +254,7 @@ std::string default_text(const KeySpec& k) {
         if constexpr (std::is_same_v<T, std::string>) return "\"" + v + "\"";
         else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
         else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) return "[]";
+        else if constexpr (std::is_same_v<T, std::vector<std::string>>) return "[]";
         else return number_text(static_cast<double>(v), std::is_integral_v<T>);
       },
       k.default_value);
@@ -374,6 +393,10 @@ void check_relations(const ExperimentConfig& e, const std::string& src) {
                                                         {e.model.kv_heads, e.model.head_dim, "bf16"});
     if (!why.empty()) throw InputError(src + ": " + why);
   }
+  if (w.kind == "aba" && w.aba.shared_len >= std::min(w.aba.a_len, w.aba.b_len))
+    throw InputError(src + ": workload.aba.shared_len = " + std::to_string(w.aba.shared_len) +
+                     " must be below workload.aba.a_len = " + std::to_string(w.aba.a_len) + " and workload.aba.b_len = " +
+                     std::to_string(w.aba.b_len) + " (B differs from A after the shared part)");
   if (w.kind == "mooncake" && w.mooncake.trace.empty())
     throw InputError(src + ": workload.kind = \"mooncake\" needs workload.mooncake.trace");
 }
@@ -453,6 +476,7 @@ void read_cache(const Config& c, ExperimentConfig& e) {
   e.cache.gather_overlap = c.get_bool("cache.gather_overlap");
   e.cache.swa_pages = Pages(c.get_int("cache.swa_pages"));
   e.cache.mamba_slots = c.get_int("cache.mamba_slots");
+  e.cache.component_bugs = c.get_string_array("cache.component_bugs");
   e.cache.storage_dir = c.get_string("cache.storage_dir");
   e.cache.storage_capacity_mb = c.get_int("cache.storage_capacity_mb");
   e.cache.prefetch_threshold = Tokens(c.get_int("cache.prefetch_threshold"));
@@ -505,6 +529,11 @@ void read_workload(const Config& c, ExperimentConfig& e) {
   w.multiturn.sub_question_length = c.get_int("workload.multiturn.sub_question_length");
   w.multiturn.max_in_flight = c.get_int("workload.multiturn.max_in_flight");
   w.multiturn.round_barrier = c.get_bool("workload.multiturn.round_barrier");
+  w.aba = {c.get_int("workload.aba.lanes"),      c.get_int("workload.aba.a_len"),      c.get_int("workload.aba.b_len"),
+           c.get_int("workload.aba.shared_len"), c.get_int("workload.aba.output_len"), c.get_int("workload.aba.repeats")};
+  w.cold_prefix = {c.get_int("workload.cold_prefix.groups"), c.get_int("workload.cold_prefix.requests"),
+                   c.get_int("workload.cold_prefix.prefix_len"), c.get_int("workload.cold_prefix.suffix_len"),
+                   c.get_int("workload.cold_prefix.output_len")};
   w.mooncake.trace = c.get_string("workload.mooncake.trace");
   w.mooncake.first_n = c.get_int("workload.mooncake.first_n");
   w.mooncake.time_scale = c.get_float("workload.mooncake.time_scale");

@@ -75,6 +75,7 @@ struct CacheConfig {
   Pages gather_pages{1024};               // one gather slot: pages of one layer
   Pages swa_pages{0};                     // SWA pool (hybrid models; 0: a quarter of device_pages)
   std::int64_t mamba_slots = 0;           // MAMBA state slots (hybrid models; 0: a quarter of device_pages)
+  std::vector<std::string> component_bugs;  // planted component bugs (hybrid models; cache/component_bugs.hpp)
   bool gather_overlap = true;
   std::string storage_dir;                // empty: <run dir>/storage
   std::int64_t storage_capacity_mb = 1024;  // per rank
@@ -104,6 +105,19 @@ struct MultiturnConfig {
   bool round_barrier = false;
 };
 
+// A -> B -> A (vLLM #50630): each lane sends A, then B (A's first shared_len tokens, then its
+// own), then A again, identical — `repeats` times B then A; a lane's next request is sent when
+// its previous one finished, lanes run side by side.
+struct AbaConfig {
+  std::int64_t lanes = 4, a_len = 512, b_len = 512, shared_len = 200, output_len = 16, repeats = 1;
+};
+
+// Concurrent cold prefills: `groups` prefixes nobody has computed, `requests` per group arriving
+// together, each the group's prefix and its own suffix.
+struct ColdPrefixConfig {
+  std::int64_t groups = 2, requests = 4, prefix_len = 1024, suffix_len = 64, output_len = 16;
+};
+
 struct MooncakeConfig {
   std::string trace;
   std::int64_t first_n = 0;  // 0: all
@@ -117,6 +131,8 @@ struct WorkloadConfig {
   TreeWorkloadConfig tree;
   GspConfig gsp;
   MultiturnConfig multiturn;
+  AbaConfig aba;
+  ColdPrefixConfig cold_prefix;
   MooncakeConfig mooncake;
 };
 

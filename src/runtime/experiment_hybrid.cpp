@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/component_bugs.hpp"
 #include "core/check.hpp"
 #include "runtime/experiment.hpp"
 
@@ -56,8 +57,23 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
   } catch (const std::invalid_argument& x) {
     throw InputError(src + ": model.layer_types = \"" + m.layer_types + "\": " + x.what());
   }
-  if (!m.hybrid()) return;
+  if (!m.hybrid()) {
+    if (!e.cache.component_bugs.empty())
+      throw InputError(src + ": cache.component_bugs = [\"" + e.cache.component_bugs.front() +
+                       "\", ...] plants bugs in the hybrid cache's components, but model.layer_types = \"" + m.layer_types +
+                       "\" is a full-attention model (give swa or mamba layers)");
+    return;
+  }
   const std::string what = "model.layer_types = \"" + m.layer_types + "\"";
+  for (const auto& name : e.cache.component_bugs) {  // a bug planted in a component the model lacks would do nothing
+    const auto bug = cache::parse_component_bug(name);
+    const bool mamba_bug = bug == cache::ComponentBug::SplitTruncatesState || bug == cache::ComponentBug::StateAtFloor ||
+                           bug == cache::ComponentBug::SharedStateSlot;
+    const bool swa_bug = !mamba_bug && bug != cache::ComponentBug::ReadPastBoundary;
+    if ((mamba_bug && !m.has(LayerKind::Mamba)) || (swa_bug && !m.has(LayerKind::Swa)))
+      throw InputError(src + ": cache.component_bugs: \"" + name + "\" is planted in the " + (mamba_bug ? "MAMBA" : "SWA") +
+                       " component, but " + what + " has no " + (mamba_bug ? "mamba" : "swa") + " layers (it would change nothing)");
+  }
   if (!m.has(LayerKind::Full))
     throw InputError(src + ": " + what + " has no full layer (a hybrid model keeps at least one full-attention layer)");
   if (m.has(LayerKind::Swa) && m.swa_window < 1)

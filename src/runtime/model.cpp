@@ -245,10 +245,20 @@ void SyntheticModel::forward_swa(std::size_t start, std::size_t end, const Hybri
   for (std::size_t i = 0; i < n; ++i)
     KVGRID_CHECK(chunk_pages[i] != 0, "SWA page of position ", start + i, " is not held");
   swa_pool_->write(chunk_pages, chunk_slots, std::span<const std::uint64_t>(F_).first(n));
-  // The window's folds, read back from the pool (the SWA pool is always full payload).
+  // The window's folds, read back from the pool (the SWA pool is always full payload). A window
+  // position whose page the request does not hold reads as poison, like a missing sidecar entry:
+  // the oracle sees it (a cache bug handed the request a window with holes).
+  missing_.clear();
+  for (std::size_t i = 0; i < start - lo && n > 0; ++i)
+    if (win_pages_[i] == 0) {
+      missing_.push_back(i);
+      win_pages_[i] = chunk_pages[0];  // a held page, read and then overwritten
+    }
   win_F_.assign(m, 0);
   win_folds_.resize(m * L * H);
   swa_pool_->fold_tokens(win_pages_, win_slots_, win_F_, lo, win_folds_);
+  for (std::size_t i : missing_)
+    for (std::size_t k = 0; k < L * H; ++k) win_folds_[i * L * H + k] = cache::KvPool::kPoison * (lo + i + 1);
   auto fold = [&](std::size_t pos, std::size_t l, std::size_t h) { return win_folds_[((pos - lo) * L + l) * H + h]; };
   for (std::size_t l = 0; l < L; ++l) {
     std::uint64_t acc = 0;

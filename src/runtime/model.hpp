@@ -135,6 +135,7 @@ class SyntheticModel {
   bool sidecar_owner_ = false;  // this rank adds the sidecars' folds (one rank per stage)
   std::vector<std::uint32_t> win_pages_, win_slots_;
   std::vector<std::uint64_t> win_F_, win_folds_;
+  std::vector<std::size_t> missing_;  // forward_swa: window positions whose page is not held
   // full payload, sharded pool: the current chunk's KV, staged for attention (row 0: padding)
   std::unique_ptr<cache::KvPool> staging_;
   // scratch

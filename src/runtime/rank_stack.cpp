@@ -45,6 +45,7 @@ cache::HybridCacheConfig RankStack::hybrid_config(const ExperimentConfig& exp) {
   cache::HybridCacheConfig hc;
   hc.page_size = exp.cache.page_size;
   hc.chunk_tokens = Tokens(exp.engine.chunk_size);
+  hc.bugs = cache::ComponentBugs::parse(exp.cache.component_bugs);
   const std::string& boundary = exp.protocol.component_boundary;
   hc.swa = protocols::stage_keeps_component(boundary, exp.model.has(LayerKind::Swa), geo.local_of(LayerKind::Swa) > 0);
   hc.window = Tokens(exp.model.swa_window);

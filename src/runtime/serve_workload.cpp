@@ -55,6 +55,7 @@ class ConversationWorkload : public ServeWorkload {
     std::vector<std::uint32_t> output_len;
     std::vector<TokenId> history;                   // prompt + output of the last issued turn
     std::size_t next_turn = 0;
+    bool resend_history = true;                     // false: a turn's prompt is its own tokens only
   };
 
   ConversationWorkload(std::vector<Conversation> convs, std::uint64_t vocab, double rate, std::uint64_t seed,
@@ -81,7 +82,7 @@ class ConversationWorkload : public ServeWorkload {
       r.arrival_ns = t;
       r.round = static_cast<std::uint32_t>(turn);
       r.output_len = c.output_len[turn];
-      r.prompt = c.history;
+      if (c.resend_history) r.prompt = c.history;
       r.prompt.insert(r.prompt.end(), c.turn_tokens[turn].begin(), c.turn_tokens[turn].end());
       c.history = r.prompt;
       auto o = model_output(r.prompt, r.output_len, vocab_);
@@ -161,6 +162,49 @@ std::unique_ptr<ServeWorkload> make_gsp(const WorkloadConfig& w, std::uint64_t s
   }
   if (!g.ordered) {
     for (std::size_t i = convs.size(); i > 1; --i) std::swap(convs[i - 1], convs[rng.below(i)]);  // Fisher-Yates
+  }
+  return std::make_unique<ConversationWorkload>(std::move(convs), w.vocab, w.request_rate, seed, 0, false);
+}
+
+// A lane: A, then B and A again `repeats` times; B starts with A's first shared_len tokens.
+std::unique_ptr<ServeWorkload> make_aba(const WorkloadConfig& w, std::uint64_t seed) {
+  Rng rng = shared_stream(seed, "workload.aba");
+  const auto& a = w.aba;
+  std::vector<ConversationWorkload::Conversation> convs;
+  for (std::int64_t l = 0; l < a.lanes; ++l) {
+    ConversationWorkload::Conversation c;
+    c.resend_history = false;
+    const auto A = random_tokens(rng, a.a_len, w.vocab);
+    auto B = std::vector<TokenId>(A.begin(), A.begin() + a.shared_len);
+    const auto own = random_tokens(rng, a.b_len - a.shared_len, w.vocab);
+    B.insert(B.end(), own.begin(), own.end());
+    c.turn_tokens.push_back(A);
+    for (std::int64_t r = 0; r < a.repeats; ++r) {
+      c.turn_tokens.push_back(B);
+      c.turn_tokens.push_back(A);
+    }
+    c.output_len.assign(c.turn_tokens.size(), static_cast<std::uint32_t>(a.output_len));
+    convs.push_back(std::move(c));
+  }
+  return std::make_unique<ConversationWorkload>(std::move(convs), w.vocab, w.request_rate, seed, 0, false);
+}
+
+// Every request of a group arrives with the others; nobody has its prefix yet.
+std::unique_ptr<ServeWorkload> make_cold_prefix(const WorkloadConfig& w, std::uint64_t seed) {
+  Rng rng = shared_stream(seed, "workload.cold_prefix");
+  const auto& cp = w.cold_prefix;
+  std::vector<ConversationWorkload::Conversation> convs;
+  for (std::int64_t g = 0; g < cp.groups; ++g) {
+    const auto prefix = random_tokens(rng, cp.prefix_len, w.vocab);
+    for (std::int64_t i = 0; i < cp.requests; ++i) {
+      ConversationWorkload::Conversation c;
+      auto p = prefix;
+      const auto suffix = random_tokens(rng, cp.suffix_len, w.vocab);
+      p.insert(p.end(), suffix.begin(), suffix.end());
+      c.turn_tokens.push_back(std::move(p));
+      c.output_len.push_back(static_cast<std::uint32_t>(cp.output_len));
+      convs.push_back(std::move(c));
+    }
   }
   return std::make_unique<ConversationWorkload>(std::move(convs), w.vocab, w.request_rate, seed, 0, false);
 }
@@ -272,6 +316,8 @@ std::unique_ptr<ServeWorkload> make_mooncake(const WorkloadConfig& w) {
 std::unique_ptr<ServeWorkload> make_serve_workload(const WorkloadConfig& cfg, std::uint64_t seed) {
   if (cfg.kind == "gsp") return make_gsp(cfg, seed);
   if (cfg.kind == "multiturn") return make_multiturn(cfg, seed);
+  if (cfg.kind == "aba") return make_aba(cfg, seed);
+  if (cfg.kind == "cold_prefix") return make_cold_prefix(cfg, seed);
   KVGRID_CHECK(cfg.kind == "mooncake", "no serving workload '", cfg.kind, "'");
   return make_mooncake(cfg);
 }

@@ -8,6 +8,10 @@
 //   multiturn  SGLang's bench_multiturn: clients × rounds, every round resends the whole history
 //              plus a sub-question; at most max_in_flight requests outstanding; optional round
 //              barrier (round r+1 starts when every client finished round r)
+//   aba        A -> B -> A (vLLM #50630): lanes of identical requests A with B (sharing A's start)
+//              in between, each sent when the lane's previous request finished
+//   cold_prefix concurrent cold prefills: groups of requests sharing a prefix nobody has computed,
+//              a group arriving together
 //   mooncake   replay of a Mooncake JSONL trace: each 512-token hash block maps to fixed token ids,
 //              timestamps (ms) are arrivals on the modelled clock, scaled by time_scale
 #pragma once

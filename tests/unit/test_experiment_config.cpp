@@ -197,3 +197,42 @@ TEST(ExperimentConfig, ArraysOfTablesRoundTrip) {
 
 }  // namespace
 }  // namespace kvgrid
+
+namespace kvgrid {
+namespace {
+
+// cache.component_bugs: an array of strings whose elements are checked against the bug list; a
+// single string is a list of one, `--set` takes bare words separated by commas.
+TEST(ExperimentConfig, StringArraysOfChoices) {
+  const std::string hybrid = "[model]\nlayer_types = \"full,swa,mamba\"\nswa_window = 8\n[workload]\nkind = \"gsp\"\n";
+  auto e = parse_experiment(hybrid + "[cache]\ncomponent_bugs = [\"shared_state_slot\", \"floored_frontier\"]\n", "x", {});
+  EXPECT_EQ(e.cache.component_bugs, (std::vector<std::string>{"shared_state_slot", "floored_frontier"}));
+  EXPECT_NE(e.effective_toml.find("component_bugs = [\"shared_state_slot\", \"floored_frontier\"]"), std::string::npos)
+      << e.effective_toml;
+  EXPECT_EQ(parse_experiment(e.effective_toml, "again", {}).cache.component_bugs, e.cache.component_bugs);
+  EXPECT_TRUE(parse_experiment(hybrid, "x", {}).cache.component_bugs.empty());
+  EXPECT_EQ(parse_experiment(hybrid, "x", {"cache.component_bugs=state_at_floor,read_past_boundary"}).cache.component_bugs,
+            (std::vector<std::string>{"state_at_floor", "read_past_boundary"}));
+  EXPECT_EQ(parse_experiment(hybrid + "[cache]\ncomponent_bugs = \"heal_frees_stale\"\n", "x", {}).cache.component_bugs,
+            (std::vector<std::string>{"heal_frees_stale"}));
+  expect_contains(error_of(hybrid + "[cache]\ncomponent_bugs = [\"nonsense\"]\n"),
+                  "exp.toml:7:18: key 'cache.component_bugs': expected array of strings (one of \"swa_run_across_tombstones\"");
+  expect_contains(error_of(hybrid + "[cache]\ncomponent_bugs = [\"nonsense\"]\n"), "found an array containing \"nonsense\"");
+  expect_contains(error_of(hybrid + "[cache]\ncomponent_bugs = [3]\n"), "found an array containing integer 3");
+  expect_contains(error_of(hybrid, {"cache.component_bugs=nonsense"}), "--set cache.component_bugs=nonsense");
+  EXPECT_EQ(parse_experiment(hybrid, "x", {"cache.component_bugs=state_at_floor, read_past_boundary,"}).cache.component_bugs,
+            (std::vector<std::string>{"state_at_floor", "read_past_boundary"}));
+  EXPECT_EQ(parse_experiment(hybrid + "[cache]\ncomponent_bugs = \"heal_frees_stale , floored_frontier\"\n", "x", {}).cache.component_bugs,
+            (std::vector<std::string>{"heal_frees_stale", "floored_frontier"}));
+  // A bug planted in a component the model lacks would change nothing: refused by name.
+  expect_contains(error_of("[model]\nlayer_types = \"full,mamba\"\n[workload]\nkind = \"gsp\"\n[cache]\ncomponent_bugs = [\"floored_frontier\"]\n"),
+                  "cache.component_bugs: \"floored_frontier\" is planted in the SWA component, but model.layer_types = \"full,mamba\" has no swa layers");
+  expect_contains(error_of("[model]\nlayer_types = \"full,swa\"\nswa_window = 8\n[workload]\nkind = \"gsp\"\n", {"cache.component_bugs=shared_state_slot"}),
+                  "is planted in the MAMBA component");
+  // The bugs live in the hybrid cache: a full-attention model refuses them by name.
+  expect_contains(error_of("[cache]\ncomponent_bugs = [\"shared_state_slot\"]\n"),
+                  "cache.component_bugs = [\"shared_state_slot\", ...] plants bugs in the hybrid cache's components");
+}
+
+}  // namespace
+}  // namespace kvgrid

@@ -192,3 +192,82 @@ TEST(Cost, HandComputedStepTimes) {
 
 }  // namespace
 }  // namespace kvgrid
+
+namespace kvgrid {
+namespace {
+
+// A -> B -> A: a lane's requests go one after another; A comes back identical, B shares exactly
+// shared_len tokens with A's start.
+TEST(AbaWorkload, LanesSendABAIdenticalWithBSharingAsConfigured) {
+  auto e = exp_with({"workload.kind=aba", "workload.aba.lanes=3", "workload.aba.a_len=40", "workload.aba.b_len=30",
+                     "workload.aba.shared_len=12", "workload.aba.output_len=2", "workload.aba.repeats=2"});
+  auto w = make_serve_workload(e.workload, 7);
+  EXPECT_EQ(w->total_requests(), 15u);
+  auto first = w->arrivals(0);
+  ASSERT_EQ(first.size(), 3u);  // one per lane: the next waits for it to finish
+  EXPECT_TRUE(w->arrivals(0).empty());
+  std::vector<std::vector<RequestSpec>> lanes(3);
+  for (std::size_t l = 0; l < 3; ++l) lanes[l].push_back(first[l]);
+  for (std::uint64_t now = 1; now < 5; ++now) {  // each lane's next request once its previous one finished
+    for (std::size_t l = 0; l < 3; ++l) w->finished(lanes[l].back().id, now);
+    auto next = w->arrivals(now);
+    ASSERT_EQ(next.size(), 3u);
+    for (std::size_t l = 0; l < 3; ++l) lanes[l].push_back(next[l]);
+  }
+  for (std::size_t l = 0; l < 3; ++l) w->finished(lanes[l].back().id, 5);
+  EXPECT_TRUE(w->exhausted());
+  for (const auto& lane : lanes) {
+    ASSERT_EQ(lane.size(), 5u);
+    const auto& A = lane[0].prompt;
+    const auto& B = lane[1].prompt;
+    ASSERT_EQ(A.size(), 40u);
+    ASSERT_EQ(B.size(), 30u);
+    EXPECT_EQ(lane[2].prompt, A);
+    EXPECT_EQ(lane[3].prompt, B);
+    EXPECT_EQ(lane[4].prompt, A);
+    EXPECT_TRUE(std::equal(A.begin(), A.begin() + 12, B.begin()));
+    EXPECT_NE(A[12], B[12]);  // seed 7 draws differ at the first own token
+    for (const auto& r : lane) EXPECT_EQ(r.output_len, 2u);
+  }
+  EXPECT_NE(lanes[0][0].prompt, lanes[1][0].prompt);
+  auto bad = [](std::vector<std::string> sets) {
+    try {
+      exp_with(std::move(sets));
+    } catch (const InputError& x) {
+      return std::string(x.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(bad({"workload.kind=aba", "workload.aba.a_len=20", "workload.aba.shared_len=20"})
+                .find("workload.aba.shared_len = 20 must be below workload.aba.a_len = 20"),
+            std::string::npos);
+}
+
+// Concurrent cold prefills: every request arrives at once; a group's requests share its prefix
+// and differ after it.
+TEST(ColdPrefixWorkload, AGroupArrivesTogetherSharingItsPrefix) {
+  auto e = exp_with({"workload.kind=cold_prefix", "workload.cold_prefix.groups=2", "workload.cold_prefix.requests=3",
+                     "workload.cold_prefix.prefix_len=20", "workload.cold_prefix.suffix_len=5",
+                     "workload.cold_prefix.output_len=4"});
+  auto w = make_serve_workload(e.workload, 7);
+  auto a = w->arrivals(0);
+  ASSERT_EQ(a.size(), 6u);
+  for (const auto& r : a) {
+    EXPECT_EQ(r.prompt.size(), 25u);
+    EXPECT_EQ(r.output_len, 4u);
+    EXPECT_EQ(r.arrival_ns, 0u);
+  }
+  for (std::size_t g = 0; g < 2; ++g)
+    for (std::size_t i = 1; i < 3; ++i) {
+      const auto& x = a[g * 3].prompt;
+      const auto& y = a[g * 3 + i].prompt;
+      EXPECT_TRUE(std::equal(x.begin(), x.begin() + 20, y.begin()));
+      EXPECT_FALSE(std::equal(x.begin() + 20, x.end(), y.begin() + 20));
+    }
+  EXPECT_FALSE(std::equal(a[0].prompt.begin(), a[0].prompt.begin() + 20, a[3].prompt.begin()));
+  for (const auto& r : a) w->finished(r.id, 1);
+  EXPECT_TRUE(w->exhausted());
+}
+
+}  // namespace
+}  // namespace kvgrid
