@@ -226,6 +226,12 @@ Schema build_schema() {
   s.add(ikey({"debug", "plant_divergence_rank"}, -1, -1, 1e7,
              "testing: this world rank takes one extra decision (tree loop: caches an extra prompt) (-1: off)"));
   s.add(ikey({"debug", "plant_divergence_step"}, 0, 0, kBig, "testing: step of the planted divergence"));
+  s.add(ikey({"debug", "plant_divergence_stage"}, -1, -1, 4096,
+             "testing: every rank of this PP stage plants, so the stage's peers agree and only stages differ (-1: off)"));
+  s.add(skey({"debug", "plant_divergence_kind"}, {"extra", "order", "arguments", "results"},
+             "testing: the planted ranks take one decision more (extra; the tree loop caches an extra prompt), or every "
+             "rank takes the same decisions and the planted ones take two in the other order, with another argument or "
+             "with another result (equal log lengths)"));
   s.add(ikey({"debug", "kill_rank"}, -1, -1, 1e7, "testing: this world rank dies by SIGKILL (-1: off)"));
   s.add(ikey({"debug", "kill_at_step"}, 0, 0, kBig, "testing: step at which kill_rank dies"));
   s.add(ikey({"debug", "shrink_stage"}, -1, -1, 4096, "testing: this PP stage gets debug.shrink_device_pages (-1: off)"));
@@ -577,6 +583,8 @@ void read_engine_cost_output(const Config& c, ExperimentConfig& e) {
   e.output.report_seconds = c.get_float("output.report_seconds");
   e.debug.plant_divergence_rank = c.get_int("debug.plant_divergence_rank");
   e.debug.plant_divergence_step = c.get_int("debug.plant_divergence_step");
+  e.debug.plant_divergence_stage = c.get_int("debug.plant_divergence_stage");
+  e.debug.plant_divergence_kind = c.get_string("debug.plant_divergence_kind");
   e.debug.kill_rank = c.get_int("debug.kill_rank");
   e.debug.kill_at_step = c.get_int("debug.kill_at_step");
   e.debug.shrink_stage = c.get_int("debug.shrink_stage");
@@ -640,6 +648,11 @@ void ExperimentConfig::validate_for_world(int world_size) const {
                        std::to_string(world_size) + " ranks");
   };
   rank_ok(debug.plant_divergence_rank, "debug.plant_divergence_rank");
+  int max_pp = 0;
+  for (const auto& g : topology.groups) max_pp = std::max(max_pp, g.shape.pp);
+  if (debug.plant_divergence_stage >= max_pp)
+    throw InputError(source + ": key 'debug.plant_divergence_stage': stage " + std::to_string(debug.plant_divergence_stage) +
+                     " does not exist with pp = " + std::to_string(max_pp));
   rank_ok(debug.kill_rank, "debug.kill_rank");
   for (const auto& f : faults)
     for (auto r : f.ranks) rank_ok(r, key_path_string({"faults", f.name, "ranks"}));

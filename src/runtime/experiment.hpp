@@ -188,6 +188,8 @@ struct OutputConfig {
 
 struct DebugConfig {
   std::int64_t plant_divergence_rank = -1, plant_divergence_step = 0;
+  std::int64_t plant_divergence_stage = -1;        // every rank of this PP stage plants (-1: off)
+  std::string plant_divergence_kind = "extra";     // extra | order | arguments | results
   std::int64_t kill_rank = -1, kill_at_step = 0;
   std::int64_t shrink_stage = -1, shrink_device_pages = 0;  // one stage's pool capacity (shape mismatch)
 };

@@ -133,4 +133,30 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
+bool planted_rank(const ExperimentConfig& exp, const RankGrid& grid) {
+  return grid.world_rank() == exp.debug.plant_divergence_rank ||
+         (exp.debug.plant_divergence_stage >= 0 && grid.coord().pp == exp.debug.plant_divergence_stage);
+}
+
+bool plant_divergence(const ExperimentConfig& exp, const RankGrid& grid, DecisionLog& log, std::int64_t step) {
+  const auto& d = exp.debug;
+  if ((d.plant_divergence_rank < 0 && d.plant_divergence_stage < 0) || step != d.plant_divergence_step) return false;
+  const bool me = planted_rank(exp, grid);
+  const std::string& kind = d.plant_divergence_kind;
+  if (kind == "extra") {
+    if (me) KVGRID_CONSENSUS(log, "planted", {step}, {});  // a decision no peer takes
+  } else if (kind == "order") {
+    const char* first = me ? "planted_b" : "planted_a";
+    const char* second = me ? "planted_a" : "planted_b";
+    KVGRID_CONSENSUS(log, first, {step}, {});
+    KVGRID_CONSENSUS(log, second, {step}, {});
+  } else if (kind == "arguments") {
+    KVGRID_CONSENSUS(log, "planted", {step, me ? 1 : 0}, {});
+  } else {
+    KVGRID_CHECK(kind == "results", "unknown debug.plant_divergence_kind '", kind, "'");
+    KVGRID_CONSENSUS(log, "planted", {step}, {me ? 1 : 0});
+  }
+  return me;
+}
+
 }  // namespace kvgrid

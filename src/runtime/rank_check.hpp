@@ -11,6 +11,7 @@
 #include "core/decision_log.hpp"
 #include "core/failpoint.hpp"
 #include "core/topology.hpp"
+#include "runtime/experiment.hpp"
 #include "runtime/trace.hpp"
 
 namespace kvgrid {
@@ -53,6 +54,15 @@ void add_tier_stats(RankSummaryRow& m, const cache::DeviceCache& dc);
 CheckOutcome periodic_check(const RankGrid& grid, const cache::DeviceCache& dc, const DecisionLog& log,
                             std::int64_t& local_failures, std::int64_t local_mismatches, std::int64_t step, LoopResult& res,
                             bool print);
+
+// debug.plant_divergence_*: a divergence planted in the decision log at `step`, for testing the
+// checkers. The planted ranks are debug.plant_divergence_rank and every rank of
+// debug.plant_divergence_stage. Kind "extra": only they record a decision ("planted"; the logs'
+// lengths differ). Kinds "order", "arguments", "results": every rank records the same decisions
+// and the planted ones differ only in the order of two of them, an argument or a result — equal
+// log lengths, so only the digests tell. Returns whether this rank planted.
+bool planted_rank(const ExperimentConfig& exp, const RankGrid& grid);
+bool plant_divergence(const ExperimentConfig& exp, const RankGrid& grid, DecisionLog& log, std::int64_t step);
 
 // Every rank learns whether any rank failed a start-up step (empty `local_error`: this rank did
 // not), so that no rank walks on into a collective alone; then all throw InputError. Rank 0's

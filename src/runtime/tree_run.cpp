@@ -111,7 +111,9 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
       while (pos != held.begin() && std::prev(pos)->release_step > h.release_step) --pos;
       held.insert(pos, h);
     }
-    if (grid.world_rank() == exp.debug.plant_divergence_rank && step == exp.debug.plant_divergence_step) {
+    if (exp.debug.plant_divergence_kind != "extra") {
+      if (plant_divergence(exp, grid, log, step)) emit(step, ~0ull, "planted", step, 0, 0, 1);
+    } else if (planted_rank(exp, grid) && step == exp.debug.plant_divergence_step) {
       // Testing knob: one rank caches a prompt nobody else has.
       std::vector<TokenId> extra(static_cast<std::size_t>(exp.cache.page_size.value() * 2 + 1));
       for (auto& t : extra) t = static_cast<TokenId>(plant_rng.below(static_cast<std::uint64_t>(exp.workload.vocab)));

@@ -964,15 +964,25 @@ def pp_sync_sweep():
 def online_consensus():
     """protocol.consensus_check: a planted divergence stops the run at the next check with the first
     unequal entry and its class; `kvgrid check` on the same run prints the same divergence. Also for
-    a real protocol bug (independent_polling), caught before its shape mismatch."""
+    a real protocol bug (independent_polling), caught before its shape mismatch, and for each class
+    planted with equal log lengths (call order on a CP peer, arguments on a TP peer, results on a
+    whole stage: found across stages)."""
     pp = os.path.join(SRC, "experiments", "pp_sync.toml")
-    cases = [("planted", 8, QUICK, ["--set", "debug.plant_divergence_rank=5", "--set", "debug.plant_divergence_step=20"]),
+    plant = ["--set", "debug.plant_divergence_step=20"]
+    cases = [("planted", 8, QUICK, ["--set", "debug.plant_divergence_rank=5", *plant]),
              ("polling", 4, pp, ["--seed", "3", "--set", "protocol.pp_sync=independent_polling",
-                                 "--set", "protocol.consensus_interval=2"])]
+                                 "--set", "protocol.consensus_interval=2"]),
+             # equal log lengths: only the digests tell (a CP peer, a TP peer, a whole stage)
+             ("order", 8, QUICK, ["--set", "debug.plant_divergence_rank=6", "--set", "debug.plant_divergence_kind=order", *plant]),
+             ("arguments", 8, QUICK, ["--set", "debug.plant_divergence_rank=5", "--set", "debug.plant_divergence_kind=arguments", *plant]),
+             ("results", 8, QUICK, ["--set", "debug.plant_divergence_stage=1", "--set", "debug.plant_divergence_kind=results", *plant])]
+    classes = {"order": "different call order", "arguments": "different arguments", "results": "same arguments, different results"}
     for name, np, exp, extra in cases:
         rc, so, se = run(np, exp, "--out", out("online-" + name), "--set", "protocol.consensus_check=on", *extra)
         found = re.findall(r"\] (Found rank divergence: .*)", so + se)
         expect(rc == 1 and len(found) == 1, f"{name}: one report, exit 1", so, se)
+        if name in classes:
+            expect(classes[name] in found[0] and "(step 20)" in found[0], f"{name}: the class and the planted step", found)
         expect("shape mismatch" not in so + se, f"{name}: stopped before any shape mismatch", so, se)
         rc, so2, se2 = tool("check", out("online-" + name))
         offline = re.findall(r"# (Found rank divergence: .*)", so2)

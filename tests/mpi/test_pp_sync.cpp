@@ -111,7 +111,8 @@ namespace kvgrid {
 namespace {
 
 // The serving loop's own gsp workload, TP × PP for this world; the online checker on.
-ExperimentConfig planted(std::int64_t rank, std::int64_t step, std::int64_t interval) {
+ExperimentConfig planted(std::int64_t rank, std::int64_t step, std::int64_t interval, const std::string& kind = "extra",
+                         std::int64_t stage = -1) {
   const int n = testing::world_size();
   const int tp = n >= 4 ? 2 : 1;
   return parse_experiment("", "consensus-test",
@@ -121,7 +122,8 @@ ExperimentConfig planted(std::int64_t rank, std::int64_t step, std::int64_t inte
                            "workload.gsp.question_len=8", "workload.gsp.output_len=8", "engine.chunk_size=32",
                            "protocol.consensus_check=on", "protocol.consensus_interval=" + std::to_string(interval),
                            "debug.plant_divergence_rank=" + std::to_string(rank),
-                           "debug.plant_divergence_step=" + std::to_string(step)},
+                           "debug.plant_divergence_step=" + std::to_string(step), "debug.plant_divergence_kind=" + kind,
+                           "debug.plant_divergence_stage=" + std::to_string(stage)},
                           3);
 }
 
@@ -153,6 +155,57 @@ TEST(ConsensusCheck, APlantedDivergenceStopsTheRunWithinOneInterval) {
           << description;
       EXPECT_NE(description.find("rank " + std::to_string(rank) + " ("), std::string::npos) << description;
       EXPECT_NE(description.find("different call order"), std::string::npos) << description;
+    }
+  }
+}
+
+// Each class the checker distinguishes, planted with equal log lengths on every rank (only the
+// digests tell), in a TP group (the last rank differs from its stage peer) and across PP stages
+// (a whole stage differs, its own peers agreeing): stopped at the first check after the plant,
+// with the planted entry and its class named by one rank.
+TEST(ConsensusCheck, EveryDivergenceClassWithEqualLogLengthsIsFoundOnline) {
+  const int n = testing::world_size();
+  if (n < 2) GTEST_SKIP() << "needs peers";
+  const int tp = n >= 4 ? 2 : 1, pp = n / tp;
+  struct Case {
+    std::string kind, why, entry;
+  };
+  const std::vector<Case> cases{{"order", "different call order", "planted_"},
+                                {"arguments", "different arguments", "planted(10, "},
+                                {"results", "same arguments, different results", "planted(10) -> ("}};
+  for (const bool across : {false, true}) {
+    if (!across && tp < 2) continue;  // no TP peer in this world
+    for (const auto& c : cases) {
+      SCOPED_TRACE(c.kind + (across ? " across stages" : " in a TP group"));
+      const std::int64_t at = 10, interval = 4;
+      const auto exp = across ? planted(-1, at, interval, c.kind, pp - 1) : planted(n - 1, at, interval, c.kind);
+      DecisionLog log;
+      std::string description;
+      bool stopped = false;
+      try {
+        serve(exp, log);
+      } catch (const DivergenceFound& e) {
+        stopped = true;
+        description = e.description;
+      }
+      ASSERT_TRUE(stopped);
+      EXPECT_LT(log.step(), static_cast<std::uint64_t>(at + interval + 1));
+      // Every rank's log has the same length: only the digests differ.
+      std::uint64_t len[2] = {log.size(), ~log.size()};
+      MPI_Allreduce(MPI_IN_PLACE, len, 2, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+      EXPECT_EQ(len[0], ~len[1]) << "log lengths differ";
+      int reported = description.empty() ? 0 : 1, reporters = 0;
+      MPI_Allreduce(&reported, &reporters, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+      EXPECT_EQ(reporters, 1);
+      if (!description.empty()) {
+        EXPECT_NE(description.find(c.why), std::string::npos) << description;
+        EXPECT_NE(description.find("(step 10): "), std::string::npos) << description;
+        EXPECT_NE(description.find(c.entry), std::string::npos) << description;
+        // Across stages the pair is one TP position of stage 0 and the last stage; in a TP group,
+        // the last rank and its stage peer.
+        const int b = across ? (pp - 1) * tp : n - 1;
+        EXPECT_NE(description.find(" vs rank " + std::to_string(b) + " ("), std::string::npos) << description;
+      }
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <csignal>
 #include <thread>
 
+#include "runtime/rank_check.hpp"
 #include "runtime/serve_loop.hpp"
 
 namespace kvgrid {
@@ -11,10 +12,7 @@ void ServeLoop::faults(Step& s) {
   const std::int64_t step = s.index;
   const auto at = static_cast<std::uint64_t>(step);
   if (grid_.world_rank() == exp_.debug.kill_rank && step == exp_.debug.kill_at_step) std::raise(SIGKILL);
-  if (grid_.world_rank() == exp_.debug.plant_divergence_rank && step == exp_.debug.plant_divergence_step) {
-    KVGRID_CONSENSUS(log_, "planted", {step}, {});  // testing: a decision no peer takes
-    emit(step, 0, "planted", step, 0, 0, 1);
-  }
+  if (plant_divergence(exp_, grid_, log_, step)) emit(step, 0, "planted", step, 0, 0, 1);  // testing
   if (auto hit = faults_.evaluate("rank.stall", at)) {
     emit(step, 0, "stall", static_cast<std::int64_t>(hit->param("duration_ms")), 0, 0, 0);
     flush();
