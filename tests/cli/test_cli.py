@@ -1218,6 +1218,21 @@ def component_bugs():
            "an unknown bug is refused", so, se)
 
 
+def mutants_catalogue_current():
+    """jobs/mutants.txt still applies to the code: every planted bug's text occurs exactly once in
+    its file (jobs/mutants.sh --validate), and a malformed line is refused naming it."""
+    p = subprocess.run([os.path.join(SRC, "jobs", "mutants.sh"), "--validate"], capture_output=True, text=True, timeout=60)
+    expect(p.returncode == 0 and re.search(r"# (\d+) mutants in jobs/mutants.txt", p.stdout)
+           and int(re.search(r"# (\d+) mutants", p.stdout).group(1)) >= 30, "the catalogue applies", p.stdout, p.stderr)
+    bad = os.path.join(TMP, "bad_mutants.txt")
+    with open(bad, "w") as f:
+        f.write("# comment\nx\tprotocols/tp_sync.cpp\tno such text\tother\tunit\twhat\n")
+    p = subprocess.run([os.path.join(SRC, "jobs", "mutants.sh"), "--validate", "--catalogue", bad], capture_output=True,
+                       text=True, timeout=60)
+    expect(p.returncode == 2 and "bad_mutants.txt:2: x: `no such text` occurs 0 times in protocols/tp_sync.cpp" in p.stderr,
+           "a mutant that does not apply is named", p.stderr)
+
+
 def hybrid_experiments():
     """The three hybrid experiments (FULL + SWA, FULL + MAMBA, all three) run at TP2xPP2 with device
     pressure: oracle OK, every rank agreeing, and the report's per-component figures (what FULL
