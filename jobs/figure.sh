@@ -3,6 +3,8 @@
 #   jobs/figure.sh NAME [kvgrid run args]   -> results/figures/NAME.png and .pdf; runs under results/NAME/
 #   jobs/figure.sh --all [kvgrid run args]  -> every figure, one after the other
 #   jobs/figure.sh --list
+#   jobs/figure.sh NAME --slurm [kvgrid run args]  -> the same, every run a Slurm batch job (a sweep:
+#                        one array job) — needs a Slurm (jobs/slurm/cluster.sh start, or a cluster's)
 # Extra arguments go to every `kvgrid run` of the figure (e.g. --set ...).
 # Environment:
 #   KVGRID_BIN           the binary (default build/kvgrid; jobs/run.sh and jobs/sweep.sh read it too)
@@ -65,6 +67,12 @@ if [ "$1" = "--all" ]; then
 fi
 name=$1
 shift
+sweep_mode=()
+if [ "${1:-}" = "--slurm" ]; then
+  shift
+  export KVGRID_SUBMIT=slurm  # jobs/run.sh submits each run and waits for it
+  sweep_mode=(--slurm)
+fi
 [ -n "${experiment[$name]:-}" ] || { echo "figure.sh: no figure '$name' (jobs/figure.sh --list)" >&2; exit 2; }
 bin=${KVGRID_BIN:-build/kvgrid}
 if [ ! -x "$bin" ]; then
@@ -88,7 +96,7 @@ if [ -n "${sweeps[$name]:-}" ]; then
   read -r -a axes <<< "${sweeps[$name]}"
   sweep="$out/sweep-$stamp"
   read -r -a run_args <<< "${sweep_run_args[$name]:-}"
-  jobs/sweep.sh "${experiment[$name]}" --seeds "$spec" "${axes[@]}" --out "$sweep" -- \
+  jobs/sweep.sh "${experiment[$name]}" --seeds "$spec" "${axes[@]}" "${sweep_mode[@]}" --out "$sweep" -- \
     "${run_args[@]}" "$@" < /dev/null
   /usr/bin/python3 "${plot[$name]}" --out "$figdir/$name" "$sweep"
   echo "# figure: $figdir/$name.png and .pdf (from $sweep/sweep.h5)"

@@ -3,8 +3,11 @@
 # builds into build/. Idempotent: a second run only rebuilds what changed.
 #   jobs/setup.sh                     # Release-with-debug-info build in build/
 #   KVGRID_CMAKE_ARGS="-DKVGRID_SANITIZE=ON" KVGRID_BUILD_DIR=build-asan jobs/setup.sh
+#   jobs/setup.sh --slurm             # also Slurm 22.05 and munge (a local cluster: jobs/slurm/cluster.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+with_slurm=0
+if [ "${1:-}" = "--slurm" ]; then with_slurm=1; shift; fi
 
 packages=(
   g++ make cmake git pkg-config
@@ -15,6 +18,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   python3-matplotlib python3-h5py python3-numpy python3-jsonschema
 )
+((with_slurm)) && packages+=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -35,9 +35,14 @@ def run_one(exp, run_dir, seed, combo, extra):
     cmd += extra
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    return row_of(run_dir, seed, combo, p.returncode, time.time() - t0)
+
+
+def row_of(run_dir, seed, combo, exit_code, wall_s, timed_out=False):
+    """A sweep table row from a finished run's directory (through `kvgrid report` and `kvgrid check`)."""
     row = {c: "" for c in COLUMNS}
-    row.update({"variant": " ".join(f"{k}={v}" for k, v in combo) or "(base)", "seed": seed, "exit": p.returncode,
-                "wall_s": f"{time.time() - t0:.2f}", "run": run_dir})
+    row.update({"variant": " ".join(f"{k}={v}" for k, v in combo) or "(base)", "seed": seed, "exit": exit_code,
+                "wall_s": f"{wall_s:.2f}", "run": run_dir})
     if os.path.exists(os.path.join(run_dir, "run.h5")):
         r = subprocess.run([BIN, "report", run_dir, "--json"], capture_output=True, text=True)
         if r.returncode == 0:
@@ -51,11 +56,13 @@ def run_one(exp, run_dir, seed, combo, extra):
                 row["hit_rate"] = f"{j['hit_rate']['total']:.4f}"
             if "ttft_model_ms" in j:  # the serving loop (the tree loop has no model, hence no TTFT)
                 row["ttft_p50_ms"] = f"{j['ttft_model_ms']['p50']:.3f}"
-        if p.returncode != 0 or row["verdict"] != "OK":
+        if exit_code != 0 or row["verdict"] != "OK":
             c = subprocess.run([BIN, "check", run_dir], capture_output=True, text=True)
             m = re.search(r"Found rank divergence: (.*)", c.stdout)
             if m:
                 row["first_divergence"] = m.group(1)
+    if timed_out:
+        row["verdict"] = "timed out"
     return row
 
 
@@ -73,7 +80,7 @@ def write_h5(path, rows):
         f.attrs["columns"] = ",".join(COLUMNS)
 
 
-def slurm_script(exp, out, runs, extra):
+def slurm_script(exp, out, runs, extra, minutes=30):
     """One array task per run; task i runs line i of runs.txt."""
     lines = ["#!/usr/bin/env bash",
              f"# kvgrid sweep of {exp}: {len(runs)} runs, one Slurm array task each.",
@@ -81,7 +88,7 @@ def slurm_script(exp, out, runs, extra):
              f"#   sbatch --ntasks=$(build/kvgrid run {exp} --world-size) {out}/sweep.sbatch",
              "#SBATCH --job-name=kvgrid-sweep",
              f"#SBATCH --array=0-{len(runs) - 1}",
-             "#SBATCH --time=00:30:00",
+             f"#SBATCH --time={minutes // 60:02d}:{minutes % 60:02d}:00",
              f"#SBATCH --output={out}/slurm-%A_%a.out",
              "set -euo pipefail",
              'cd "${SLURM_SUBMIT_DIR:-.}"',
@@ -98,6 +105,44 @@ def slurm_script(exp, out, runs, extra):
     return "\n".join(lines) + "\n", "\n".join(table) + "\n"
 
 
+def slurm_task_states(job):
+    """(state, exit code) of each array task of `job`, from `scontrol show job` (no accounting)."""
+    p = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"sweep: scontrol show job {job}: {p.stderr.strip()} (job records last MinJobAge seconds)")
+    states = {}
+    for line in p.stdout.splitlines():
+        f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        if "ArrayTaskId" in f and f["ArrayTaskId"].isdigit():
+            rc, _, sig = f.get("ExitCode", "0:0").partition(":")
+            states[int(f["ArrayTaskId"])] = (f.get("JobState", "?"), int(rc) if rc.isdigit() else -1, sig)
+    return states
+
+
+def run_slurm(exp, out, runs, extra, minutes, throttle):
+    """Submits the array, waits for every task, returns the table's rows."""
+    np_ = subprocess.run([BIN, "run", exp, "--world-size"], capture_output=True, text=True, check=True).stdout.strip()
+    array = f"0-{len(runs) - 1}" + (f"%{throttle}" if throttle else "")
+    t0 = time.time()
+    p = subprocess.run(["sbatch", "--parsable", "--wait", f"--ntasks={np_}", f"--array={array}",
+                        os.path.join(out, "sweep.sbatch")], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    job = p.stdout.strip().split(";")[0]
+    if not job:
+        sys.exit(f"sweep: sbatch failed (exit {p.returncode}): {p.stderr.strip()}")
+    wall = time.time() - t0
+    print(f"# slurm job {job}: {len(runs)} tasks of {np_} ranks done in {wall:.0f} s", flush=True)
+    states = slurm_task_states(job)
+    rows = []
+    for i, (run_dir, seed, combo) in enumerate(runs):
+        state, rc, sig = states.get(i, ("UNKNOWN", -1, ""))
+        timed_out = state == "TIMEOUT"
+        if state != "COMPLETED":
+            log = os.path.join(out, f"slurm-{job}_{i}.out")
+            print(f"# task {i} ({run_dir}): {state}, exit {rc}:{sig} — log {log}", flush=True)
+        rows.append(row_of(run_dir, seed, combo, 124 if timed_out else rc, wall, timed_out))
+    return rows
+
+
 def main():
     argv = sys.argv[1:]
     extra = []
@@ -110,7 +155,9 @@ def main():
     ap.add_argument("--set", action="append", default=[], help="key=v1,v2,... (one axis per key)")
     ap.add_argument("--out")
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time")
-    ap.add_argument("--slurm", action="store_true", help="write a Slurm array script instead of running")
+    ap.add_argument("--slurm", action="store_true", help="run the sweep as a Slurm array job: submit, wait, collect")
+    ap.add_argument("--slurm-script", action="store_true", help="only write the Slurm array script and runs.txt")
+    ap.add_argument("--slurm-time", type=int, default=30, help="time limit of each array task, minutes")
     a = ap.parse_args(argv)
     if not os.path.isfile(a.experiment):
         sys.exit(f"sweep: {a.experiment}: no such experiment file")
@@ -127,21 +174,26 @@ def main():
     for combo in itertools.product(*axes) if axes else [()]:
         for seed in seeds(a.seeds):
             runs.append((os.path.join(out, f"run-{len(runs):04d}"), seed, combo))
-    if a.slurm:
-        script, table = slurm_script(a.experiment, out, runs, extra)
+    if a.slurm or a.slurm_script:
+        script, table = slurm_script(a.experiment, out, runs, extra, a.slurm_time)
         with open(os.path.join(out, "sweep.sbatch"), "w") as f:
             f.write(script)
         with open(os.path.join(out, "runs.txt"), "w") as f:
             f.write(table)
-        print(f"# {len(runs)} runs: sbatch --ntasks=<world size> {os.path.join(out, 'sweep.sbatch')}")
-        return
-    rows = [None] * len(runs)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        futs = {pool.submit(run_one, a.experiment, d, s, c, extra): i for i, (d, s, c) in enumerate(runs)}
-        for fut in concurrent.futures.as_completed(futs):
-            row = rows[futs[fut]] = fut.result()
-            print(f"{row['variant']:40s} seed {row['seed']:4d}  exit {row['exit']}  {row['verdict']:10s} {row['wall_s']} s",
-                  flush=True)
+        if a.slurm_script:
+            print(f"# {len(runs)} runs: sbatch --ntasks=<world size> {os.path.join(out, 'sweep.sbatch')}")
+            return
+        rows = run_slurm(a.experiment, out, runs, extra, a.slurm_time, a.jobs if a.jobs > 1 else 0)
+        for row in rows:
+            print(f"{row['variant']:40s} seed {row['seed']:4d}  exit {row['exit']}  {row['verdict']:10s}", flush=True)
+    else:
+        rows = [None] * len(runs)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+            futs = {pool.submit(run_one, a.experiment, d, s, c, extra): i for i, (d, s, c) in enumerate(runs)}
+            for fut in concurrent.futures.as_completed(futs):
+                row = rows[futs[fut]] = fut.result()
+                print(f"{row['variant']:40s} seed {row['seed']:4d}  exit {row['exit']}  {row['verdict']:10s} {row['wall_s']} s",
+                      flush=True)
     with open(os.path.join(out, "sweep.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()

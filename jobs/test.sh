@@ -2,10 +2,22 @@
 # Set-up, then the whole test suite (unit, MPI at 1/2/4/8 ranks, end-to-end CLI, benchmark smoke).
 # Set-up (packages, build, the CUDA check build) is timed apart from the suite; the suite fails
 # past 10 minutes (it runs in about 4 on 2 cores) and ends with its ten slowest tests.
-# Extra arguments go to ctest, e.g. `jobs/test.sh -L quick`.
+# Extra arguments go to ctest, e.g. `jobs/test.sh -L quick`. The Slurm tests (label slurm: a
+# local one-node cluster, about 2 minutes) are kept out; `jobs/test.sh --slurm` installs Slurm and
+# runs them alone (.ci/run does, after the suite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 setup_start=$(date +%s)
+if [ "${1:-}" = "--slurm" ]; then
+  shift
+  jobs/setup.sh --slurm
+  echo "# set-up: $(( $(date +%s) - setup_start )) s"
+  . jobs/env.sh
+  start=$(date +%s)
+  (cd "${KVGRID_BUILD_DIR:-build}" && timeout --signal=TERM 480 ctest --output-on-failure -L slurm "$@")
+  echo "# slurm tests: $(( $(date +%s) - start )) s"
+  exit 0
+fi
 jobs/setup.sh
 echo "# set-up: $(( $(date +%s) - setup_start )) s"
 . jobs/env.sh
@@ -14,7 +26,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 start=$(date +%s)
 set +e
-(cd "$build_dir" && timeout --signal=TERM 600 ctest --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" "$@") | tee "$out"
+(cd "$build_dir" && timeout --signal=TERM 600 ctest --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" -LE slurm "$@") | tee "$out"
 rc=${PIPESTATUS[0]}
 set -e
 echo "# test suite: $(( $(date +%s) - start )) s"

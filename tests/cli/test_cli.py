@@ -1089,9 +1089,9 @@ def sweep_smoke():
            and all(r["first_divergence"] == "" for r in clean), "first divergence column", rows)
     with h5py.File(out("sw/sweep.h5"), "r") as f:
         expect(list(f["runs/exit"][:]) == [int(r["exit"]) for r in rows], "sweep.h5 holds the same table")
-    # --slurm writes an array script (one task per run) and its run table instead of running: golden text.
+    # --slurm-script writes an array script (one task per run) and its run table instead of running: golden text.
     p = subprocess.run([os.path.join(SRC, "jobs", "sweep.sh"), "experiments/pp_sync.toml", "--seeds", "1-2", "--set",
-                        "protocol.pp_sync=pp_sync,independent_polling", "--out", out("sl"), "--slurm", "--",
+                        "protocol.pp_sync=pp_sync,independent_polling", "--out", out("sl"), "--slurm-script", "--",
                         "--set", "engine.payload=full"], capture_output=True, text=True, env=env, timeout=60, cwd=SRC)
     expect(p.returncode == 0 and not os.path.exists(out("sl/run-0000")), "slurm script written, nothing run", p.stdout, p.stderr)
     for name in ("sweep.sbatch", "runs.txt"):
