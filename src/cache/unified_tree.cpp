@@ -7,6 +7,8 @@
 #include "core/check.hpp"
 #include "core/hash.hpp"
 
+// The operations; introspection (find_node, page_values, digest) and verify() are in
+// unified_tree_inspect.cpp.
 namespace kvgrid::cache::unified {
 
 std::vector<bool> Candidate::votes() const {
@@ -181,64 +183,6 @@ std::vector<Tokens> UnifiedTree::insert_splits(const InsertContext& ctx, const N
   std::sort(at.begin(), at.end());
   at.erase(std::unique(at.begin(), at.end()), at.end());
   return at;
-}
-
-Node* UnifiedTree::find_node(std::span<const TokenId> tokens, Tokens end) {
-  const std::size_t p = static_cast<std::size_t>(page_size_.value());
-  const std::size_t want = static_cast<std::size_t>(end.value());
-  if (want == 0) return root_.get();
-  if (want > tokens.size() || want % p != 0) return nullptr;
-  Node* node = root_.get();
-  std::size_t pos = 0;
-  while (pos < want) {
-    auto first = tokens.subspan(pos, p);
-    Node* child = find_child(node, first);
-    if (!child || child->key.size() > want - pos) return nullptr;
-    if (common_pages_tokens(child, tokens.subspan(pos, want - pos)) != child->key.size()) return nullptr;
-    node = child;
-    pos += child->key.size();
-  }
-  return node;
-}
-
-std::vector<std::int64_t> UnifiedTree::page_values(std::span<const TokenId> tokens, ComponentId c) const {
-  const std::size_t p = static_cast<std::size_t>(page_size_.value()), n = tokens.size() / p * p;
-  std::vector<std::int64_t> out(n / p, -1);
-  Node* node = root_.get();
-  std::size_t pos = 0;
-  while (pos < n) {
-    auto first = tokens.subspan(pos, p);
-    Node* child = find_child(node, first);
-    if (!child) break;
-    const std::size_t m = common_pages_tokens(child, tokens.subspan(pos, n - pos));
-    const ComponentData& d = child->at(c);
-    for (std::size_t i = 0; i < m / p; ++i) out[pos / p + i] = d.live() ? static_cast<std::int64_t>((*d.value)[i].value()) : 0;
-    if (m < child->key.size()) break;
-    pos += m;
-    node = child;
-  }
-  return out;
-}
-
-std::uint64_t UnifiedTree::digest() const {
-  std::uint64_t sum = 0;
-  std::vector<std::pair<const Node*, std::uint64_t>> stack;  // node, hash of its parent's path
-  for (const auto& [h, c] : root_->children) stack.emplace_back(c.get(), 0x756e6966ULL);
-  while (!stack.empty()) {
-    auto [n, parent_path] = stack.back();
-    stack.pop_back();
-    const std::uint64_t path = hash_u32(std::span<const std::uint32_t>(n->key.data(), n->key.size()), parent_path);
-    std::uint64_t h = hash_combine(path, static_cast<std::uint64_t>(n->end.value()));
-    for (const ComponentData& d : n->comp) {
-      h = hash_combine(h, static_cast<std::uint64_t>(d.lock_ref));
-      h = hash_combine(h, d.live() ? d.value->size() + 1 : 0);
-      if (d.live())
-        for (Slot s : *d.value) h = hash_combine(h, s.value());
-    }
-    sum += mix64(h);
-    for (const auto& [k, c] : n->children) stack.emplace_back(c.get(), path);
-  }
-  return sum;
 }
 
 // ---- eviction sets and counters -------------------------------------------------------------
@@ -576,112 +520,6 @@ EvictResult UnifiedTree::evict_component(Node* node, ComponentId c) {
   EvictResult r = empty_result();
   evict_into(node, c, r);
   return r;
-}
-
-// ---- verify ---------------------------------------------------------------------------------
-
-void UnifiedTree::verify(const VerifyAccounts* accounts) const {
-  const std::size_t p = static_cast<std::size_t>(page_size_.value());
-  const std::size_t nc = components_.size();
-  KVGRID_CHECK(root_->key.empty() && root_->parent == nullptr && root_->end == Tokens(0) && root_->comp.size() == nc,
-               "root state");
-  for (const auto& d : root_->comp) KVGRID_CHECK(!d.live() && d.lock_ref == 0, "the root holds a value or a lock");
-  std::vector<std::vector<std::uint8_t>> seen(nc);
-  std::vector<std::int64_t> held(nc, 0), prot(nc, 0);
-  std::vector<std::size_t> candidates(nc, 0);
-  std::size_t nodes = 0;
-  std::vector<const Node*> stack{root_.get()};
-  while (!stack.empty()) {
-    const Node* n = stack.back();
-    stack.pop_back();
-    std::vector<std::int64_t> child_locks(nc, 0);
-    for (const auto& [h, owned] : n->children) {
-      const Node* c = owned.get();
-      KVGRID_CHECK(c->parent == n, "node ", c->id, " has a wrong parent pointer");
-      KVGRID_CHECK(!c->key.empty() && c->key.size() % p == 0, "node ", c->id, " key of ", c->key.size(), " tokens");
-      KVGRID_CHECK(c->end == n->end + c->length(), "node ", c->id, " ends at ", c->end, " but its parent ends at ",
-                   n->end, " and its key has ", c->key.size(), " tokens");
-      KVGRID_CHECK(c->first_page_hash == h && h == hash_u32(std::span<const TokenId>(c->key.data(), p)), "node ", c->id,
-                   " is filed under a stale first-page hash");
-      auto [same, end] = n->children.equal_range(h);
-      for (; same != end; ++same)
-        KVGRID_CHECK(same->second.get() == c || !std::equal(c->key.begin(), c->key.begin() + static_cast<std::ptrdiff_t>(p),
-                                                            same->second->key.begin()),
-                     "children of node ", n->id, " share a first page");
-      KVGRID_CHECK(c->comp.size() == nc && c->in_evictable.size() == nc, "node ", c->id, " component data size");
-      if (c->is_leaf()) KVGRID_CHECK(!all_tombstone(c), "leaf node ", c->id, " holds only tombstones");
-      for (std::size_t k = 0; k < nc; ++k) {
-        const ComponentData& d = c->comp[k];
-        const Component& comp = *components_[k];
-        KVGRID_CHECK(d.lock_ref >= 0, "node ", c->id, " ", comp.name(), " lock_ref ", d.lock_ref);
-        child_locks[k] += d.lock_ref;
-        if (d.value) {
-          const std::size_t want = comp.paged() ? c->key.size() / p : 1;
-          KVGRID_CHECK(d.value->size() == want, "node ", c->id, " ", comp.name(), " value of ", d.value->size(),
-                       " slots, expected ", want);
-          for (Slot s : *d.value) {
-            KVGRID_CHECK(s.value() != 0, "node ", c->id, " ", comp.name(), " holds slot 0 (padding)");
-            auto& bits = seen[k];
-            if (s.value() >= bits.size()) bits.resize(std::max<std::size_t>(2 * bits.size(), s.value() + 1), 0);
-            KVGRID_CHECK(!bits[s.value()], comp.name(), " slot ", s, " appears twice in the tree");
-            bits[s.value()] = 1;
-            for (const auto& sc : sidecars_)
-              if (sc->source().value() == k)
-                KVGRID_CHECK(sc->has(s), "sidecar ", sc->name(), " has no entry for ", comp.name(), " slot ", s,
-                             " of node ", c->id);
-          }
-          held[k] += static_cast<std::int64_t>(want);
-          if (d.lock_ref > 0) prot[k] += static_cast<std::int64_t>(want);
-        }
-        const ComponentId id(static_cast<std::uint32_t>(k));
-        KVGRID_CHECK(c->in_evictable[k] == is_candidate(c, id), "node ", c->id, " ", comp.name(),
-                     " eviction-candidate flag is stale");
-        if (c->in_evictable[k]) {
-          ++candidates[k];
-          KVGRID_CHECK(c->filed_at[k] <= c->last_access && evictable_[k].count(EvictKey{c->filed_at[k], c->id, nullptr}) == 1,
-                       "candidate node ", c->id, " missing from the ", comp.name(), " eviction set");
-        }
-        comp.verify_node(*this, *c);
-      }
-      ++nodes;
-      stack.push_back(c);
-    }
-    if (n != root_.get())
-      for (std::size_t k = 0; k < nc; ++k)
-        if (components_[k]->path_locks())
-          KVGRID_CHECK(n->comp[k].lock_ref >= child_locks[k], "node ", n->id, " ", components_[k]->name(), " lock_ref ",
-                       n->comp[k].lock_ref, " < its children's ", child_locks[k]);
-  }
-  KVGRID_CHECK(nodes == node_count_, "node count ", node_count_, " but ", nodes, " reachable");
-  for (std::size_t k = 0; k < nc; ++k) {
-    const auto name = components_[k]->name();
-    KVGRID_CHECK(held[k] == held_[k] && prot[k] == protected_[k], name, " counters: held ", held_[k], "/", held[k],
-                 " protected ", protected_[k], "/", prot[k]);
-    KVGRID_CHECK(candidates[k] == evictable_[k].size(), name, " eviction set holds ", evictable_[k].size(), " but ",
-                 candidates[k], " candidates exist");
-  }
-  if (accounts && !accounts->components.empty()) {
-    KVGRID_CHECK(accounts->components.size() == nc, "pool counts for ", accounts->components.size(), " of ", nc,
-                 " components");
-    for (std::size_t k = 0; k < nc; ++k) {
-      const PoolCounts& pc = accounts->components[k];
-      KVGRID_CHECK(pc.free + held_[k] + pc.held_by_requests == pc.capacity, components_[k]->name(), " pool: free ",
-                   pc.free, " + tree ", held_[k], " + requests ", pc.held_by_requests, " != capacity ", pc.capacity);
-    }
-  }
-  for (std::size_t s = 0; s < sidecars_.size(); ++s) {
-    const Sidecar& sc = *sidecars_[s];
-    const std::int64_t tree = held_[sc.source().value()];
-    if (accounts && !accounts->sidecar_requests.empty()) {
-      KVGRID_CHECK(accounts->sidecar_requests.size() == sidecars_.size(), "sidecar counts for ",
-                   accounts->sidecar_requests.size(), " of ", sidecars_.size(), " sidecars");
-      KVGRID_CHECK(static_cast<std::int64_t>(sc.entries()) == tree + accounts->sidecar_requests[s], "sidecar ", sc.name(),
-                   " has ", sc.entries(), " entries; tree ", tree, " + requests ", accounts->sidecar_requests[s]);
-    } else {
-      KVGRID_CHECK(static_cast<std::int64_t>(sc.entries()) >= tree, "sidecar ", sc.name(), " has ", sc.entries(),
-                   " entries for ", tree, " tree slots");
-    }
-  }
 }
 
 }  // namespace kvgrid::cache::unified
