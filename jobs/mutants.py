@@ -20,6 +20,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -94,16 +95,22 @@ def sync(dst):
                     continue
         os.makedirs(os.path.dirname(b), exist_ok=True)
         shutil.copy2(a, b)
+        os.utime(b, None)  # newer than any object built from an older (e.g. interrupted, mutated) copy
         changed += 1
     return changed
 
 
 def sh(cmd, cwd, timeout, env):
+    """Runs cmd in its own process group; on a timeout the whole group (ranks included) is killed."""
+    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                         start_new_session=True)
     try:
-        p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
-        return p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired as e:
-        return 124, f"timed out after {timeout} s: {' '.join(cmd)}\n{(e.stdout or b'')[-2000:]!r}"
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        return 124, f"timed out after {timeout} s: {' '.join(cmd)}\n{out[-2000:]}"
 
 
 def failed_tests(text):
@@ -135,6 +142,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated mutant names")
     ap.add_argument("--no-suite", action="store_true", help="run only the expected test, not the suite for survivors")
+    ap.add_argument("--suite-filter", help="a ctest -R regex narrowing the 'whole suite' run for survivors (for trying the job)")
     ap.add_argument("--dir", default=os.environ.get("KVGRID_MUTANTS_DIR", "/tmp/kvgrid-mutants"))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--markdown", help="write the results as a markdown table")
@@ -178,6 +186,13 @@ def main():
     if a.build_only:
         return 0
     ctest = ["ctest", "--test-dir", build, "-j", str(a.jobs), "--timeout", "300", "-E", "cuda_build_check"]
+    # The suite a survivor meets: everything but the Slurm label and the catalogue's own check
+    # (which fails by construction on a mutated tree).
+    suite = ["ctest", "--test-dir", build, "-j", str(a.jobs), "--timeout", "300", "-LE", "slurm",
+             "-E", "cuda_build_check|cli_mutants_catalogue_current"]
+    if a.suite_filter:
+        suite += ["-R", a.suite_filter]
+    suite_ok = False
     if not a.no_baseline:
         # Without a mutant every expected test passes (else a "kill" would mean nothing).
         t0 = time.time()
@@ -214,7 +229,19 @@ def main():
                 elif a.no_suite:
                     status, by = "survived", f"{m.expect} passed (suite not run)"
                 else:
-                    rc, text = sh(ctest, a.dir, 3600, env)
+                    if not suite_ok:  # once, unmutated: a suite failure must be the mutant's
+                        with open(path, "w", encoding="utf-8") as f:
+                            f.write(original)
+                        os.utime(path, None)
+                        rc, text = sh(["cmake", "--build", build, "-j", str(a.jobs)], a.dir, 1800, env)
+                        rc, text = sh(suite, a.dir, 3600, env) if rc == 0 else (rc, text)
+                        if rc != 0:
+                            fail(f"baseline: the suite fails without any mutant: {', '.join(failed_tests(text))}")
+                        suite_ok = True
+                        with open(path, "w", encoding="utf-8") as f:
+                            f.write(original.replace(m.old, m.new, 1))
+                        sh(["cmake", "--build", build, "-j", str(a.jobs)], a.dir, 1800, env)
+                    rc, text = sh(suite, a.dir, 3600, env)
                     status, by = ("killed", "suite: " + (", ".join(failed_tests(text)) or f"ctest exit {rc}")) if rc != 0 \
                         else ("survived", "the whole suite passed")
         finally:

@@ -115,14 +115,25 @@ def slurm_task_states(job):
         f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
         if "ArrayTaskId" in f and f["ArrayTaskId"].isdigit():
             rc, _, sig = f.get("ExitCode", "0:0").partition(":")
-            states[int(f["ArrayTaskId"])] = (f.get("JobState", "?"), int(rc) if rc.isdigit() else -1, sig)
+            states[int(f["ArrayTaskId"])] = (f.get("JobState", "?"), int(rc) if rc.isdigit() else -1, sig,
+                                             seconds(f.get("RunTime", "0")))
     return states
 
 
+def seconds(runtime):
+    """Slurm's [days-]hh:mm:ss as seconds."""
+    days, _, hms = runtime.rpartition("-")
+    parts = [int(x) for x in hms.split(":") if x.isdigit()]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    return (int(days) if days.isdigit() else 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
 def run_slurm(exp, out, runs, extra, minutes, throttle):
-    """Submits the array, waits for every task, returns the table's rows."""
+    """Submits the array (at most `throttle` tasks at once), waits for every task, returns the
+    table's rows (wall_s: the task's RunTime from scontrol, whole seconds)."""
     np_ = subprocess.run([BIN, "run", exp, "--world-size"], capture_output=True, text=True, check=True).stdout.strip()
-    array = f"0-{len(runs) - 1}" + (f"%{throttle}" if throttle else "")
+    array = f"0-{len(runs) - 1}%{max(1, throttle)}"
     t0 = time.time()
     p = subprocess.run(["sbatch", "--parsable", "--wait", f"--ntasks={np_}", f"--array={array}",
                         os.path.join(out, "sweep.sbatch")], capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -134,12 +145,13 @@ def run_slurm(exp, out, runs, extra, minutes, throttle):
     states = slurm_task_states(job)
     rows = []
     for i, (run_dir, seed, combo) in enumerate(runs):
-        state, rc, sig = states.get(i, ("UNKNOWN", -1, ""))
+        state, rc, sig, run_s = states.get(i, ("UNKNOWN", -1, "", 0))
         timed_out = state == "TIMEOUT"
         if state != "COMPLETED":
             log = os.path.join(out, f"slurm-{job}_{i}.out")
-            print(f"# task {i} ({run_dir}): {state}, exit {rc}:{sig} — log {log}", flush=True)
-        rows.append(row_of(run_dir, seed, combo, 124 if timed_out else rc, wall, timed_out))
+            variant = " ".join(f"{k}={v}" for k, v in combo) or "(base)"
+            print(f"# task {i} ({variant}, seed {seed}; {run_dir}): {state}, exit {rc}:{sig} — log {log}", flush=True)
+        rows.append(row_of(run_dir, seed, combo, 124 if timed_out else rc, run_s, timed_out))
     return rows
 
 
@@ -183,7 +195,7 @@ def main():
         if a.slurm_script:
             print(f"# {len(runs)} runs: sbatch --ntasks=<world size> {os.path.join(out, 'sweep.sbatch')}")
             return
-        rows = run_slurm(a.experiment, out, runs, extra, a.slurm_time, a.jobs if a.jobs > 1 else 0)
+        rows = run_slurm(a.experiment, out, runs, extra, a.slurm_time, a.jobs)
         for row in rows:
             print(f"{row['variant']:40s} seed {row['seed']:4d}  exit {row['exit']}  {row['verdict']:10s}", flush=True)
     else:

@@ -23,7 +23,14 @@ export SLURM_CONF=$conf
 
 die() { echo "jobs/slurm/cluster.sh: $*" >&2; exit 1; }
 
-pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A pid file names a live daemon of that name (a reused pid after a restart does not count).
+pid_alive() {
+  local f=$1 pid
+  [ -f "$f" ] || return 1
+  pid=$(cat "$f")
+  kill -0 "$pid" 2>/dev/null || return 1
+  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$(basename "$f" .pid)" ]
+}
 
 install_packages() {
   local missing=()
@@ -32,8 +39,9 @@ install_packages() {
   echo "# slurm: installing slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins"
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq >"$state/log/apt.log" 2>&1 || true
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-    slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins >"$state/log/apt.log" 2>&1 ||
+    slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins >>"$state/log/apt.log" 2>&1 ||
     die "installing the Slurm packages failed (log: $state/log/apt.log)"
 }
 
@@ -121,12 +129,18 @@ stop_one() {
 }
 
 stop() {
-  [ -f "$conf" ] && scancel --quiet --full -u "$(id -un)" 2>/dev/null || true
+  if pid_alive "$state/run/slurmctld.pid"; then
+    # Jobs first, while slurmd can still kill their steps (proctrack/linuxproc: a task would
+    # outlive a slurmd stopped under it): cancel, then wait until the queue is empty.
+    scancel --quiet --full -u "$(id -un)" 2>/dev/null || true
+    for _ in $(seq 1 60); do
+      [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break
+      sleep 0.5
+    done
+  fi
   stop_one slurmd
   stop_one slurmctld
   stop_one munged
-  # slurmstepd processes of jobs killed with their daemon
-  pkill -f "slurmstepd.*$state" 2>/dev/null || true
   echo "# slurm: stopped ($state)"
 }
 

@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -19,10 +20,12 @@ import time
 SRC = os.environ.get("KVGRID_SOURCE") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("KVGRID_BIN") or os.path.join(SRC, "build", "kvgrid")
 TMP = tempfile.mkdtemp(prefix="kvgrid-slurm-test-")
-STATE = os.path.join(TMP, "cluster")
-ENV = dict(os.environ, KVGRID_BIN=BIN, KVGRID_SLURM_DIR=STATE, KVGRID_SLURM_PORT=os.environ.get("KVGRID_SLURM_PORT", "16817"),
+# A fixed state directory: a run killed before its clean-up (a ctest timeout) leaves a cluster that
+# the next run stops first.
+STATE = os.environ.get("KVGRID_SLURM_TEST_DIR", "/tmp/kvgrid-slurm-test-cluster")
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}  # not inside someone's allocation
+ENV.update(KVGRID_BIN=BIN, KVGRID_SLURM_DIR=STATE, KVGRID_SLURM_PORT=os.environ.get("KVGRID_SLURM_PORT", "16817"),
            SLURM_CONF=os.path.join(STATE, "slurm.conf"), HDF5_USE_FILE_LOCKING="FALSE")
-ENV.pop("SLURM_JOB_ID", None)
 CLUSTER = os.path.join(SRC, "jobs", "slurm", "cluster.sh")
 PP = "experiments/pp_sync.toml"
 FAST = ["--set", "workload.multiturn.rounds=2"]
@@ -52,32 +55,43 @@ def digests(run_dir):
     return [r.get("decision_digest") for r in json.loads(so).get("ranks", [])] if rc == 0 else None
 
 
-def daemons_running():
-    n = 0
+def daemon_pids():
+    """The pids the cluster's pid files name, for the daemons that are alive."""
+    out = {}
     for d in ("munged", "slurmctld", "slurmd"):
         pid = os.path.join(STATE, "run", d + ".pid")
-        if os.path.exists(pid):
-            try:
-                os.kill(int(open(pid).read().strip()), 0)
-                n += 1
-            except (OSError, ValueError):
-                pass
-    return n
+        try:
+            n = int(open(pid).read().strip())
+            if open(f"/proc/{n}/comm").read().strip() == d:
+                out[d] = n
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def alive(pid):
+    return os.path.exists(f"/proc/{pid}")
+
+
+def daemons_running():
+    return len(daemon_pids())
 
 
 CHILDREN = []
 
 
 def main():
+    sh(CLUSTER, "stop", timeout=120)  # what a killed earlier run left
     rc, so, se = sh(CLUSTER, "start", timeout=240)
-    if rc != 0:
-        print(f"slurm: the cluster did not start:\n{so}{se}", file=sys.stderr)
+    if rc != 0 and not all(shutil.which(b) for b in ("slurmctld", "slurmd", "sbatch", "munged")):
+        print(f"slurm: no Slurm here and it could not be installed:\n{so}{se}", file=sys.stderr)
         if os.environ.get("CI") == "true":
             raise AssertionError("CI=true: a skipped Slurm test is a failure")
         return 77
-    expect("idle" in so, "cluster.sh start: the node is idle", so, se)
+    expect(rc == 0 and "idle" in so, "cluster.sh start: the node is idle", so, se)
+    first = daemon_pids()
     rc, so2, se2 = sh(CLUSTER, "start", timeout=60)
-    expect(rc == 0 and daemons_running() == 3, "start again: idempotent", so2, se2)
+    expect(rc == 0 and len(first) == 3 and daemon_pids() == first, "start again: idempotent (the same daemons)", first, so2, se2)
     # A task over its time limit (1 minute; Slurm checks limits every 30 s or so): submitted first,
     # it runs beside the rest. The rank stalls at step 6, after some steps reached the trace.
     slow = subprocess.Popen([os.path.join(SRC, "jobs", "sweep.sh"), "experiments/component_bugs.toml", "--seeds", "1",
@@ -85,7 +99,8 @@ def main():
                              "--set", "faults.rank.stall.probability=1", "--set", "faults.rank.stall.from_step=6",
                              "--set", "faults.rank.stall.duration_ms=400000", "--set", "engine.deadline_s=900",
                              "--set", "output.flush_every=1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=SRC)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=SRC,
+                            start_new_session=True)
     CHILDREN.append(slow)
     # One experiment as a batch job: the run directory where a local run leaves it, verdict OK.
     run = os.path.join(TMP, "batch-run")
@@ -116,8 +131,11 @@ def main():
            "a task past its time limit is timed out", out, rows)
     rc, so, se = sh(BIN, "report", rows[0]["dir"])
     expect(rc == 0 and "incomplete: no /summary" in so, "its partial trace reads (kvgrid report)", so, se)
+    pids = daemon_pids()
     rc, so, se = sh(CLUSTER, "stop", timeout=120)
-    expect(rc == 0 and daemons_running() == 0, "cluster.sh stop: nothing left running", so, se)
+    left = subprocess.run(["pgrep", "-f", TMP], capture_output=True, text=True).stdout.split()
+    expect(rc == 0 and len(pids) == 3 and not any(alive(p) for p in pids.values()) and not left,
+           "cluster.sh stop: no daemon and no job process left", pids, left, so, se)
     rc, so, se = sh(CLUSTER, "status")
     expect(rc != 0 and "slurmctld: not running" in so, "status after stop", so, se)
     rc, so, se = sh(CLUSTER, "stop")
@@ -125,14 +143,20 @@ def main():
     return 0
 
 
+def on_term(signum, frame):  # ctest's timeout: clean up as on a failure
+    raise SystemExit(f"killed by signal {signum}")
+
+
 if __name__ == "__main__":
     t0 = time.time()
+    signal.signal(signal.SIGTERM, on_term)
+    code = 1
     try:
         code = main()
     finally:
-        for c in CHILDREN:  # a failed check leaves the slow sweep waiting on the cluster
+        for c in CHILDREN:  # a failed check leaves the slow sweep (and its sbatch --wait) behind
             if c.poll() is None:
-                c.kill()
+                os.killpg(c.pid, signal.SIGKILL)
         if daemons_running():
             subprocess.run([CLUSTER, "stop"], env=ENV, cwd=SRC, capture_output=True, timeout=120)
         shutil.rmtree(TMP, ignore_errors=True)
