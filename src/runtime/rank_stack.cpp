@@ -71,6 +71,54 @@ cache::HybridCacheConfig RankStack::hybrid_config(const ExperimentConfig& exp) {
   return hc;
 }
 
+// The storage tier (L3) of this rank: its object keys (the model, the draft's layout and this
+// rank's shard), directory, capacity, prefetch policy, modelled bandwidth and its failpoints.
+cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults,
+                                                   DecisionLog& log) {
+  const auto& c = grid.coord();
+  const auto& shape = grid.shape();
+  cache::ShardKey sk;
+  sk.model = "synth-l" + std::to_string(exp.model.layers) + "-h" + std::to_string(exp.model.kv_heads) + "-d" +
+             std::to_string(exp.model.head_dim) + "-" + exp.model.attention + "-" + exp.engine.payload;
+  if (has_draft)  // objects of another draft layout must not be read as this one's
+    sk.model += "-draft" + std::to_string(exp.model.draft.layers) + "x" + std::to_string(exp.model.draft.kv_heads) + "x" +
+                std::to_string(exp.model.draft.head_dim) + "-" + exp.model.draft.mode;
+  sk.tp_rank = c.tp;
+  sk.tp_size = shape.tp;
+  sk.pp_rank = c.pp;
+  sk.pp_size = shape.pp;
+  sk.cp_rank = c.cp;
+  sk.cp_size = shape.cp;
+  sk.replicated_over_tp = geo.mla && shard->axis != "tp";  // MLA sharded over TP: each TP rank its own pages
+  cache::StorageTierConfig sc;
+  sc.key_suffix = cache::key_suffix(sk);
+  sc.dir = exp.cache.storage_dir + "/" + sc.key_suffix.substr(1);  // one directory per shard (MLA: shared over TP)
+  sc.capacity_bytes = static_cast<std::uint64_t>(exp.cache.storage_capacity_mb) << 20;
+  sc.writer = !sk.replicated_over_tp || c.tp == 0;  // one writer per replica set; sharded: every owner
+  sc.prefetch_threshold = exp.cache.prefetch_threshold;
+  sc.stop_policy = exp.cache.prefetch_policy;
+  sc.timeout_base_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_base_ms * 1e6);
+  sc.timeout_per_1k_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_per_1k_ms * 1e6);
+  sc.timeout_max_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_max_ms * 1e6);
+  sc.bytes_per_ns = exp.cost.storage_gb_s / kv_bytes_scale;
+  sc.latency_ns = static_cast<std::uint64_t>(exp.cost.storage_latency_us * 1e3);
+  sc.seed = exp.engine.seed ^ static_cast<std::uint64_t>(grid.world_rank());
+  sc.threaded = exp.engine.transfer == "threaded";
+  sc.now = [this] { return clock; };
+  sc.advance_to = [this](std::uint64_t t) { clock = std::max(clock, t); };
+  auto step_now = [&log] { return log.step(); };
+  sc.faults.page_fault = [&faults, this, step_now](const char* name, std::size_t n) -> std::optional<std::size_t> {
+    if (!faults.evaluate(name, step_now())) return std::nullopt;
+    return static_cast<std::size_t>(fault_rng.below(n));
+  };
+  sc.faults.read_delay_ns = [&faults, step_now]() -> std::uint64_t {
+    auto hit = faults.evaluate("storage.read.slow", step_now());
+    return hit ? static_cast<std::uint64_t>(hit->param("delay_ms") * 1e6) : 0;
+  };
+  sc.faults.write_fail = [&faults, step_now] { return faults.evaluate("storage.write.fail", step_now()).has_value(); };
+  return sc;
+}
+
 RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults, DecisionLog& log)
     : fault_rng(rank_stream(exp.engine.seed, grid.world_rank()).fork("storage.fault.target")),
       restore_fault_rng(rank_stream(exp.engine.seed, grid.world_rank()).fork("pd.restore.fail.layer")) {
@@ -161,46 +209,7 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   }
   if (host_kv && exp.cache.storage != "none") {
     KVGRID_CHECK(!exp.cache.storage_dir.empty(), "cache.storage_dir is unset (kvgrid run sets <run dir>/storage)");
-    cache::ShardKey sk;
-    sk.model = "synth-l" + std::to_string(exp.model.layers) + "-h" + std::to_string(exp.model.kv_heads) + "-d" +
-               std::to_string(exp.model.head_dim) + "-" + exp.model.attention + "-" + exp.engine.payload;
-    if (has_draft)  // objects of another draft layout must not be read as this one's
-      sk.model += "-draft" + std::to_string(exp.model.draft.layers) + "x" + std::to_string(exp.model.draft.kv_heads) + "x" +
-                  std::to_string(exp.model.draft.head_dim) + "-" + exp.model.draft.mode;
-    sk.tp_rank = c.tp;
-    sk.tp_size = shape.tp;
-    sk.pp_rank = c.pp;
-    sk.pp_size = shape.pp;
-    sk.cp_rank = c.cp;
-    sk.cp_size = shape.cp;
-    sk.replicated_over_tp = geo.mla && shard->axis != "tp";  // MLA sharded over TP: each TP rank its own pages
-    cache::StorageTierConfig sc;
-    sc.key_suffix = cache::key_suffix(sk);
-    sc.dir = exp.cache.storage_dir + "/" + sc.key_suffix.substr(1);  // one directory per shard (MLA: shared over TP)
-    sc.capacity_bytes = static_cast<std::uint64_t>(exp.cache.storage_capacity_mb) << 20;
-    sc.writer = !sk.replicated_over_tp || c.tp == 0;  // one writer per replica set; sharded: every owner
-    sc.prefetch_threshold = exp.cache.prefetch_threshold;
-    sc.stop_policy = exp.cache.prefetch_policy;
-    sc.timeout_base_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_base_ms * 1e6);
-    sc.timeout_per_1k_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_per_1k_ms * 1e6);
-    sc.timeout_max_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_max_ms * 1e6);
-    sc.bytes_per_ns = exp.cost.storage_gb_s / kv_bytes_scale;
-    sc.latency_ns = static_cast<std::uint64_t>(exp.cost.storage_latency_us * 1e3);
-    sc.seed = exp.engine.seed ^ static_cast<std::uint64_t>(grid.world_rank());
-    sc.threaded = exp.engine.transfer == "threaded";
-    sc.now = [this] { return clock; };
-    sc.advance_to = [this](std::uint64_t t) { clock = std::max(clock, t); };
-    auto step_now = [&log] { return log.step(); };
-    sc.faults.page_fault = [&faults, this, step_now](const char* name, std::size_t n) -> std::optional<std::size_t> {
-      if (!faults.evaluate(name, step_now())) return std::nullopt;
-      return static_cast<std::size_t>(fault_rng.below(n));
-    };
-    sc.faults.read_delay_ns = [&faults, step_now]() -> std::uint64_t {
-      auto hit = faults.evaluate("storage.read.slow", step_now());
-      return hit ? static_cast<std::uint64_t>(hit->param("delay_ms") * 1e6) : 0;
-    };
-    sc.faults.write_fail = [&faults, step_now] { return faults.evaluate("storage.write.fail", step_now()).has_value(); };
-    dc->attach_storage_tier(std::move(sc), *host_kv, *agreement);
+    dc->attach_storage_tier(storage_config(exp, grid, faults, log), *host_kv, *agreement);
     if (shape.pp > 1) {
       cross_stage = protocols::make_prefetch_consensus(exp.protocol.prefetch_consensus, grid);
       dc->storage_tier()->set_cross_stage(cross_stage.get());

@@ -64,6 +64,8 @@ struct RankStack {
 
  private:
   cache::HybridCacheConfig hybrid_config(const ExperimentConfig& exp);  // (fills swa_pool, states, sidecars)
+  cache::StorageTierConfig storage_config(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults,
+                                          DecisionLog& log);  // (needs geo, shard, has_draft, kv_bytes_scale)
 };
 
 }  // namespace kvgrid
