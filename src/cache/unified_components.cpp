@@ -62,24 +62,26 @@ void append_value(const Node& node, ComponentId id, std::vector<Slot>& out) {
 
 class FullValidator final : public MatchValidator {
  public:
-  explicit FullValidator(ComponentId id) : id_(id) {}
+  FullValidator(ComponentId id, bool with_host) : id_(id), host_(with_host) {}
   // Every page from the root must be present: one tombstone rejects everything below it.
-  bool accept(const Node& node) override { return ok_ = ok_ && node.at(id_).live(); }
+  bool accept(const Node& node) override { return ok_ = ok_ && node.at(id_).present(host_); }
 
  private:
   ComponentId id_;
+  bool host_;
   bool ok_ = true;
 };
 
 class SwaValidator final : public MatchValidator {
  public:
-  SwaValidator(ComponentId id, Tokens window, bool buggy) : id_(id), window_(window.value()), buggy_(buggy) {}
+  SwaValidator(ComponentId id, Tokens window, bool buggy, bool with_host)
+      : id_(id), window_(window.value()), buggy_(buggy), host_(with_host) {}
   // Live tokens since the last tombstone; "infinite" until the first one (nothing precedes the
   // root, so a run from the root covers every window). swa_run_across_tombstones (#14): only the
   // first tombstone resets the run; later ones are counted as if they were live.
   bool accept(const Node& node) override {
     constexpr std::int64_t kInf = std::numeric_limits<std::int64_t>::max();
-    const bool live = node.at(id_).live();
+    const bool live = node.at(id_).present(host_);  // a host copy counts where a load-back may follow
     if (!live && !(buggy_ && reset_)) {
       run_ = 0;
       reset_ = true;
@@ -92,25 +94,28 @@ class SwaValidator final : public MatchValidator {
  private:
   ComponentId id_;
   std::int64_t window_;
-  bool buggy_, reset_ = false;
+  bool buggy_, host_, reset_ = false;
   std::int64_t run_ = std::numeric_limits<std::int64_t>::max();
 };
 
 class MambaValidator final : public MatchValidator {
  public:
-  explicit MambaValidator(ComponentId id) : id_(id) {}
+  MambaValidator(ComponentId id, bool with_host) : id_(id), host_(with_host) {}
   // A state exactly at this node's end depth.
-  bool accept(const Node& node) override { return node.at(id_).live(); }
+  bool accept(const Node& node) override { return node.at(id_).present(host_); }
 
  private:
   ComponentId id_;
+  bool host_;
 };
 
 }  // namespace
 
 // ---- FULL -----------------------------------------------------------------------------------
 
-std::unique_ptr<MatchValidator> FullComponent::make_validator() const { return std::make_unique<FullValidator>(id()); }
+std::unique_ptr<MatchValidator> FullComponent::make_validator(bool with_host) const {
+  return std::make_unique<FullValidator>(id(), with_host);
+}
 
 void FullComponent::finalize_match(std::span<Node* const> path, Tokens, ComponentMatch& out) const {
   out.from = Tokens(0);
@@ -162,10 +167,19 @@ bool FullComponent::eviction_candidate(const Node& node) const {
   return true;
 }
 
+bool FullComponent::host_eviction_candidate(const Node& node) const {
+  for (const auto& [h, c] : node.children)
+    if (c->at(id()).backed()) return false;
+  return true;
+}
+
 void FullComponent::verify_node(const UnifiedTree& tree, const Node& node) const {
   if (node.at(id()).live())
     KVGRID_CHECK(node.parent == tree.root() || node.parent->at(id()).live(), "full: node ", node.id,
                  " holds pages below a tombstone (FULL values must form a prefix from the root)");
+  if (node.at(id()).backed())
+    KVGRID_CHECK(node.parent == tree.root() || node.parent->at(id()).backed(), "full: node ", node.id,
+                 " has a host copy below a node without one (host copies must form a prefix from the root)");
 }
 
 // ---- SWA ------------------------------------------------------------------------------------
@@ -174,9 +188,25 @@ SwaComponent::SwaComponent(Tokens window, ComponentBugs bugs) : window_(window),
   KVGRID_CHECK(window.value() >= 1, "swa window of ", window, " tokens");
 }
 
-std::unique_ptr<MatchValidator> SwaComponent::make_validator() const {
-  return std::make_unique<SwaValidator>(id(), window_, bugs_.has(ComponentBug::SwaRunAcrossTombstones));
+std::unique_ptr<MatchValidator> SwaComponent::make_validator(bool with_host) const {
+  return std::make_unique<SwaValidator>(id(), window_, bugs_.has(ComponentBug::SwaRunAcrossTombstones), with_host);
 }
+
+Tokens SwaComponent::rounded_window() const {
+  const std::int64_t p = page_size().value();
+  return Tokens((window_.value() + p - 1) / p * p);
+}
+
+std::optional<Tokens> SwaComponent::load_split(std::span<Node* const> path, Tokens boundary) const {
+  // A host-only node reaching above the rounded window would load pages nobody reads (and more
+  // than a request's SWA budget): cut it at the window's start (bug-catalogue #19).
+  const Tokens w = boundary - rounded_window();
+  for (const Node* n : path)
+    if (n->start() < w && w < n->end && !n->at(id()).live()) return w;
+  return std::nullopt;
+}
+
+bool SwaComponent::load_wanted(const Node& node, Tokens boundary) const { return node.end > boundary - rounded_window(); }
 
 void SwaComponent::finalize_match(std::span<Node* const> path, Tokens boundary, ComponentMatch& out) const {
   out.from = boundary;
@@ -289,7 +319,11 @@ void MambaComponent::attached() {
                " tokens is not a multiple of the page size ", page_size());
 }
 
-std::unique_ptr<MatchValidator> MambaComponent::make_validator() const { return std::make_unique<MambaValidator>(id()); }
+std::unique_ptr<MatchValidator> MambaComponent::make_validator(bool with_host) const {
+  return std::make_unique<MambaValidator>(id(), with_host);
+}
+
+void MambaComponent::loaded(Node& node) const { node.at(id()).meta = static_cast<std::uint64_t>(node.end.value()); }
 
 void MambaComponent::finalize_match(std::span<Node* const> path, Tokens boundary, ComponentMatch& out) const {
   out.from = boundary;

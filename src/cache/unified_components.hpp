@@ -38,7 +38,7 @@ class FullComponent final : public Component {
  public:
   std::string_view name() const override { return "full"; }
   bool paged() const override { return true; }
-  std::unique_ptr<MatchValidator> make_validator() const override;
+  std::unique_ptr<MatchValidator> make_validator(bool with_host) const override;
   void finalize_match(std::span<Node* const> path, Tokens boundary, ComponentMatch& out) const override;
   void redistribute_on_split(ComponentData& parent, ComponentData& child, std::size_t prefix_pages) const override;
   void check_insert(const InsertContext& ctx, const InsertValue& v) const override;
@@ -50,6 +50,7 @@ class FullComponent final : public Component {
   bool path_locks() const override { return true; }
   int eviction_priority(bool leaf) const override { return leaf ? 0 : 2; }
   bool eviction_candidate(const Node& node) const override;
+  bool host_eviction_candidate(const Node& node) const override;
   void verify_node(const UnifiedTree& tree, const Node& node) const override;
 };
 
@@ -68,7 +69,7 @@ class SwaComponent final : public Component {
   std::string_view name() const override { return "swa"; }
   bool paged() const override { return true; }
   Tokens window() const { return window_; }
-  std::unique_ptr<MatchValidator> make_validator() const override;
+  std::unique_ptr<MatchValidator> make_validator(bool with_host) const override;
   void finalize_match(std::span<Node* const> path, Tokens boundary, ComponentMatch& out) const override;
   void redistribute_on_split(ComponentData& parent, ComponentData& child, std::size_t prefix_pages) const override;
   void check_insert(const InsertContext& ctx, const InsertValue& v) const override;
@@ -80,7 +81,11 @@ class SwaComponent final : public Component {
   void release_lock(UnifiedTree& tree, Node* node, const LockPart& part) const override;
   int eviction_priority(bool leaf) const override { return leaf ? 0 : 1; }
   bool eviction_candidate(const Node&) const override { return true; }
+  std::optional<Tokens> load_split(std::span<Node* const> path, Tokens boundary) const override;
+  bool load_wanted(const Node& node, Tokens boundary) const override;
   void verify_node(const UnifiedTree&, const Node&) const override {}
+  // The window rounded up to whole pages: what an insert keeps and a load-back restores.
+  Tokens rounded_window() const;
 
   // Where an insert of `ctx` starts keeping SWA pages: max(from, end - ceil(W/p)·p), at least 0.
   Tokens insert_window_start(const InsertContext& ctx) const;
@@ -106,7 +111,7 @@ class MambaComponent final : public Component {
   bool paged() const override { return false; }
   Tokens chunk() const { return chunk_; }
   void attached() override;
-  std::unique_ptr<MatchValidator> make_validator() const override;
+  std::unique_ptr<MatchValidator> make_validator(bool with_host) const override;
   void finalize_match(std::span<Node* const> path, Tokens boundary, ComponentMatch& out) const override;
   void redistribute_on_split(ComponentData& parent, ComponentData& child, std::size_t prefix_pages) const override;
   void check_insert(const InsertContext& ctx, const InsertValue& v) const override;
@@ -117,6 +122,8 @@ class MambaComponent final : public Component {
   void release_lock(UnifiedTree& tree, Node* node, const LockPart& part) const override;
   int eviction_priority(bool) const override { return 0; }
   bool eviction_candidate(const Node&) const override { return true; }
+  bool load_wanted(const Node& node, Tokens boundary) const override { return node.end == boundary; }
+  void loaded(Node& node) const override;
   void verify_node(const UnifiedTree& tree, const Node& node) const override;
 
   // The depth an insert's state belongs to (InsertValue::at, or the key's end), or -1 for none.

@@ -24,7 +24,15 @@ bool LockHandle::held() const {
 void Component::evict_start(UnifiedTree&) {}
 Node* Component::evict_next(UnifiedTree& tree) { return tree.lru_candidate(id()); }
 void Component::evict_end(UnifiedTree&) {}
-std::int64_t Component::drive_host_eviction(UnifiedTree&, std::int64_t) { return 0; }
+Node* Component::host_evict_next(UnifiedTree& tree) { return tree.host_lru_candidate(id()); }
+
+void Component::redistribute_host_on_split(ComponentData& parent, ComponentData& child, std::size_t prefix_pages) const {
+  parent.host.reset();
+  if (!child.host || !paged()) return;  // a point copy belongs to the child's depth
+  auto cut = child.host->begin() + static_cast<std::ptrdiff_t>(prefix_pages);
+  parent.host.emplace(child.host->begin(), cut);
+  child.host->erase(child.host->begin(), cut);
+}
 
 // ---- construction ---------------------------------------------------------------------------
 
@@ -55,9 +63,13 @@ ComponentId UnifiedTree::add_component(std::unique_ptr<Component> c) {
   evictable_.emplace_back();
   held_.push_back(0);
   protected_.push_back(0);
+  host_evictable_.emplace_back();
+  host_held_.push_back(0);
   root_->comp.emplace_back();
   root_->in_evictable.push_back(false);
   root_->filed_at.push_back(0);
+  root_->in_host_evictable.push_back(false);
+  root_->host_filed_at.push_back(0);
   return id;
 }
 
@@ -75,6 +87,8 @@ std::unique_ptr<Node> UnifiedTree::new_node() {
   n->comp.resize(components_.size());
   n->in_evictable.assign(components_.size(), false);
   n->filed_at.assign(components_.size(), 0);
+  n->in_host_evictable.assign(components_.size(), false);
+  n->host_filed_at.assign(components_.size(), 0);
   return n;
 }
 
@@ -138,16 +152,22 @@ Node* UnifiedTree::split(Node* child, std::size_t split_tokens) {
   mid->end = child->start() + Tokens(static_cast<std::int64_t>(split_tokens));
   mid->first_page_hash = child->first_page_hash;  // same first page, so the same entry in the parent
   mid->last_access = child->last_access;
+  mid->pending_write = child->pending_write;  // the write covers both fragments
+  auto count = [](const std::optional<std::vector<Slot>>& v) { return v ? static_cast<std::int64_t>(v->size()) : 0; };
   for (std::size_t c = 0; c < components_.size(); ++c) {
     ComponentData& cd = child->comp[c];
-    const std::int64_t before = cd.value ? static_cast<std::int64_t>(cd.value->size()) : 0;
+    const std::int64_t before = count(cd.value), host_before = count(cd.host);
     if (cd.lock_ref > 0) protected_[c] -= before;
+    std::optional<std::vector<Slot>> host = std::move(cd.host);
+    cd.host.reset();
     components_[c]->redistribute_on_split(mid->comp[c], cd, split_tokens / p);
+    cd.host = std::move(host);
+    components_[c]->redistribute_host_on_split(mid->comp[c], cd, split_tokens / p);
     const ComponentData& md = mid->comp[c];
-    const std::int64_t a = md.value ? static_cast<std::int64_t>(md.value->size()) : 0;
-    const std::int64_t b = cd.value ? static_cast<std::int64_t>(cd.value->size()) : 0;
-    KVGRID_CHECK(a + b == before, "component ", components_[c]->name(), " split of node ", child->id, " turned ",
-                 before, " slots into ", a, " + ", b);
+    const std::int64_t a = count(md.value), b = count(cd.value);
+    KVGRID_CHECK(a + b == before && count(md.host) + count(cd.host) == host_before, "component ",
+                 components_[c]->name(), " split of node ", child->id, " turned ", before, " slots into ", a, " + ", b,
+                 " (host copy: ", host_before, " into ", count(md.host), " + ", count(cd.host), ")");
     if (md.lock_ref > 0) protected_[c] += a;
     if (cd.lock_ref > 0) protected_[c] += b;
   }
@@ -205,23 +225,37 @@ bool UnifiedTree::is_candidate(const Node* node, ComponentId c) const {
   return comp.eviction_candidate(*node) && cascade_unlocked(node, comp.eviction_priority(node->is_leaf()));
 }
 
+bool UnifiedTree::is_host_candidate(const Node* node, ComponentId c) const {
+  if (node == root_.get() || node->pending_write != 0) return false;
+  const ComponentData& d = node->at(c);
+  if (!d.backed() || d.live()) return false;
+  const Component& comp = *components_[c.value()];
+  return comp.host_eviction_candidate(*node) && cascade_unlocked(node, comp.eviction_priority(node->is_leaf()));
+}
+
+void UnifiedTree::file(std::vector<std::set<EvictKey>>& sets, std::vector<bool>& in, std::vector<std::uint64_t>& at,
+                       Node* node, std::size_t c, bool want) {
+  if (want == in[c]) return;
+  if (want) {
+    sets[c].insert(EvictKey{node->last_access, node->id, node});
+    at[c] = node->last_access;
+  } else {
+    sets[c].erase(EvictKey{at[c], node->id, node});
+  }
+  in[c] = want;
+}
+
 void UnifiedTree::refresh(Node* node) {
   if (node == root_.get()) return;
   for (std::size_t c = 0; c < components_.size(); ++c) {
-    const bool want = is_candidate(node, ComponentId(static_cast<std::uint32_t>(c)));
-    if (want == node->in_evictable[c]) continue;
-    if (want) {
-      evictable_[c].insert(EvictKey{node->last_access, node->id, node});
-      node->filed_at[c] = node->last_access;
-    } else {
-      evictable_[c].erase(EvictKey{node->filed_at[c], node->id, node});
-    }
-    node->in_evictable[c] = want;
+    const ComponentId id(static_cast<std::uint32_t>(c));
+    file(evictable_, node->in_evictable, node->filed_at, node, c, is_candidate(node, id));
+    file(host_evictable_, node->in_host_evictable, node->host_filed_at, node, c, is_host_candidate(node, id));
   }
 }
 
 bool UnifiedTree::all_tombstone(const Node* node) const {
-  return std::none_of(node->comp.begin(), node->comp.end(), [](const ComponentData& d) { return d.live(); });
+  return std::none_of(node->comp.begin(), node->comp.end(), [](const ComponentData& d) { return d.live() || d.backed(); });
 }
 
 bool UnifiedTree::unlocked(const Node* node) const {
@@ -257,17 +291,20 @@ void UnifiedTree::add_lock(Node* node, ComponentId c, std::int64_t delta) {
   refresh(node);
 }
 
-Node* UnifiedTree::lru_candidate(ComponentId c) const {
-  auto& set = evictable_[c.value()];
+Node* UnifiedTree::front(std::vector<std::set<EvictKey>>& sets, std::size_t c, bool host) const {
+  auto& set = sets[c];
   while (!set.empty()) {
     Node* n = set.begin()->node;
     if (set.begin()->last_access == n->last_access) return n;
     set.erase(set.begin());  // accessed since it was filed: file it under its stamp now
     set.insert(EvictKey{n->last_access, n->id, n});
-    n->filed_at[c.value()] = n->last_access;
+    (host ? n->host_filed_at : n->filed_at)[c] = n->last_access;
   }
   return nullptr;
 }
+
+Node* UnifiedTree::lru_candidate(ComponentId c) const { return front(evictable_, c.value(), false); }
+Node* UnifiedTree::host_lru_candidate(ComponentId c) const { return front(host_evictable_, c.value(), true); }
 
 void UnifiedTree::drop_sidecars(ComponentId c, std::span<const Slot> s) {
   for (auto& sc : sidecars_)
@@ -296,12 +333,16 @@ MatchResult UnifiedTree::match_up_to(std::span<const TokenId> tokens, std::size_
   r.components.resize(nc);
   const std::size_t limit = max_tokens / p * p;
   std::vector<Node*> walked;
-  std::size_t best = 0;  // accepted nodes: walked[0, best)
+  std::size_t best = 0, host_best = 0;  // accepted nodes: walked[0, best), with host copies walked[0, host_best)
   if (limit > 0) {
     if (account) ++clock_;
-    std::vector<std::unique_ptr<MatchValidator>> validators;
+    std::vector<std::unique_ptr<MatchValidator>> validators, host_validators;
     validators.reserve(nc);
-    for (const auto& c : components_) validators.push_back(c->make_validator());
+    host_validators.reserve(nc);
+    for (const auto& c : components_) {
+      validators.push_back(c->make_validator(false));
+      host_validators.push_back(c->make_validator(true));
+    }
     Node* node = root_.get();
     std::size_t pos = 0;
     while (pos < limit) {
@@ -312,10 +353,14 @@ MatchResult UnifiedTree::match_up_to(std::span<const TokenId> tokens, std::size_
       const bool partial = n < child->key.size();
       if (partial) child = split(child, n);  // the walk's end becomes a candidate boundary
       Candidate cand{child, 0, static_cast<std::uint32_t>(nc)};
-      for (std::size_t c = 0; c < nc; ++c)  // every validator sees every node
+      bool all_host = true;
+      for (std::size_t c = 0; c < nc; ++c) {  // every validator sees every node
         if (validators[c]->accept(*child)) cand.yes |= 1ULL << c;
+        all_host = host_validators[c]->accept(*child) && all_host;
+      }
       walked.push_back(child);
       if (cand.accepted()) best = walked.size();
+      if (all_host) host_best = walked.size();
       r.candidates.push_back(std::move(cand));
       node = child;
       pos += n;
@@ -323,13 +368,17 @@ MatchResult UnifiedTree::match_up_to(std::span<const TokenId> tokens, std::size_
     }
     r.walked = Tokens(static_cast<std::int64_t>(pos));
   }
+  host_best = std::max(host_best, best);  // a device value is present with host copies too
   std::span<Node* const> path(walked.data(), best);
   if (account)
-    for (Node* n : path) touch(n);  // only what is reused counts as accessed
+    for (std::size_t i = 0; i < host_best; ++i) touch(walked[i]);  // only what is reused counts as accessed
   if (best > 0) {
     r.last_node = path.back();
     r.matched = path.back()->end;
   }
+  r.host_node = host_best > 0 ? walked[host_best - 1] : r.last_node;
+  r.host_matched = host_best > 0 ? r.host_node->end : r.matched;
+  r.host_path.assign(walked.begin() + static_cast<std::ptrdiff_t>(best), walked.begin() + static_cast<std::ptrdiff_t>(host_best));
   for (std::size_t c = 0; c < nc; ++c) components_[c]->finalize_match(path, r.matched, r.components[c]);
   return r;
 }
@@ -470,8 +519,10 @@ void UnifiedTree::give_up(Node* node, ComponentId c, EvictResult& out) {
 void UnifiedTree::delete_leaf(Node* node) {
   KVGRID_CHECK(node != root_.get() && node->is_leaf() && all_tombstone(node) && unlocked(node), "delete of node ",
                node->id, " that is not an unlocked, empty leaf");
-  for (std::size_t c = 0; c < components_.size(); ++c)
+  for (std::size_t c = 0; c < components_.size(); ++c) {
     if (node->in_evictable[c]) evictable_[c].erase(EvictKey{node->filed_at[c], node->id, node});
+    if (node->in_host_evictable[c]) host_evictable_[c].erase(EvictKey{node->host_filed_at[c], node->id, node});
+  }
   Node* parent = node->parent;
   parent->children.erase(entry_of(node));
   --node_count_;
@@ -520,6 +571,109 @@ EvictResult UnifiedTree::evict_component(Node* node, ComponentId c) {
   EvictResult r = empty_result();
   evict_into(node, c, r);
   return r;
+}
+
+// ---- host copies ----------------------------------------------------------------------------
+
+std::vector<Node*> UnifiedTree::path_to(Node* node) const {
+  std::vector<Node*> path;
+  for (Node* n = node; n != root_.get(); n = n->parent) path.push_back(n);
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+std::vector<Node*> UnifiedTree::backup_candidates(Node* node) {
+  auto unbacked = [](const Node* n) {
+    return std::any_of(n->comp.begin(), n->comp.end(), [](const ComponentData& d) { return d.live() && !d.backed(); });
+  };
+  std::vector<Node*> path;
+  for (Node* n = node; n != root_.get() && n->pending_write == 0 && unbacked(n); n = n->parent) path.push_back(n);
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+void UnifiedTree::set_host(Node* node, ComponentId c, std::vector<Slot> host) {
+  KVGRID_CHECK(node != root_.get(), "a host copy on the root");
+  const Component& comp = *components_[c.value()];
+  ComponentData& d = node->at(c);
+  const std::size_t want = comp.paged() ? node->key.size() / static_cast<std::size_t>(page_size_.value()) : 1;
+  KVGRID_CHECK(!d.backed() && host.size() == want, "component ", comp.name(), " host copy of ", host.size(),
+               " slots on node ", node->id, " (", d.backed() ? "which has one" : "expects ", want, ")");
+  host_held_[c.value()] += static_cast<std::int64_t>(want);
+  d.host = std::move(host);
+  refresh(node);
+  refresh(node->parent);  // FULL's host rule looks at the children
+}
+
+void UnifiedTree::give_up_host(Node* node, ComponentId c, EvictResult& out) {
+  ComponentData& d = node->at(c);
+  if (!d.host) return;
+  auto& f = out.freed[c.value()];
+  f.insert(f.end(), d.host->begin(), d.host->end());
+  host_held_[c.value()] -= static_cast<std::int64_t>(d.host->size());
+  d.host.reset();
+  refresh(node);
+  refresh(node->parent);
+}
+
+EvictResult UnifiedTree::evict_host(ComponentId c, std::int64_t slots) {
+  EvictResult r = empty_result();
+  Component& comp = *components_[c.value()];
+  while (static_cast<std::int64_t>(r.freed[c.value()].size()) < slots) {
+    Node* victim = comp.host_evict_next(*this);
+    if (!victim) break;
+    KVGRID_CHECK(is_host_candidate(victim, c), "host eviction of ", comp.name(), " on node ", victim->id,
+                 " that is not a candidate");
+    const bool leaf = victim->is_leaf();
+    const int priority = comp.eviction_priority(leaf);
+    for (std::size_t d = 0; d < components_.size(); ++d)
+      if (components_[d]->eviction_priority(leaf) <= priority) give_up_host(victim, ComponentId(static_cast<std::uint32_t>(d)), r);
+    if (leaf) prune_tombstone_leaves(victim, r.nodes_deleted);
+  }
+  return r;
+}
+
+std::vector<LoadItem> UnifiedTree::plan_load(MatchResult& m) {
+  std::vector<LoadItem> items;
+  if (m.host_matched <= m.matched) return items;
+  std::vector<Node*> path = path_to(m.host_node);
+  for (const auto& comp : components_) {  // cut where a component loads only part of a node
+    auto at = comp->load_split(path, m.host_matched);
+    if (!at) continue;
+    auto it = std::find_if(path.begin(), path.end(), [&](const Node* n) { return n->start() < *at && *at < n->end; });
+    KVGRID_CHECK(it != path.end() && at->value() % page_size_.value() == 0, "component ", comp->name(),
+                 " asked to cut the load-back path at ", *at);
+    Node* upper = split(*it, static_cast<std::size_t>((*at - (*it)->start()).value()));
+    path.insert(it, upper);
+  }
+  m.host_path.clear();
+  for (Node* n : path)
+    if (n->end > m.matched) m.host_path.push_back(n);
+  for (Node* n : path)
+    for (std::size_t c = 0; c < components_.size(); ++c) {
+      const Component& comp = *components_[c];
+      const ComponentData& d = n->comp[c];
+      if (d.live() || !comp.load_wanted(*n, m.host_matched)) continue;
+      KVGRID_CHECK(d.backed(), comp.name(), " needs node ", n->id, " [", n->start(), ", ", n->end,
+                   ") on the device to reach ", m.host_matched, " but it has no host copy there");
+      items.push_back({n, comp.id(), *d.host});
+    }
+  return items;
+}
+
+void UnifiedTree::commit_load(const LoadItem& item, std::vector<Slot> device) {
+  const ComponentData& d = item.node->at(item.component);
+  KVGRID_CHECK(!d.live() && device.size() == item.host.size(), components_[item.component.value()]->name(),
+               " load-back of ", device.size(), " slots onto node ", item.node->id,
+               d.live() ? ", which holds a value" : "");
+  set_value(item.node, item.component, std::move(device));
+  components_[item.component.value()]->loaded(*item.node);
+}
+
+void UnifiedTree::mark_writing(Node* node, std::uint64_t write) {
+  KVGRID_CHECK(node != root_.get(), "a write of the root");
+  node->pending_write = write;
+  refresh(node);
 }
 
 }  // namespace kvgrid::cache::unified

@@ -41,10 +41,28 @@
 //  * given pool counts (`PoolCounts`): free + held by the tree + held by requests = capacity per
 //    component, and each sidecar has entries exactly for its source's tree slots plus requests'.
 //
+// Host values (the host tier, L2): a component's data on a node may also have a host copy
+// (`ComponentData::host`, slots of the component's host index space). A value and its host copy
+// are independent: device eviction keeps the host copy (the node stays, host-only for that
+// component), host eviction keeps the device value. Rules (checked by `verify()` where the core
+// can see them; the components state theirs in `verify_node`):
+//  * a match runs two sets of validators over the same walk: device-only (`matched`, what can be
+//    read now) and with host copies (`host_matched` >= matched, what a load-back can make
+//    readable); `plan_load` lists, top-down, the (node, component) copies that load-back needs
+//    — each component says which nodes it wants on the device (FULL every one, SWA only its
+//    rounded window before the boundary — a host-only node straddling the window start is split
+//    first, so that no more than the window is loaded —, MAMBA the boundary's state) —, and the
+//    caller commits each landed copy (`commit_load`);
+//  * backups: `backup_candidates` gives, top-down, the nodes of a path holding a device value
+//    without its host copy and no write in flight (`Node::pending_write`, copied by splits);
+//    `set_host` publishes a copy; FULL host copies form a prefix from the root;
+//  * host eviction (`evict_host`): a node whose component c has a host copy and no device value,
+//    allowed by c's `host_eviction_candidate`, nothing cascaded locked (locks protect host copies
+//    too) and no write in flight; the same priorities cascade over host copies; a node with
+//    neither values nor host copies is empty, and an empty leaf is deleted up the chain.
 // Used by the serving loop for hybrid models (cache/hybrid_cache.hpp); full-attention-only
 // models still use RadixTree, which the differential test holds this core's FULL to.
-// Not yet: host/storage values (the host-eviction hooks are declared, with nothing to evict),
-// sessions.
+// Not yet: storage values, sessions.
 // Not thread-safe: one tree per rank, used from the scheduler thread.
 #pragma once
 
@@ -78,7 +96,11 @@ struct ComponentData {
   std::optional<std::vector<Slot>> value;  // absent: tombstone
   std::int64_t lock_ref = 0;
   std::uint64_t meta = 0;  // owned by the component (MAMBA: the depth its state was taken at)
+  std::optional<std::vector<Slot>> host;   // the host copy (host index space); absent: none
   bool live() const { return value.has_value(); }
+  bool backed() const { return host.has_value(); }
+  // Readable now, or after a load-back (`with_host`).
+  bool present(bool with_host) const { return live() || (with_host && backed()); }
 };
 
 struct Node {
@@ -92,6 +114,9 @@ struct Node {
   std::vector<ComponentData> comp;  // indexed by ComponentId
   std::vector<bool> in_evictable;   // per component: filed in its eviction set
   std::vector<std::uint64_t> filed_at;  // per component: the last_access it is filed under (<= last_access)
+  std::vector<bool> in_host_evictable;       // per component: filed in its host eviction set
+  std::vector<std::uint64_t> host_filed_at;  // per component: the last_access it is filed under there
+  std::uint64_t pending_write = 0;  // id of an unpublished device→host backup (0: none; a split copies it)
 
   Tokens start() const { return end - Tokens(static_cast<std::int64_t>(key.size())); }
   Tokens length() const { return Tokens(static_cast<std::int64_t>(key.size())); }
@@ -129,8 +154,20 @@ struct MatchResult {
   Tokens matched{0};              // the boundary: the deepest candidate every component accepted
   Node* last_node = nullptr;      // the node ending at `matched` (the root when 0)
   Tokens walked{0};               // how deep the walk went (>= matched)
-  std::vector<ComponentMatch> components;  // by ComponentId
-  std::vector<Candidate> candidates;       // the walk, in order
+  std::vector<ComponentMatch> components;  // by ComponentId (of the device boundary)
+  std::vector<Candidate> candidates;       // the walk, in order (device-only votes)
+  // With host copies: the deepest candidate every component accepts counting host copies as
+  // present (>= matched), the node ending there, and the nodes of (matched, host_matched].
+  Tokens host_matched{0};
+  Node* host_node = nullptr;
+  std::vector<Node*> host_path;
+};
+
+// One copy of a load-back: component c's host copy on `node` goes to the device.
+struct LoadItem {
+  Node* node = nullptr;
+  ComponentId component{0};
+  std::vector<Slot> host;  // the source (node->at(c).host at planning time)
 };
 
 // ---- insert ---------------------------------------------------------------------------------
@@ -198,6 +235,7 @@ struct PoolCounts {
 struct VerifyAccounts {
   std::vector<PoolCounts> components;           // by ComponentId (empty: not checked)
   std::vector<std::int64_t> sidecar_requests;   // by sidecar: entries held by requests (empty: not checked)
+  std::vector<PoolCounts> host;                 // host pools by ComponentId (empty: not checked)
 };
 
 // ---- the component interface ----------------------------------------------------------------
@@ -213,13 +251,16 @@ class Component {
   // Called once the tree has registered the component (id and page size set): checks settings.
   virtual void attached() {}
 
-  // match: a fresh validator for one walk (the boundary advances only where all accept).
-  virtual std::unique_ptr<MatchValidator> make_validator() const = 0;
+  // match: a fresh validator for one walk (the boundary advances only where all accept);
+  // `with_host`: host copies count as present (the walk's second set of votes).
+  virtual std::unique_ptr<MatchValidator> make_validator(bool with_host) const = 0;
   // match: what the request may reuse of the accepted path `path` (root excluded, in order).
   virtual void finalize_match(std::span<Node* const> path, Tokens boundary, ComponentMatch& out) const = 0;
 
   // split: `parent` (new, the first `prefix_pages` pages) and `child` (the rest) from `child`'s data.
   virtual void redistribute_on_split(ComponentData& parent, ComponentData& child, std::size_t prefix_pages) const = 0;
+  // split of the host copy: paged copies are sliced, a point copy stays on the child (its depth).
+  virtual void redistribute_host_on_split(ComponentData& parent, ComponentData& child, std::size_t prefix_pages) const;
 
   // insert: rejects a malformed offer (InternalError) before the tree changes.
   virtual void check_insert(const InsertContext& ctx, const InsertValue& v) const = 0;
@@ -253,9 +294,21 @@ class Component {
   virtual Node* evict_next(UnifiedTree& tree);
   virtual void evict_end(UnifiedTree& tree);
 
-  // host eviction (a later issue: host values). The core holds no host values yet, so there is
-  // nothing to drive: this returns 0 and does not pretend to free anything.
-  virtual std::int64_t drive_host_eviction(UnifiedTree& tree, std::int64_t slots);
+  // host eviction: beyond "has a host copy and no value, nothing cascaded locked, no write in
+  // flight": may this node's host copy go? (FULL: only where no child has a FULL host copy.)
+  virtual bool host_eviction_candidate(const Node& /*node*/) const { return true; }
+  // host eviction pass: the next victim (null: none left); default LRU over the candidates.
+  virtual Node* host_evict_next(UnifiedTree& tree);
+
+  // load-back: a depth strictly inside a node of `path` (root excluded, ending at `boundary`)
+  // where this component wants the node cut before loading, so that it loads no more than it
+  // needs (SWA: the rounded window's start inside a node without SWA pages), if any.
+  virtual std::optional<Tokens> load_split(std::span<Node* const> /*path*/, Tokens /*boundary*/) const { return std::nullopt; }
+  // load-back: does this component need its value on the device at `node` (on the path to
+  // `boundary`) for a device-only match to accept `boundary`? FULL: every node.
+  virtual bool load_wanted(const Node& /*node*/, Tokens /*boundary*/) const { return true; }
+  // load-back: the value on `node` was just loaded from its host copy (MAMBA: its depth).
+  virtual void loaded(Node& /*node*/) const {}
 
   // verify: this component's invariants on one node (InternalError naming the node otherwise).
   virtual void verify_node(const UnifiedTree& tree, const Node& node) const = 0;
@@ -323,6 +376,25 @@ class UnifiedTree {
   // leaf is deleted, then its all-tombstone ancestors.
   EvictResult evict_component(Node* node, ComponentId c);
 
+  // ---- host copies (the host tier) ----
+  // Top-down, the nodes of the path ending at `node` that hold a device value without its host
+  // copy and have no write in flight (the walk up stops at the first that does not).
+  std::vector<Node*> backup_candidates(Node* node);
+  // Publishes component c's host copy on `node` (which has none). FULL: its parent has one, or
+  // is the root (host copies form a prefix).
+  void set_host(Node* node, ComponentId c, std::vector<Slot> host);
+  // A device→host write of `node` is in flight (`write` != 0) or over (0): no host eviction there.
+  void mark_writing(Node* node, std::uint64_t write);
+  // Evicts component c's host copies (LRU, with their cascades) until at least `slots` of c's host
+  // slots are freed or none is left; `freed` holds host slots.
+  EvictResult evict_host(ComponentId c, std::int64_t slots);
+  // The copies that make a device-only match reach m.host_matched, top-down (a node's components
+  // in registration order); splits where a component asks (load_split) first and refreshes
+  // m.host_node and m.host_path. Empty when host_matched == matched.
+  std::vector<LoadItem> plan_load(MatchResult& m);
+  // A load-back's copy landed: `device` (one slot per host slot) becomes the item's value.
+  void commit_load(const LoadItem& item, std::vector<Slot> device);
+
   // ---- used by components ----
   // Sets component c's value on a node, keeping the counters and eviction sets; a value that is
   // replaced must have been given away already (returns nothing).
@@ -339,6 +411,9 @@ class UnifiedTree {
   // Drops the sidecar entries of source c's slots `s` (a request freed them).
   void drop_sidecars(ComponentId c, std::span<const Slot> s);
   std::int64_t held_slots(ComponentId c) const { return held_[c.value()]; }
+  std::int64_t host_slots(ComponentId c) const { return host_held_[c.value()]; }
+  std::size_t host_eviction_candidates(ComponentId c) const { return host_evictable_[c.value()].size(); }
+  Node* host_lru_candidate(ComponentId c) const;  // host LRU victim of component c, or null
   std::int64_t protected_slots(ComponentId c) const { return protected_[c.value()]; }
   std::int64_t evictable_slots(ComponentId c) const { return held_[c.value()] - protected_[c.value()]; }
   std::size_t eviction_candidates(ComponentId c) const { return evictable_[c.value()].size(); }
@@ -380,15 +455,21 @@ class UnifiedTree {
   std::vector<Tokens> insert_splits(const InsertContext& ctx, const Node* node, Tokens start, Tokens end) const;
   void touch(Node* node);
   bool is_candidate(const Node* node, ComponentId c) const;
+  bool is_host_candidate(const Node* node, ComponentId c) const;
+  void file(std::vector<std::set<EvictKey>>& sets, std::vector<bool>& in, std::vector<std::uint64_t>& at, Node* node,
+            std::size_t c, bool want);
+  Node* front(std::vector<std::set<EvictKey>>& sets, std::size_t c, bool host) const;
+  std::vector<Node*> path_to(Node* node) const;  // root excluded, top-down
   bool cascade_unlocked(const Node* node, int priority) const;
   void refresh(Node* node);
-  bool all_tombstone(const Node* node) const;
+  bool all_tombstone(const Node* node) const;  // no value and no host copy: empty
   bool unlocked(const Node* node) const;
   void delete_leaf(Node* node);
   // Deletes `node` and then its ancestors while each is an unlocked all-tombstone leaf; returns
   // the nearest node kept (the root at worst) and counts deletions into `deleted`.
   Node* prune_tombstone_leaves(Node* node, std::size_t& deleted);
   void give_up(Node* node, ComponentId c, EvictResult& out);
+  void give_up_host(Node* node, ComponentId c, EvictResult& out);
   void evict_into(Node* node, ComponentId c, EvictResult& out);
   EvictResult empty_result() const;
 
@@ -397,7 +478,9 @@ class UnifiedTree {
   std::vector<std::unique_ptr<Component>> components_;
   std::vector<std::unique_ptr<Sidecar>> sidecars_;
   mutable std::vector<std::set<EvictKey>> evictable_;  // by ComponentId (lru_candidate re-files stale entries)
+  mutable std::vector<std::set<EvictKey>> host_evictable_;  // by ComponentId: host copies that may go
   std::vector<std::int64_t> held_, protected_;  // slots, by ComponentId
+  std::vector<std::int64_t> host_held_;         // host slots, by ComponentId
   std::uint64_t clock_ = 0, next_id_ = 1, splits_ = 0;
   std::size_t node_count_ = 0;
   bool frozen_ = false;  // components registered and the first insert done

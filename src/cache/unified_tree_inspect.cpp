@@ -62,6 +62,10 @@ std::uint64_t UnifiedTree::digest() const {
       h = hash_combine(h, d.live() ? d.value->size() + 1 : 0);
       if (d.live())
         for (Slot s : *d.value) h = hash_combine(h, s.value());
+      if (d.backed()) {  // folded only when present: trees without host copies digest as before
+        h = hash_combine(h, 0x686f7374ULL + d.host->size());
+        for (Slot s : *d.host) h = hash_combine(h, s.value());
+      }
     }
     sum += mix64(h);
     for (const auto& [k, c] : n->children) stack.emplace_back(c.get(), path);
@@ -77,9 +81,15 @@ void UnifiedTree::verify(const VerifyAccounts* accounts) const {
   KVGRID_CHECK(root_->key.empty() && root_->parent == nullptr && root_->end == Tokens(0) && root_->comp.size() == nc,
                "root state");
   for (const auto& d : root_->comp) KVGRID_CHECK(!d.live() && d.lock_ref == 0, "the root holds a value or a lock");
-  std::vector<std::vector<std::uint8_t>> seen(nc);
-  std::vector<std::int64_t> held(nc, 0), prot(nc, 0);
-  std::vector<std::size_t> candidates(nc, 0);
+  std::vector<std::vector<std::uint8_t>> seen(nc), seen_host(nc);
+  std::vector<std::int64_t> held(nc, 0), prot(nc, 0), host_held(nc, 0);
+  std::vector<std::size_t> candidates(nc, 0), host_candidates(nc, 0);
+  auto once = [](std::vector<std::uint8_t>& bits, Slot s) {
+    if (s.value() >= bits.size()) bits.resize(std::max<std::size_t>(2 * bits.size(), s.value() + 1), 0);
+    const bool first = !bits[s.value()];
+    bits[s.value()] = 1;
+    return first;
+  };
   std::size_t nodes = 0;
   std::vector<const Node*> stack{root_.get()};
   while (!stack.empty()) {
@@ -100,7 +110,7 @@ void UnifiedTree::verify(const VerifyAccounts* accounts) const {
                                                             same->second->key.begin()),
                      "children of node ", n->id, " share a first page");
       KVGRID_CHECK(c->comp.size() == nc && c->in_evictable.size() == nc, "node ", c->id, " component data size");
-      if (c->is_leaf()) KVGRID_CHECK(!all_tombstone(c), "leaf node ", c->id, " holds only tombstones");
+      if (c->is_leaf()) KVGRID_CHECK(!all_tombstone(c), "leaf node ", c->id, " holds only tombstones (and no host copy)");
       for (std::size_t k = 0; k < nc; ++k) {
         const ComponentData& d = c->comp[k];
         const Component& comp = *components_[k];
@@ -112,10 +122,7 @@ void UnifiedTree::verify(const VerifyAccounts* accounts) const {
                        " slots, expected ", want);
           for (Slot s : *d.value) {
             KVGRID_CHECK(s.value() != 0, "node ", c->id, " ", comp.name(), " holds slot 0 (padding)");
-            auto& bits = seen[k];
-            if (s.value() >= bits.size()) bits.resize(std::max<std::size_t>(2 * bits.size(), s.value() + 1), 0);
-            KVGRID_CHECK(!bits[s.value()], comp.name(), " slot ", s, " appears twice in the tree");
-            bits[s.value()] = 1;
+            KVGRID_CHECK(once(seen[k], s), comp.name(), " slot ", s, " appears twice in the tree");
             for (const auto& sc : sidecars_)
               if (sc->source().value() == k)
                 KVGRID_CHECK(sc->has(s), "sidecar ", sc->name(), " has no entry for ", comp.name(), " slot ", s,
@@ -124,6 +131,15 @@ void UnifiedTree::verify(const VerifyAccounts* accounts) const {
           held[k] += static_cast<std::int64_t>(want);
           if (d.lock_ref > 0) prot[k] += static_cast<std::int64_t>(want);
         }
+        if (d.host) {
+          const std::size_t want = comp.paged() ? c->key.size() / p : 1;
+          KVGRID_CHECK(d.host->size() == want, "node ", c->id, " ", comp.name(), " host copy of ", d.host->size(),
+                       " slots, expected ", want);
+          for (Slot s : *d.host)
+            KVGRID_CHECK(s.value() != 0 && once(seen_host[k], s), comp.name(), " host slot ", s,
+                         " is padding or appears twice in the tree");
+          host_held[k] += static_cast<std::int64_t>(want);
+        }
         const ComponentId id(static_cast<std::uint32_t>(k));
         KVGRID_CHECK(c->in_evictable[k] == is_candidate(c, id), "node ", c->id, " ", comp.name(),
                      " eviction-candidate flag is stale");
@@ -131,6 +147,14 @@ void UnifiedTree::verify(const VerifyAccounts* accounts) const {
           ++candidates[k];
           KVGRID_CHECK(c->filed_at[k] <= c->last_access && evictable_[k].count(EvictKey{c->filed_at[k], c->id, nullptr}) == 1,
                        "candidate node ", c->id, " missing from the ", comp.name(), " eviction set");
+        }
+        KVGRID_CHECK(c->in_host_evictable[k] == is_host_candidate(c, id), "node ", c->id, " ", comp.name(),
+                     " host-eviction-candidate flag is stale");
+        if (c->in_host_evictable[k]) {
+          ++host_candidates[k];
+          KVGRID_CHECK(c->host_filed_at[k] <= c->last_access &&
+                           host_evictable_[k].count(EvictKey{c->host_filed_at[k], c->id, nullptr}) == 1,
+                       "host candidate node ", c->id, " missing from the ", comp.name(), " host eviction set");
         }
         comp.verify_node(*this, *c);
       }
@@ -150,6 +174,18 @@ void UnifiedTree::verify(const VerifyAccounts* accounts) const {
                  " protected ", protected_[k], "/", prot[k]);
     KVGRID_CHECK(candidates[k] == evictable_[k].size(), name, " eviction set holds ", evictable_[k].size(), " but ",
                  candidates[k], " candidates exist");
+    KVGRID_CHECK(host_held[k] == host_held_[k] && host_candidates[k] == host_evictable_[k].size(), name,
+                 " host counters: held ", host_held_[k], "/", host_held[k], ", host eviction set ",
+                 host_evictable_[k].size(), "/", host_candidates[k]);
+  }
+  if (accounts && !accounts->host.empty()) {
+    KVGRID_CHECK(accounts->host.size() == nc, "host pool counts for ", accounts->host.size(), " of ", nc, " components");
+    for (std::size_t k = 0; k < nc; ++k) {
+      const PoolCounts& pc = accounts->host[k];
+      KVGRID_CHECK(pc.free + host_held_[k] + pc.held_by_requests == pc.capacity, components_[k]->name(),
+                   " host pool: free ", pc.free, " + tree ", host_held_[k], " + in flight ", pc.held_by_requests,
+                   " != capacity ", pc.capacity);
+    }
   }
   if (accounts && !accounts->components.empty()) {
     KVGRID_CHECK(accounts->components.size() == nc, "pool counts for ", accounts->components.size(), " of ", nc,

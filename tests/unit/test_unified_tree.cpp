@@ -110,7 +110,7 @@ TEST(UnifiedTree, Figure3FullTailPagesMapToTheirOwnSwaSlots) {
   }
   // Sidecars add no tree slot and no vote.
   for (const auto& c : m.candidates) EXPECT_EQ(c.votes().size(), 2u);
-  VerifyAccounts acc{{{16, 10, 0}, {16, 14, 0}}, {0, 0, 0, 0, 0}};
+  VerifyAccounts acc{{{16, 10, 0}, {16, 14, 0}}, {0, 0, 0, 0, 0}, {}};
   tree.verify(&acc);
   EXPECT_EQ(tree.held_slots(full), 6);
   EXPECT_EQ(tree.held_slots(swa), 2);
@@ -492,7 +492,7 @@ TEST(UnifiedTree, SidecarsFollowTheirSourceThroughSplitsAndEvictionAndNeverVote)
     EXPECT_EQ(d->read((*lower->at(full).value)[i])[0], 103 + i);
     EXPECT_EQ(x->read((*lower->at(swa).value)[i])[0], 203 + i);
   }
-  VerifyAccounts acc{{}, {0, 0}};
+  VerifyAccounts acc{{}, {0, 0}, {}};
   tree.verify(&acc);
   auto e = tree.evict_component(lower, swa);
   EXPECT_EQ(e.sidecar_freed[0], S({3, 4}));
@@ -508,7 +508,7 @@ TEST(UnifiedTree, SidecarsFollowTheirSourceThroughSplitsAndEvictionAndNeverVote)
   d->write(Slot(1), std::vector<std::uint64_t>(8, 101));
   d->write(Slot(9), std::vector<std::uint64_t>(8, 109));  // a request's entry, unaccounted
   EXPECT_THROW(tree.verify(&acc), InternalError);
-  VerifyAccounts with_request{{}, {1, 0}};
+  VerifyAccounts with_request{{}, {1, 0}, {}};
   tree.verify(&with_request);
 }
 
@@ -522,7 +522,7 @@ TEST(UnifiedTree, VerifyNamesBrokenInvariants) {
   EXPECT_THROW(h.tree.verify(), InternalError);
   n3->at(h.mamba).meta = 24;
   h.tree.verify();
-  VerifyAccounts acc{{{10, 3, 0}, {10, 5, 0}, {10, 7, 0}}, {}};  // FULL: 3 + 7 in the tree = 10
+  VerifyAccounts acc{{{10, 3, 0}, {10, 5, 0}, {10, 7, 0}}, {}, {}};  // FULL: 3 + 7 in the tree = 10
   h.tree.verify(&acc);
   acc.components[1].held_by_requests = 1;  // one SWA page too many
   EXPECT_THROW(h.tree.verify(&acc), InternalError);
