@@ -9,8 +9,8 @@ namespace {
 class Relay final : public PpSync {
  public:
   std::string_view name() const override { return "pp_sync"; }
-  std::size_t write_acks(cache::HostTier& host, std::optional<std::uint64_t> upstream) override {
-    if (!upstream) return host.agreed_ready_writes();  // PP0: the stage's MIN
+  std::size_t write_acks(cache::WriteAcks& acks, std::optional<std::uint64_t> upstream) override {
+    if (!upstream) return acks.agreed_ready();  // PP0: the stage's MIN
     return static_cast<std::size_t>(*upstream);        // later stages follow, never query
   }
   bool relays_admissions() const override { return true; }
@@ -19,8 +19,8 @@ class Relay final : public PpSync {
 class IndependentPolling final : public PpSync {
  public:
   std::string_view name() const override { return "independent_polling"; }
-  std::size_t write_acks(cache::HostTier& host, std::optional<std::uint64_t>) override {
-    return host.agreed_ready_writes();  // the bug: each stage decides from its own events
+  std::size_t write_acks(cache::WriteAcks& acks, std::optional<std::uint64_t>) override {
+    return acks.agreed_ready();  // the bug: each stage decides from its own events
   }
   bool relays_admissions() const override { return false; }  // each stage its own outcomes, too
 };

@@ -30,7 +30,7 @@
 #include <string>
 #include <string_view>
 
-#include "cache/host_tier.hpp"
+#include "cache/write_acks.hpp"
 
 namespace kvgrid::protocols {
 
@@ -40,7 +40,7 @@ class PpSync {
   virtual std::string_view name() const = 0;
   // How many leading write ACKs this rank consumes at this step. `upstream`: what the previous
   // stage consumed at this step (absent on PP0). Every rank of a stage calls it at the same point.
-  virtual std::size_t write_acks(cache::HostTier& host, std::optional<std::uint64_t> upstream) = 0;
+  virtual std::size_t write_acks(cache::WriteAcks& acks, std::optional<std::uint64_t> upstream) = 0;
   // Whether PP0's admission outcomes are relayed to later stages (device.alloc.fail, PP > 1).
   virtual bool relays_admissions() const = 0;
 };

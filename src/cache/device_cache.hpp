@@ -128,6 +128,7 @@ class DeviceCache {
   std::vector<TransferRecord> take_transfers() {
     std::vector<TransferRecord> out;
     if (host_) out = host_->take_transfers();
+    if (hybrid_ && hybrid_->host_tier()) out = hybrid_->host_tier()->take_transfers();
     if (storage_) {
       auto more = storage_->take_transfers();
       out.insert(out.end(), more.begin(), more.end());
@@ -144,6 +145,22 @@ class DeviceCache {
                         AckAgreement& agreement);
   HostTier* host_tier() { return host_.get(); }
   const HostTier* host_tier() const { return host_.get(); }
+  // The write ACK queue of whichever host tier is attached (null: none) — the radix tree's, or
+  // the hybrid cache's (HybridCache::attach_host_tier).
+  WriteAcks* write_acks() {
+    if (host_) return &host_->acks();
+    return hybrid_ && hybrid_->host_tier() ? &hybrid_->host_tier()->acks() : nullptr;
+  }
+  const WriteAcks* write_acks() const { return const_cast<DeviceCache*>(this)->write_acks(); }
+  // The host tier's statistics and FULL host pages in use (null / -1: no host tier).
+  const HostTierStats* host_stats() const {
+    if (host_) return &host_->stats();
+    return hybrid_ && hybrid_->host_tier() ? &hybrid_->host_tier()->stats() : nullptr;
+  }
+  std::int64_t host_pages_used() const {
+    if (host_) return host_->pool().used_pages().value();
+    return hybrid_ && hybrid_->host_tier() ? hybrid_->host_tier()->pool(unified::ComponentId(0)).used() : -1;
+  }
   // Adds the storage tier (needs the host tier): write-through of published backups, prefetch.
   void attach_storage_tier(StorageTierConfig cfg, KvPool& host_kv, AckAgreement& agreement);
   StorageTier* storage_tier() { return storage_.get(); }

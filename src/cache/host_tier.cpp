@@ -17,7 +17,13 @@ HostTier::HostTier(HostTierConfig cfg, RadixTree& tree, KvPool& device_kv, KvPoo
                    transfer::TransferEngine& engine, AckAgreement& agreement, DecisionLog& log)
     : cfg_(std::move(cfg)), policy_(parse_write_policy(cfg_.write_policy)), tree_(tree), device_kv_(device_kv), host_kv_(host_kv), engine_(engine),
       agreement_(agreement), log_(log),
-      pool_(cfg_.host_pages, CpPlacement{device_kv.placement().shards, static_cast<std::uint64_t>(tree.page_size().value())}) {
+      pool_(cfg_.host_pages, CpPlacement{device_kv.placement().shards, static_cast<std::uint64_t>(tree.page_size().value())}),
+      acks_(agreement, log, [this](std::uint64_t id, bool placeholder, bool ok) {
+        KVGRID_CHECK(!writes_.empty() && writes_.front().id == id, "write ACK ", id, " published out of order");
+        const WriteAck w = std::move(writes_.front());
+        writes_.pop_front();
+        publish(w, placeholder, ok);
+      }) {
   pool_.set_on_free([this](std::span<const PageId> pages) { host_kv_.poison(pages); });  // freed host pages hold no old KV
   // The host pool holds the device pool's layers first (packed drafts: then the draft's).
   KVGRID_CHECK(device_kv_.block_compatible(host_kv_) && host_kv_.layers() >= device_kv_.layers() &&
@@ -38,33 +44,34 @@ void HostTier::backup_path(TreeNode* node) {
     const Pages need(static_cast<std::int64_t>(n->key.size() / p));
     bool faulted = false;
     // The host copy of a page lives on the device page's owner (the node's rotation).
-    auto hp = cross_ ? alloc_host_local(need, &faulted, n->ext.rotation_base) : alloc_host(need, n->ext.rotation_base);
-    KVGRID_CONSENSUS(log_, "backup", {static_cast<std::int64_t>(n->key.size())}, {hp || cross_ ? 1 : 0});
-    if (cross_ && (!hp || faulted)) {
+    const bool cross = acks_.cross_stage();
+    auto hp = cross ? alloc_host_local(need, &faulted, n->ext.rotation_base) : alloc_host(need, n->ext.rotation_base);
+    KVGRID_CONSENSUS(log_, "backup", {static_cast<std::int64_t>(n->key.size())}, {hp || cross ? 1 : 0});
+    if (acks_.cross_stage() && (!hp || faulted)) {
       // Keep every stage's queue (and host pool) the same: a placeholder, without a copy, that
       // fails everywhere when it is published.
-      WriteAck w{next_write_++, n, hp ? std::move(*hp) : std::vector<PageId>{}, {}, true};
-      n->ext.pending_write = w.id;
-      tree_.lock(n);
-      pending_pages_ += Pages(static_cast<std::int64_t>(w.host_pages.size()));
-      ++stats_.writes;
-      queue_.push_back(std::move(w));
+      enqueue(n, hp ? std::move(*hp) : std::vector<PageId>{}, {}, true);
       continue;
     }
     if (!hp) break;  // host full of protected pages (somewhere): this and deeper nodes stay device-only
-    WriteAck w{next_write_++, n, std::move(*hp), {}};
     if (cfg_.transfer_fault && cfg_.transfer_fault()) engine_.inject(0, true);
-    w.event = submit_backup(w.host_pages, n->device);
-    stats_.d2h_bytes += w.event.bytes();
-    stats_.d2h_ns += w.event.modelled_ns();
-    transfers_.push_back({"d2h", w.id, w.event.complete_ns() - w.event.modelled_ns(), w.event.complete_ns(), w.event.bytes()});
-    n->ext.pending_write = w.id;
-    tree_.lock(n);  // its device pages must stay until the copy is done
-    pending_pages_ += need;
+    transfer::Event ev = submit_backup(*hp, n->device);
+    stats_.d2h_bytes += ev.bytes();
+    stats_.d2h_ns += ev.modelled_ns();
+    transfers_.push_back({"d2h", next_write_, ev.complete_ns() - ev.modelled_ns(), ev.complete_ns(), ev.bytes()});
     stats_.d2h_pages += static_cast<std::uint64_t>(need.value());
-    ++stats_.writes;
-    queue_.push_back(std::move(w));
+    enqueue(n, std::move(*hp), std::move(ev), false);
   }
+}
+
+void HostTier::enqueue(TreeNode* n, std::vector<PageId> host_pages, transfer::Event event, bool placeholder) {
+  const std::uint64_t id = next_write_++;
+  n->ext.pending_write = id;
+  tree_.lock(n);  // its device pages must stay until the copy is done
+  pending_pages_ += Pages(static_cast<std::int64_t>(host_pages.size()));
+  ++stats_.writes;
+  writes_.push_back({id, n, std::move(host_pages)});
+  acks_.push(id, std::move(event), placeholder);
 }
 
 std::optional<std::vector<PageId>> HostTier::alloc_host_local(Pages need, bool* faulted, std::uint32_t first_owner) {
@@ -133,13 +140,13 @@ void HostTier::write_back(TreeNode* victim) {
   }
 }
 
-void HostTier::publish(const WriteAck& w, bool ok_everywhere) {
+void HostTier::publish(const WriteAck& w, bool placeholder, bool ok_everywhere) {
   // The written node may have been split since: its fragments above it carry the same id.
   std::vector<TreeNode*> fragments{w.node};
   for (TreeNode* n = w.node->parent; n != tree_.root() && n->ext.pending_write == w.id; n = n->parent)
     fragments.push_back(n);
   std::reverse(fragments.begin(), fragments.end());
-  if (w.placeholder) {  // nothing was copied here: it failed everywhere
+  if (placeholder) {  // nothing was copied here: it failed everywhere
     KVGRID_CHECK(!ok_everywhere, "write ", w.id, " published although its host allocation failed on this rank");
     for (TreeNode* f : fragments) f->ext.pending_write = 0;
     pool_.free(w.host_pages);
@@ -178,61 +185,6 @@ void HostTier::publish(const WriteAck& w, bool ok_everywhere) {
   tree_.unlock(w.node);
   KVGRID_CONSENSUS(log_, "write_ack", {static_cast<std::int64_t>(w.id)}, {unused.empty() ? 1 : 0});
   transfers_.push_back({"write_ack", w.id, 0, 0, 0});
-}
-
-void HostTier::writing_check() { consume_writes(agreed_ready_writes()); }
-
-void HostTier::end_of_step() {
-  if (!cross_) return;
-  finish_cross_stage();
-  if (consumed_.empty()) return;  // the same on every rank: the counts were relayed
-  agreeing_ = std::move(consumed_);
-  consumed_.clear();
-  agreeing_ok_.clear();
-  for (const auto& w : agreeing_) agreeing_ok_.push_back(w.failed() ? 0 : 1);
-  cross_->min_begin(agreeing_ok_);
-}
-
-void HostTier::finish_cross_stage() {
-  if (!cross_ || agreeing_.empty()) return;
-  cross_->min_end();
-  for (std::size_t i = 0; i < agreeing_.size(); ++i) publish(agreeing_[i], agreeing_ok_[i] == 1);
-  agreeing_.clear();
-}
-
-std::size_t HostTier::agreed_ready_writes() {
-  std::size_t ready = 0;
-  while (ready < queue_.size() && queue_[ready].event.query()) ++ready;
-  return std::min(agreement_.agree(ready, queue_.size()), queue_.size());
-}
-
-void HostTier::consume_writes(std::size_t consume) {
-  KVGRID_CHECK(consume <= queue_.size(), "asked to consume ", consume, " write ACKs of ", queue_.size(),
-               " (the stages' backups differ)");
-  if (consume == 0) return;
-  if (cross_) {  // published at the end of the step, with the outcome agreed over every stage
-    for (std::size_t i = 0; i < consume; ++i) {
-      if (!queue_.front().placeholder) queue_.front().event.synchronize();
-      consumed_.push_back(std::move(queue_.front()));
-      queue_.pop_front();
-    }
-    KVGRID_CONSENSUS(log_, "writing_check", {static_cast<std::int64_t>(consume)}, {});
-    return;
-  }
-  // A copy that failed on any rank is a failure everywhere: one MIN when none failed (the common
-  // case), one per ACK otherwise.
-  bool any_failed = false;
-  for (std::size_t i = 0; i < consume; ++i) {
-    queue_[i].event.synchronize();  // done already on PP0; a later stage may block here
-    any_failed = any_failed || queue_[i].failed();
-  }
-  const bool all_ok = agreement_.agree_min(any_failed ? 0 : 1) == 1;
-  for (std::size_t i = 0; i < consume; ++i) {
-    const bool ok = all_ok || agreement_.agree_min(queue_.front().failed() ? 0 : 1) == 1;
-    publish(queue_.front(), ok);
-    queue_.pop_front();
-  }
-  KVGRID_CONSENSUS(log_, "writing_check", {static_cast<std::int64_t>(consume)}, {});
 }
 
 std::vector<transfer::Event> HostTier::load_back(

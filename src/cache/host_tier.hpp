@@ -30,6 +30,7 @@
 #include "cache/draft_state.hpp"
 #include "cache/kv_pool.hpp"
 #include "cache/radix_tree.hpp"
+#include "cache/write_acks.hpp"
 #include "core/decision_log.hpp"
 #include "transfer/transfer_engine.hpp"
 
@@ -83,15 +84,13 @@ class HostTier {
   // unbacked ancestors (top-down, synchronously), so that it survives as a host-only node.
   void write_back(TreeNode* victim);
   bool writes_back() const { return policy_ == WritePolicy::WriteBack; }
-  // Consumes the agreed number of leading finished write ACKs. Call once per scheduler round on
-  // every rank of the stage, queue empty or not. = consume_writes(agreed_ready_writes()).
-  void writing_check();
-  // The leading finished write ACKs of this rank, agreed over the stage (a collective).
-  std::size_t agreed_ready_writes();
-  // Consumes exactly `n` write ACKs in FIFO order, blocking on each one's completion (a later
-  // stage under pp_sync does this with PP0's count, without querying first). Collective over the
-  // stage when n > 0 (the copies' success is agreed).
-  void consume_writes(std::size_t n);
+  // The write ACK queue (write_acks.hpp): its agreed consumption publishes the backups.
+  // writing_check = consume_writes(agreed_ready_writes()), once per scheduler round on every rank
+  // of the stage, queue empty or not.
+  WriteAcks& acks() { return acks_; }
+  void writing_check() { acks_.check(); }
+  std::size_t agreed_ready_writes() { return acks_.agreed_ready(); }
+  void consume_writes(std::size_t n) { acks_.consume(n); }
 
   // Loads the host-only continuation of `m` (whose last_node the caller has locked): device pages
   // come from `alloc_device(pages)` (which may evict). Extends m (matched, device_pages, last_node
@@ -119,12 +118,9 @@ class HostTier {
   // takes its place in the ACK queue (a placeholder), so every rank's queue holds the same writes;
   // consumed ACKs are published at the end of the step with their success agreed over every
   // stage (MIN), so a copy or allocation that failed on one stage fails on all.
-  void set_cross_stage(CrossStageAgreement* cross) { cross_ = cross; }
-  // Collective across stages at the end of every step: publishes what the previous step consumed
-  // (its agreement, started then, finishes now) and starts the agreement of this step's.
-  void end_of_step();
-  // After the last step: finishes and publishes what is still being agreed.
-  void finish_cross_stage();
+  void set_cross_stage(CrossStageAgreement* cross) { acks_.set_cross_stage(cross); }
+  void end_of_step() { acks_.end_of_step(); }
+  void finish_cross_stage() { acks_.finish_cross_stage(); }
   void free_host(std::span<const PageId> pages) { pool_.free(pages); }
   // Speculative decoding: the draft's pages move with the target's (draft_state.hpp).
   void set_draft(DraftState* d) { draft_ = d; }
@@ -139,22 +135,22 @@ class HostTier {
     return out;
   }
   const DevicePool& pool() const { return pool_; }
-  std::size_t pending_writes() const { return queue_.size(); }
+  std::size_t pending_writes() const { return acks_.pending(); }
   // Modelled completion time of the oldest pending write (simulated engine; 0 when none or unknown).
-  std::uint64_t oldest_write_ns() const { return queue_.empty() ? 0 : queue_.front().event.complete_ns(); }
+  std::uint64_t oldest_write_ns() const { return acks_.oldest_ns(); }
   // Host pages of unpublished writes (in the pool but not yet in the tree).
   Pages pending_pages() const { return pending_pages_; }
 
  private:
+  // A backup in flight (its event and outcome are in acks_, in the same order).
   struct WriteAck {
     std::uint64_t id;
     TreeNode* node;
     std::vector<PageId> host_pages;
-    transfer::Event event;
-    bool placeholder = false;  // the host allocation failed here (across stages)
-    bool failed() const { return placeholder || event.failed(); }
   };
-  void publish(const WriteAck& w, bool ok);
+  void publish(const WriteAck& w, bool placeholder, bool ok);
+  // Queues a backup of `n` into `host_pages` (a placeholder: nothing copied) and locks the node.
+  void enqueue(TreeNode* n, std::vector<PageId> host_pages, transfer::Event event, bool placeholder);
   // The backup of device pages into host pages: the target's copies, then the draft's (one event).
   transfer::Event submit_backup(std::span<const PageId> host_pages, std::span<const PageId> device_pages);
 
@@ -167,18 +163,15 @@ class HostTier {
   AckAgreement& agreement_;
   DecisionLog& log_;
   DevicePool pool_;  // host page allocator
-  std::deque<WriteAck> queue_;
+  std::deque<WriteAck> writes_;
+  WriteAcks acks_;
   std::uint64_t next_write_ = 1;
   Pages pending_pages_{0};
   HostTierStats stats_;
   std::function<void(TreeNode*)> on_published_;
   std::vector<TransferRecord> transfers_;
   std::uint64_t next_load_ = 1;
-  CrossStageAgreement* cross_ = nullptr;
   DraftState* draft_ = nullptr;
-  std::vector<WriteAck> consumed_;  // across stages: consumed this step
-  std::vector<WriteAck> agreeing_;  // consumed the step before, their outcome being agreed
-  std::vector<std::uint64_t> agreeing_ok_;
 };
 
 }  // namespace kvgrid::cache

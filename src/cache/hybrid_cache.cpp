@@ -98,6 +98,52 @@ std::optional<std::uint32_t> HybridCache::alloc_state() {
   return (*s)[0].value();
 }
 
+void HybridCache::attach_host_tier(HybridHostConfig cfg, HybridBytes bytes, transfer::TransferEngine& engine,
+                                   AckAgreement& agreement) {
+  std::vector<ComponentKind> kinds(tree_.components(), ComponentKind::Full);
+  if (cfg_.swa) kinds[swa_.value()] = ComponentKind::Swa;
+  if (cfg_.mamba) kinds[mamba_.value()] = ComponentKind::Mamba;
+  host_ = std::make_unique<HybridHostTier>(std::move(cfg), tree_, std::move(kinds), bytes, sidecars_, engine, agreement, log_);
+}
+
+std::optional<std::vector<Slot>> HybridCache::alloc_device(ComponentId c, std::int64_t n, Pages* evicted) {
+  if (c == full_) {
+    make_room(full_, n, full_pool_.free_pages().value(), evicted);
+    auto got = full_pool_.alloc(Pages(n));
+    if (!got) return std::nullopt;
+    std::vector<Slot> out;
+    for (PageId pg : *got) out.push_back(Slot(pg.value()));
+    return out;
+  }
+  if (cfg_.swa && c == swa_) return alloc_swa(n);
+  make_room(mamba_, n, mamba_pool_.free_count(), evicted);
+  return mamba_pool_.alloc(n);
+}
+
+void HybridCache::load_back(RequestId id, std::span<const TokenId> view, unified::MatchResult& m, Reservation& r,
+                            HybridHold& h) {
+  const Tokens device = m.matched, target = m.host_matched;
+  // Making room may evict device values: the path being loaded is locked meanwhile.
+  unified::LockHandle path = tree_.lock(m.host_node);
+  const std::vector<unified::LoadItem> items = tree_.plan_load(m);
+  std::size_t done = 0;
+  for (const auto& it : items) {
+    auto slots = alloc_device(it.component, n_of(it.host.size()), &r.evicted);
+    if (!slots) break;  // the device is full of what cannot go: what is loaded stays, the rest is a miss
+    host_->load(it, *slots, r.load_events, h.state_events);
+    // The boundary's state is copied into the request's own slot right below (copy-on-write at
+    // admission): its load lands first.
+    if (cfg_.mamba && it.component == mamba_ && !h.state_events.empty()) h.state_events.back().synchronize();
+    tree_.commit_load(it, std::move(*slots));
+    ++done;
+  }
+  tree_.unlock(path);
+  m = tree_.match_prefix(view);
+  r.host_loaded = std::max(Tokens(0), m.matched - device);
+  KVGRID_CONSENSUS(log_, "load_back", {static_cast<std::int64_t>(id.value()), (target - device).value()},
+                   {n_of(done), n_of(items.size()), m.matched.value()});
+}
+
 void HybridCache::relock(HybridHold& h, unified::Node* node) {
   unified::LockHandle next = tree_.lock(node);
   tree_.unlock(h.lock);
@@ -133,6 +179,7 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
     if (cfg_.mamba) rule_cost[2] = full_alone - deepest(full | (1ULL << mamba_.value()));
   }
   auto hold = std::make_unique<HybridHold>();
+  Reservation r;
   const std::int64_t total = (kv_tokens.value() + p - 1) / p;
   if (cfg_.swa) {
     const std::int64_t w = (cfg_.window.value() + p - 1) / p, c = (cfg_.chunk_tokens.value() + p - 1) / p;
@@ -144,6 +191,7 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
       return std::nullopt;  // the running requests' SWA footprints leave no room for its own
     }
   }
+  if (host_ && m.host_matched - m.matched >= host_->load_back_threshold()) load_back(id, prompt.first(view), m, r, *hold);
   unified::Node* reuse_node = m.last_node;
   std::vector<Slot> fm = m.components[full_.value()].slots;
   if (cfg_.bugs.has(ComponentBug::ReadPastBoundary)) {
@@ -163,7 +211,6 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
   const Tokens matched = reuse_node == tree_.root() ? Tokens(0) : reuse_node->end;
   hold->lock = tree_.lock(reuse_node);
   hold->swa.lock = &hold->lock;
-  Reservation r;
   const std::int64_t need = total - n_of(fm.size());
   make_room(full_, need, full_pool_.free_pages().value(), &r.evicted);
   auto fresh = full_pool_.alloc(Pages(need));
@@ -179,6 +226,9 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
                            : "no 2 MAMBA slots free after eviction (the matched state is locked while it is copied)";
     if (fresh) full_pool_.free(*fresh);
     tree_.unlock(hold->lock);
+    // What was loaded stays cached in the tree: its copies land before anyone can read it.
+    for (auto& e : r.load_events) e.synchronize();
+    for (auto& e : hold->state_events) e.synchronize();
     debug_verify();
     return std::nullopt;
   }
@@ -232,6 +282,9 @@ bool HybridCache::prepare(RequestId id, Reservation& r, Tokens end) {
   KVGRID_CONSENSUS(log_, "swa_alloc", {static_cast<std::int64_t>(id.value()), want}, {got ? 1 : 0});
   if (!got) {
     ++counters_.swa_waits;
+    // It sits the step out: what it loaded back is in the tree already, and others may read it.
+    for (auto& e : r.load_events) e.synchronize();
+    for (auto& e : h.state_events) e.synchronize();
     return false;
   }
   for (std::int64_t i = 0; i < want; ++i) {
@@ -358,6 +411,7 @@ void HybridCache::insert_computed(RequestId id, Reservation& r, std::span<const 
   }
   // The lock moves first: the checkpoint slot's eviction below must not take what was just inserted.
   relock(h, ins.last_node);
+  if (host_) host_->backup_path(ins.last_node);
   r.shared = end;
   if (offer_state) {
     const auto& back = ins.components[mamba_.value()].returned;
@@ -388,6 +442,9 @@ void HybridCache::commit(RequestId id, Reservation& r, std::span<const TokenId> 
 void HybridCache::abort(RequestId id, Reservation& r) {
   if (!r.hybrid) return;
   HybridHold& h = *r.hybrid;
+  for (auto& e : r.load_events) e.synchronize();  // copies into tree slots land before reuse
+  for (auto& e : h.state_events) e.synchronize();
+  r.load_events.clear();
   const std::size_t p = static_cast<std::size_t>(cfg_.page_size.value());
   const std::size_t shared = static_cast<std::size_t>(r.shared.value()) / p;
   if (r.pages.size() > shared) {
@@ -442,6 +499,7 @@ void HybridCache::verify() const {
   acc.components[full_.value()] = {full_pool_.capacity().value(), full_pool_.free_pages().value(), reserved_.value()};
   if (cfg_.swa) acc.components[swa_.value()] = {swa_pool_.capacity(), swa_pool_.free_count(), swa_held_};
   if (cfg_.mamba) acc.components[mamba_.value()] = {mamba_pool_.capacity(), mamba_pool_.free_count(), states_held_};
+  if (host_) host_->host_accounts(acc);
   tree_.verify(&acc);  // every tree slot of a sidecar's source has its entry
   full_pool_.verify();
   // ... and no entry outlives its source's slot: each sits on a slot its pool has handed out

@@ -42,6 +42,7 @@
 
 #include "cache/component_bugs.hpp"
 #include "cache/device_pool.hpp"
+#include "cache/hybrid_host_tier.hpp"
 #include "cache/unified_components.hpp"
 #include "cache/unified_tree.hpp"
 #include "core/decision_log.hpp"
@@ -79,6 +80,9 @@ struct HybridHold {
   std::uint32_t mamba_ckpt = 0;          // its checkpoint slot (0: none)
   Tokens ckpt_at{0};                     // depth of the state in mamba_ckpt (0: none yet)
   std::int64_t swa_budget = 0;           // SWA pages set aside for it at admission (its footprint)
+  // Load-back copies of SWA pages and MAMBA states: they land before its first forward reads
+  // (FULL's per-layer copies are Reservation::load_events).
+  std::vector<transfer::Event> state_events;
 };
 
 struct HybridCounters {
@@ -116,6 +120,11 @@ class HybridCache {
   void set_on_state_free(std::function<void(std::span<const std::uint32_t>)> f) { on_state_free_ = std::move(f); }
   void set_copy_state(std::function<void(std::uint32_t, std::uint32_t)> f) { copy_state_ = std::move(f); }
 
+  // Adds the host tier (hybrid_host_tier.hpp): backups after inserts, load-backs in reserve().
+  void attach_host_tier(HybridHostConfig cfg, HybridBytes bytes, transfer::TransferEngine& engine, AckAgreement& agreement);
+  HybridHostTier* host_tier() { return host_.get(); }
+  const HybridHostTier* host_tier() const { return host_.get(); }
+
   // Tree invariants (unified verify with every pool's accounts) and FULL: tree + reserved = used.
   void verify() const;
   std::uint64_t digest() const { return tree_.digest(); }
@@ -141,6 +150,10 @@ class HybridCache {
   std::optional<std::vector<unified::Slot>> alloc_swa(std::int64_t n);
   std::optional<std::uint32_t> alloc_state();
   void relock(HybridHold& h, unified::Node* node);
+  // The host part of `m` back on the device (as much as the pools can take), then m re-matched:
+  // its device boundary is what was loaded. `r` collects the copies' events and evictions.
+  void load_back(RequestId id, std::span<const TokenId> view, unified::MatchResult& m, Reservation& r, HybridHold& h);
+  std::optional<std::vector<unified::Slot>> alloc_device(unified::ComponentId c, std::int64_t n, Pages* evicted);
   void debug_verify() const;
 
   HybridCacheConfig cfg_;
@@ -163,6 +176,7 @@ class HybridCache {
   std::function<void(std::span<const PageId>)> on_swa_free_;
   std::function<void(std::span<const std::uint32_t>)> on_state_free_;
   std::function<void(std::uint32_t, std::uint32_t)> copy_state_;
+  std::unique_ptr<HybridHostTier> host_;
 };
 
 }  // namespace kvgrid::cache

@@ -165,6 +165,8 @@ void read_cache(const Config& c, ExperimentConfig& e) {
   e.cache.gather_overlap = c.get_bool("cache.gather_overlap");
   e.cache.swa_pages = Pages(c.get_int("cache.swa_pages"));
   e.cache.mamba_slots = c.get_int("cache.mamba_slots");
+  e.cache.host_swa_pages = Pages(c.get_int("cache.host_swa_pages"));
+  e.cache.host_mamba_slots = c.get_int("cache.host_mamba_slots");
   e.cache.component_bugs = c.get_string_array("cache.component_bugs");
   e.cache.storage_dir = c.get_string("cache.storage_dir");
   e.cache.storage_capacity_mb = c.get_int("cache.storage_capacity_mb");
@@ -304,6 +306,13 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   if (e.model.mamba_chunk == 0) e.model.mamba_chunk = e.cache.page_size.value();
   if (e.cache.swa_pages.value() == 0) e.cache.swa_pages = Pages(std::max<std::int64_t>(e.cache.device_pages.value() / 4, 1));
   if (e.cache.mamba_slots == 0) e.cache.mamba_slots = std::max<std::int64_t>(e.cache.device_pages.value() / 4, 1);
+  // The hybrid host tier's SWA and MAMBA pools: by default as large against their device pools as
+  // the FULL host pool is against the device's.
+  const auto scaled = [&](std::int64_t device) {
+    return std::max<std::int64_t>(device * e.cache.host_pages.value() / std::max<std::int64_t>(e.cache.device_pages.value(), 1), 1);
+  };
+  if (e.cache.host_swa_pages.value() == 0) e.cache.host_swa_pages = Pages(scaled(e.cache.swa_pages.value()));
+  if (e.cache.host_mamba_slots == 0) e.cache.host_mamba_slots = scaled(e.cache.mamba_slots);
   check_relations(e, c.source());
   e.effective_toml = c.effective_toml();
   return e;

@@ -75,6 +75,8 @@ struct CacheConfig {
   Pages gather_pages{1024};               // one gather slot: pages of one layer
   Pages swa_pages{0};                     // SWA pool (hybrid models; 0: a quarter of device_pages)
   std::int64_t mamba_slots = 0;           // MAMBA state slots (hybrid models; 0: a quarter of device_pages)
+  Pages host_swa_pages{0};                // hybrid host tier: SWA host pages (0: scaled like host_pages)
+  std::int64_t host_mamba_slots = 0;      // hybrid host tier: MAMBA host states (0: scaled like host_pages)
   std::vector<std::string> component_bugs;  // planted component bugs (hybrid models; cache/component_bugs.hpp)
   bool gather_overlap = true;
   std::string storage_dir;                // empty: <run dir>/storage

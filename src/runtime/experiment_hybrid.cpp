@@ -96,7 +96,7 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
                      ": a request holds two MAMBA slots (its state and a checkpoint) next to the state it reuses; "
                      "give at least 3");
   auto refuse = [&](bool bad, const std::string& why) {
-    if (bad) throw InputError(src + ": " + what + " with " + why + " is not supported yet (hybrid models run at the device tier)");
+    if (bad) throw InputError(src + ": " + what + " with " + why + " is not supported yet (hybrid models run at the device and host tiers)");
   };
   for (const auto& f : e.faults)
     refuse(f.name == "device.alloc.fail", "faults.\"device.alloc.fail\" (the hybrid cache has no agreed allocation failures yet)");
@@ -115,7 +115,17 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
                          ") without a full layer; every stage needs one (reorder model.layer_types)");
     }
   }
-  refuse(e.cache.host_pages.value() > 0, "cache.host_pages > 0 (the host tier: \"Unified radix cache II\")");
+  // The host tier: write-through backups and published load-backs of every component.
+  if (e.cache.host_pages.value() > 0) {
+    refuse(e.cache.write_policy != "write_through",
+           "cache.write_policy = \"" + e.cache.write_policy + "\" (the hybrid host tier backs up write_through only)");
+    refuse(e.cache.storage != "none", "cache.storage = \"" + e.cache.storage + "\" (the storage tier: \"Unified radix cache II\")");
+    for (const auto& f : e.faults)
+      refuse(f.name == "transfer.load.fail",
+             "faults.\"transfer.load.fail\" (load-backs whose outcome is agreed: the hybrid host tier publishes at once)");
+    if (m.has(LayerKind::Swa) && e.cache.host_swa_pages.value() < 1)
+      throw InputError(src + ": cache.host_swa_pages must be at least 1");
+  }
   refuse(m.draft.enabled(), "model.draft.mode = \"" + m.draft.mode + "\" (speculative decoding)");
 }
 

@@ -115,6 +115,10 @@ void add_cache_keys(Schema& s) {
   s.add(bkey({"cache", "gather_overlap"}, true, "sharded: post layer l+1's gather before attention on layer l"));
   s.add(ikey({"cache", "swa_pages"}, 0, 0, 2147483647.0, "hybrid models: SWA pool pages per rank (0: device_pages / 4)"));
   s.add(ikey({"cache", "mamba_slots"}, 0, 0, 2147483647.0, "hybrid models: MAMBA state slots per rank (0: device_pages / 4)"));
+  s.add(ikey({"cache", "host_swa_pages"}, 0, 0, 2147483647.0,
+             "hybrid models with a host tier: SWA host pages per rank (0: swa_pages scaled by host_pages / device_pages)"));
+  s.add(ikey({"cache", "host_mamba_slots"}, 0, 0, 2147483647.0,
+             "hybrid models with a host tier: MAMBA host states per rank (0: mamba_slots scaled by host_pages / device_pages)"));
   {
     KeySpec k = key({"cache", "component_bugs"}, ValueType::StringArray, std::vector<std::string>{},
                     "hybrid models: production bugs of the components planted (bug-catalogue #14-#23; empty: the correct code)");

@@ -78,8 +78,8 @@ void add_tier_stats(RankSummaryRow& m, const cache::DeviceCache& dc) {
     m.tree_pages = h->tree().held_slots(cache::unified::ComponentId(0));
     m.tree_nodes = static_cast<std::int64_t>(h->tree().node_count());
   }
-  if (const auto* host = dc.host_tier()) {
-    const auto& h = host->stats();
+  if (const auto* hs = dc.host_stats()) {
+    const auto& h = *hs;
     m.d2h_pages = static_cast<std::int64_t>(h.d2h_pages);
     m.h2d_pages = static_cast<std::int64_t>(h.h2d_pages);
     m.d2h_bytes = static_cast<std::int64_t>(h.d2h_bytes);

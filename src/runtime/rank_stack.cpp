@@ -192,20 +192,35 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
         protocols::LayerGather::Config{exp.cache.gather_pages, exp.cache.gather_overlap, 8,
                                        protocols::parse_gather_order(exp.protocol.layer_gather)},
         *shard, *pool);
-  if (host_kv)
-    dc->attach_host_tier({exp.cache.host_pages, exp.cache.write_policy,
-                         static_cast<std::uint64_t>(exp.cache.write_through_threshold), exp.cache.load_back_threshold,
-                         [&faults, &log] { return faults.evaluate("host.alloc.fail", log.step()).has_value(); },
-                         [&faults, &log, this] {
-                           if (auto d = faults.evaluate("transfer.delay", log.step()))
-                             engine->inject(static_cast<std::uint64_t>(d->param("delay_us") * 1e3), false);
-                           return faults.evaluate("transfer.fail", log.step()).has_value();
-                         },
-                         load_fault(exp, grid, faults, log, restore_fault_rng)},
-                        *pool, *host_kv, *engine, *agreement);
+  if (host_kv) {
+    cache::HostTierConfig htc{exp.cache.host_pages, exp.cache.write_policy,
+                              static_cast<std::uint64_t>(exp.cache.write_through_threshold), exp.cache.load_back_threshold,
+                              [&faults, &log] { return faults.evaluate("host.alloc.fail", log.step()).has_value(); },
+                              [&faults, &log, this] {
+                                if (auto d = faults.evaluate("transfer.delay", log.step()))
+                                  engine->inject(static_cast<std::uint64_t>(d->param("delay_us") * 1e3), false);
+                                return faults.evaluate("transfer.fail", log.step()).has_value();
+                              },
+                              load_fault(exp, grid, faults, log, restore_fault_rng)};
+    if (auto* h = dc->hybrid()) {
+      // Every component's host copies: the SWA layers' pages and the MAMBA layers' states too.
+      if (swa_pool) {
+        cache::KvPoolConfig sc = swa_pool->config();
+        sc.capacity = exp.cache.host_swa_pages;
+        swa_host = std::make_unique<cache::KvPool>(sc);
+      }
+      if (states)
+        states_host = std::make_unique<cache::StatePool>(static_cast<std::size_t>(exp.cache.host_mamba_slots), states->words_per_slot());
+      h->attach_host_tier({std::move(htc), exp.cache.host_swa_pages.value(), exp.cache.host_mamba_slots, geo.local_layers()},
+                          {pool.get(), host_kv.get(), swa_pool.get(), swa_host.get(), states.get(), states_host.get()}, *engine,
+                          *agreement);
+    } else {
+      dc->attach_host_tier(std::move(htc), *pool, *host_kv, *engine, *agreement);
+    }
+  }
   if (host_kv && shape.pp > 1) {
     publish_agreement = protocols::make_publish_agreement(exp.protocol.pp_sync, grid);
-    dc->host_tier()->set_cross_stage(publish_agreement.get());
+    dc->write_acks()->set_cross_stage(publish_agreement.get());
   }
   if (host_kv && exp.cache.storage != "none") {
     KVGRID_CHECK(!exp.cache.storage_dir.empty(), "cache.storage_dir is unset (kvgrid run sets <run dir>/storage)");

@@ -42,6 +42,9 @@ struct RankStack {
   // Hybrid models: the SWA layers' pool and the MAMBA layers' states (null: none of that kind).
   std::unique_ptr<cache::KvPool> swa_pool;
   std::unique_ptr<cache::StatePool> states;
+  // ... and their host copies (hybrid models with a host tier).
+  std::unique_ptr<cache::KvPool> swa_host;
+  std::unique_ptr<cache::StatePool> states_host;
   std::vector<SidecarConfig> sidecars;  // the sidecars whose payload this stage holds (and folds)
   // Speculative decoding ([model.draft], last stage only): the draft's geometry, its device pool
   // (the target's page ids) and its state in the tiers.

@@ -87,7 +87,9 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
                          std::to_string(per_owner) + (n > 1 ? " per owner" : "") +
                          ": it can never be admitted (raise cache.device_pages" +
                          (n > 1 ? ", or lower cache.gather_pages" : "") + ")");
-      if (running_.empty() && cache_.hybrid())  // nothing holds anything: eviction freed all it could
+      // Nothing holds anything (no request, no backup in flight): eviction freed all it could.
+      const bool writing = cache_.write_acks() && cache_.write_acks()->unpublished() > 0;
+      if (running_.empty() && cache_.hybrid() && !writing)
         throw RunFailure("request " + std::to_string(w.spec.id.value()) + " (" + std::to_string(w.kv_len()) +
                          " tokens) cannot be admitted even with nothing running: " + cache_.hybrid()->last_refusal() +
                          " (raise cache.swa_pages, cache.mamba_slots or cache.device_pages, or lower engine.chunk_size)");

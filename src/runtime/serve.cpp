@@ -157,7 +157,7 @@ StepRow ServeLoop::step_row(StepRow row, const Step& s) const {
   row.waiting = static_cast<std::uint32_t>(sched_.waiting());
   row.running = static_cast<std::uint32_t>(sched_.running());
   row.device_pages_used = dc_.pool().used_pages().value();
-  row.host_pages_used = dc_.host_tier() ? dc_.host_tier()->pool().used_pages().value() : -1;
+  row.host_pages_used = dc_.host_pages_used();
   return row;
 }
 

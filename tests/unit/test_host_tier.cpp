@@ -395,11 +395,11 @@ TEST(PpSyncRelay, Pp0CountsItsReadyAcksAndALaterStageConsumesExactlyThatMany) {
   }
   // PP0's copies: [done, not done]. PP1's are slower: [not done, not done].
   pp0.clock = pp0.dc.host_tier()->oldest_write_ns();
-  const std::size_t n = relay->write_acks(*pp0.dc.host_tier(), std::nullopt);
+  const std::size_t n = relay->write_acks(pp0.dc.host_tier()->acks(), std::nullopt);
   EXPECT_EQ(n, 1u);
   pp0.dc.host_tier()->consume_writes(n);
   EXPECT_EQ(pp1.clock, 0u);
-  const std::size_t m = relay->write_acks(*pp1.dc.host_tier(), n);  // never queries PP1's events
+  const std::size_t m = relay->write_acks(pp1.dc.host_tier()->acks(), n);  // never queries PP1's events
   EXPECT_EQ(m, 1u);
   pp1.dc.host_tier()->consume_writes(m);  // blocks on its own first copy: the modelled clock moves on
   EXPECT_GT(pp1.clock, 0u);
@@ -409,7 +409,7 @@ TEST(PpSyncRelay, Pp0CountsItsReadyAcksAndALaterStageConsumesExactlyThatMany) {
   auto pp1b = host_rig("relay-pp1b");
   run_request(pp1b, RequestId(1), prompt(32, 1));
   run_request(pp1b, RequestId(2), prompt(16, 100));
-  EXPECT_EQ(protocols::make_pp_sync("independent_polling")->write_acks(*pp1b.dc.host_tier(), n), 0u);
+  EXPECT_EQ(protocols::make_pp_sync("independent_polling")->write_acks(pp1b.dc.host_tier()->acks(), n), 0u);
 }
 
 }  // namespace

@@ -9,10 +9,10 @@ namespace kvgrid {
 void ServeLoop::cache_events(Step& s) {
   if (auto* st = dc_.storage_tier(); st && !first_stage_) st->set_decisions(s.in.stops);
   if (stack_.relay_admissions && !first_stage_) dc_.follow_admissions(s.in.admits);
-  if (auto* host = dc_.host_tier()) {
+  if (auto* acks = dc_.write_acks()) {
     s.write_acks = static_cast<std::uint32_t>(
-        stack_.pp_sync->write_acks(*host, first_stage_ ? std::nullopt : std::optional<std::uint64_t>(s.in.write_acks)));
-    host->consume_writes(s.write_acks);
+        stack_.pp_sync->write_acks(*acks, first_stage_ ? std::nullopt : std::optional<std::uint64_t>(s.in.write_acks)));
+    acks->consume(s.write_acks);
   }
 }
 

@@ -14,7 +14,7 @@ void ServeLoop::finish(std::int64_t steps) {
     KVGRID_CHECK(p->pending() == 0, "the run stopped with ", p->pending(), " outcomes still being agreed (restores or load-backs)");
   sender_.drain(true);
   for (auto& p : plugins_) p->drain();
-  if (auto* host = dc_.host_tier()) host->finish_cross_stage();
+  if (auto* acks = dc_.write_acks()) acks->finish_cross_stage();
   res_.steps = steps;
   res_.model_ns = clock_;
 

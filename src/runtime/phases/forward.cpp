@@ -24,7 +24,11 @@ void ServeLoop::forward(Step& s) {
       for (std::size_t k = l; k < events.size(); k += L) events[k].synchronize();
     };
     HybridTables ht;
-    if (const auto* h = e.req->res.hybrid.get()) ht = {h->swa_table, h->mamba, h->mamba_ckpt};
+    if (auto* h = e.req->res.hybrid.get()) {
+      for (auto& ev : h->state_events) ev.synchronize();  // loaded SWA pages and MAMBA states are read below
+      h->state_events.clear();
+      ht = {h->swa_table, h->mamba, h->mamba_ckpt};
+    }
     model_.forward(e.req->model, e.req->tokens, e.start, e.end, e.req->res.pages,
                    std::span<std::uint64_t>(partials_).subspan(i * L_, L_),
                    events.empty() ? std::function<void(std::size_t)>{} : std::function<void(std::size_t)>(wait_layer), ht);

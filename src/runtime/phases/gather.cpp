@@ -10,9 +10,12 @@ namespace kvgrid {
 
 void ServeLoop::gather(Step& s) {
   s.layer_ready.assign(L_, 0);
-  for (auto& e : s.batch)
+  for (auto& e : s.batch) {
     for (std::size_t i = 0; i < e.req->res.load_events.size(); ++i)
       s.layer_ready[i % L_] = std::max(s.layer_ready[i % L_], e.req->res.load_events[i].complete_ns());
+    if (const auto* h = e.req->res.hybrid.get())  // loaded SWA pages and MAMBA states: before the first layer
+      for (const auto& ev : h->state_events) s.layer_ready[0] = std::max(s.layer_ready[0], ev.complete_ns());
+  }
   s.start_ns = clock_;
   protocols::LayerGather* lg = stack_.gather.get();
   if (!lg) return;

@@ -23,7 +23,7 @@ void ServeLoop::schedule(Step& s) {
   // Nothing to compute but backups in flight (pages locked by them may be what admission waits
   // for): this rank's clock moves on to the oldest one's completion, as a real rank would wait.
   if (s.batch.empty()) {
-    if (const auto* host = dc_.host_tier(); host && host->pending_writes() > 0) clock_ = std::max(clock_, host->oldest_write_ns());
+    if (const auto* acks = dc_.write_acks(); acks && acks->pending() > 0) clock_ = std::max(clock_, acks->oldest_ns());
     if (const auto* st = dc_.storage_tier(); st && st->next_ack_ns() > 0) clock_ = std::max(clock_, st->next_ack_ns());
   }
   if (stage_size_ > 1) check_stage_batch(s);

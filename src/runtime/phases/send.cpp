@@ -32,7 +32,7 @@ void ServeLoop::send(Step& s) {
     sender_.send(out, grid_.pp_next(), grid_.pp());
     emit(step, 0, "pp_send", grid_.coord().pp, static_cast<std::int64_t>(out.clock_ns), out.write_acks, 0);
   }
-  if (auto* host = dc_.host_tier()) host->end_of_step();
+  if (auto* acks = dc_.write_acks()) acks->end_of_step();
   if (auto* st = dc_.storage_tier()) st->end_of_step();
   // The plug-ins' end of step: the drafts verified now apply at the next step, the load-backs' and
   // P/D restores' pipelined agreements, P/D prefill's suffixes.
