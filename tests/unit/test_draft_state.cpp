@@ -21,36 +21,7 @@
 namespace kvgrid::cache {
 namespace {
 
-// Delays every batch that reads or writes the draft's device pool (all other copies untouched).
-class DelayDraftEngine final : public transfer::TransferEngine {
- public:
-  DelayDraftEngine(std::unique_ptr<transfer::TransferEngine> inner, const KvPool& draft, std::uint64_t delay_ns)
-      : inner_(std::move(inner)), delay_(delay_ns) {
-    lo_ = reinterpret_cast<const char*>(draft.layer_block(PageId(1), 0));
-    hi_ = reinterpret_cast<const char*>(draft.layer_block(PageId(static_cast<std::uint32_t>(draft.config().capacity.value())),
-                                                          draft.layers() - 1)) +
-          draft.layer_block_bytes();
-  }
-  std::string_view name() const override { return "delay-draft"; }
-  transfer::Event submit(transfer::StreamId s, std::vector<transfer::Copy> batch) override {
-    const bool draft = std::any_of(batch.begin(), batch.end(), [this](const transfer::Copy& c) {
-      return in(static_cast<const char*>(c.dst)) || in(static_cast<const char*>(c.src));
-    });
-    if (draft) {
-      ++draft_batches;
-      inner_->inject(delay_, false);
-    }
-    return inner_->submit(s, std::move(batch));
-  }
-  void inject(std::uint64_t d, bool f) override { inner_->inject(d, f); }
-  int draft_batches = 0;
-
- private:
-  bool in(const char* p) const { return p >= lo_ && p < hi_; }
-  std::unique_ptr<transfer::TransferEngine> inner_;
-  std::uint64_t delay_;
-  const char *lo_ = nullptr, *hi_ = nullptr;
-};
+using DelayDraftEngine = DelayPoolEngine;
 
 // Target: 2 layers × 2 heads; draft: 1 layer × 2 heads (same block shape: packable).
 // The cache layout of a model.draft.mode variant (protocols/draft_restore chooses it).
@@ -165,10 +136,10 @@ TEST(DraftState, PackedAndSidecarRestoreThreeCachedPagesIntoNewSlotsForBothModel
     if (mode == "target_only") {
       EXPECT_NE(folds(rig.draft_device, after), draft_folds);  // the draft's rows were not restored
       EXPECT_EQ(folds(rig.draft_device, after), std::vector<std::uint64_t>(draft_folds.size(), 0));
-      EXPECT_EQ(rig.engine_view->draft_batches, 0);
+      EXPECT_EQ(rig.engine_view->delayed, 0);
     } else {
       EXPECT_EQ(folds(rig.draft_device, after), draft_folds);
-      EXPECT_EQ(rig.engine_view->draft_batches, 3);  // a's backup, request 2's backup, a's load
+      EXPECT_EQ(rig.engine_view->delayed, 3);  // a's backup, request 2's backup, a's load
     }
     rig.dc.commit(RequestId(3), *r, a);
     rig.dc.verify();

@@ -3,6 +3,7 @@
 // storage tier, an agreement of one rank, and hooks to inject storage faults.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -27,6 +28,38 @@ class Solo final : public AckAgreement {
 };
 
 constexpr std::int64_t kPage = 4;
+
+// Delays every batch that reads or writes one pool's memory (all other copies untouched): a
+// backup's or load's event must wait for that part alone.
+class DelayPoolEngine final : public transfer::TransferEngine {
+ public:
+  DelayPoolEngine(std::unique_ptr<transfer::TransferEngine> inner, const KvPool& pool, std::uint64_t delay_ns)
+      : inner_(std::move(inner)), delay_(delay_ns) {
+    lo_ = reinterpret_cast<const char*>(pool.layer_block(PageId(1), 0));
+    hi_ = reinterpret_cast<const char*>(pool.layer_block(PageId(static_cast<std::uint32_t>(pool.config().capacity.value())),
+                                                         pool.layers() - 1)) +
+          pool.layer_block_bytes();
+  }
+  std::string_view name() const override { return "delay-pool"; }
+  transfer::Event submit(transfer::StreamId s, std::vector<transfer::Copy> batch) override {
+    const bool hit = std::any_of(batch.begin(), batch.end(), [this](const transfer::Copy& c) {
+      return in(static_cast<const char*>(c.dst)) || in(static_cast<const char*>(c.src));
+    });
+    if (hit) {
+      ++delayed;
+      inner_->inject(delay_, false);
+    }
+    return inner_->submit(s, std::move(batch));
+  }
+  void inject(std::uint64_t d, bool f) override { inner_->inject(d, f); }
+  int delayed = 0;  // batches delayed so far
+
+ private:
+  bool in(const char* p) const { return p >= lo_ && p < hi_; }
+  std::unique_ptr<transfer::TransferEngine> inner_;
+  std::uint64_t delay_;
+  const char *lo_ = nullptr, *hi_ = nullptr;
+};
 
 struct Rig {
   std::uint64_t clock = 0;
