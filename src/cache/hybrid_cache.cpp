@@ -123,8 +123,10 @@ std::optional<std::vector<Slot>> HybridCache::alloc_device(ComponentId c, std::i
 void HybridCache::load_back(RequestId id, std::span<const TokenId> view, unified::MatchResult& m, Reservation& r,
                             HybridHold& h) {
   const Tokens device = m.matched, target = m.host_matched;
-  // Making room may evict device values: the path being loaded is locked meanwhile.
+  // Making room may evict device values: the path being loaded is locked meanwhile, and so is the
+  // device hit it started from (its window and state), which a partial load falls back to.
   unified::LockHandle path = tree_.lock(m.host_node);
+  unified::LockHandle start = tree_.lock(m.last_node);
   const std::vector<unified::LoadItem> items = tree_.plan_load(m);
   std::size_t done = 0;
   for (const auto& it : items) {
@@ -137,8 +139,15 @@ void HybridCache::load_back(RequestId id, std::span<const TokenId> view, unified
     tree_.commit_load(it, std::move(*slots));
     ++done;
   }
+  if (done < items.size()) {
+    // Loaded values past where the device boundary falls back are unlocked from here: their
+    // copies land before anyone can evict them and reuse their slots.
+    for (auto& e : r.load_events) e.synchronize();
+    for (auto& e : h.state_events) e.synchronize();
+  }
   tree_.unlock(path);
-  m = tree_.match_prefix(view);
+  tree_.unlock(start);
+  m = tree_.peek_prefix(view);  // the first match accounted for the access (and the hits) already
   r.host_loaded = std::max(Tokens(0), m.matched - device);
   KVGRID_CONSENSUS(log_, "load_back", {static_cast<std::int64_t>(id.value()), (target - device).value()},
                    {n_of(done), n_of(items.size()), m.matched.value()});
@@ -211,6 +220,8 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
   const Tokens matched = reuse_node == tree_.root() ? Tokens(0) : reuse_node->end;
   hold->lock = tree_.lock(reuse_node);
   hold->swa.lock = &hold->lock;
+  // write_through_selective: a prefix that just reached the hit threshold is backed up now.
+  if (host_ && matched.value() > 0) host_->on_hit(reuse_node);
   const std::int64_t need = total - n_of(fm.size());
   make_room(full_, need, full_pool_.free_pages().value(), &r.evicted);
   auto fresh = full_pool_.alloc(Pages(need));

@@ -23,7 +23,7 @@ std::int64_t n_of(std::size_t n) { return static_cast<std::int64_t>(n); }
 HybridHostTier::HybridHostTier(HybridHostConfig cfg, unified::UnifiedTree& tree, std::vector<ComponentKind> kinds,
                                HybridBytes bytes, std::vector<unified::PayloadSidecar*> sidecars,
                                transfer::TransferEngine& engine, AckAgreement& agreement, DecisionLog& log)
-    : cfg_(std::move(cfg)), tree_(tree), kinds_(std::move(kinds)), bytes_(bytes), engine_(engine), agreement_(agreement),
+    : cfg_(std::move(cfg)), policy_(parse_write_policy(cfg_.tier.write_policy)), tree_(tree), kinds_(std::move(kinds)), bytes_(bytes), engine_(engine), agreement_(agreement),
       log_(log), in_flight_(kinds_.size(), 0),
       acks_(agreement, log, [this](std::uint64_t id, bool placeholder, bool ok) {
         KVGRID_CHECK(!writes_.empty() && writes_.front().id == id, "hybrid write ACK ", id, " published out of order");
@@ -32,8 +32,8 @@ HybridHostTier::HybridHostTier(HybridHostConfig cfg, unified::UnifiedTree& tree,
         publish(w, placeholder, ok);
       }) {
   KVGRID_CHECK(kinds_.size() == tree.components(), "host tier for ", kinds_.size(), " of ", tree.components(), " components");
-  KVGRID_CHECK(parse_write_policy(cfg_.tier.write_policy) == WritePolicy::WriteThrough,
-               "the hybrid host tier backs up write_through only (write policy '", cfg_.tier.write_policy, "')");
+  KVGRID_CHECK(policy_ != WritePolicy::WriteBack, "the hybrid host tier does not write back (write policy '",
+               cfg_.tier.write_policy, "')");
   for (ComponentKind k : kinds_)
     pools_.emplace_back(k == ComponentKind::Full ? cfg_.tier.host_pages.value() : k == ComponentKind::Swa ? cfg_.swa_pages : cfg_.mamba_slots);
   for (unified::PayloadSidecar* sc : sidecars) {
@@ -108,7 +108,7 @@ void HybridHostTier::host_accounts(unified::VerifyAccounts& acc) const {
 // ---- backups --------------------------------------------------------------------------------
 
 transfer::Event HybridHostTier::submit_backup(const unified::Node& n, const std::vector<std::vector<Slot>>& host) {
-  std::vector<transfer::Event> parts;
+  std::vector<std::vector<transfer::Copy>> batches;
   for (std::size_t c = 0; c < host.size(); ++c) {
     if (host[c].empty()) continue;
     const std::vector<Slot>& dev = *n.comp[c].value;
@@ -136,14 +136,20 @@ transfer::Event HybridHostTier::submit_backup(const unified::Node& n, const std:
     for (auto& sc : sidecars_)
       if (sc.device->source().value() == c)
         for (std::size_t i = 0; i < dev.size(); ++i) sc.host->write(host[c][i], sc.device->read(dev[i]));
-    if (!copies.empty()) parts.push_back(engine_.submit(kWriteStream, std::move(copies)));
+    if (!copies.empty()) batches.push_back(std::move(copies));
   }
+  if (batches.empty()) return {};  // this stage holds none of the bytes: nothing to copy, nothing to fail
+  // transfer.fail / transfer.delay apply to the node's first batch (its joined event fails or is late).
+  if (cfg_.tier.transfer_fault && cfg_.tier.transfer_fault()) engine_.inject(0, true);
+  std::vector<transfer::Event> parts;
+  for (auto& b : batches) parts.push_back(engine_.submit(kWriteStream, std::move(b)));
   return parts.size() == 1 ? parts[0] : transfer::join(std::move(parts));
 }
 
 void HybridHostTier::backup_path(unified::Node* node) {
   const bool cross = acks_.cross_stage();
   for (unified::Node* n : tree_.backup_candidates(node)) {
+    if (policy_ == WritePolicy::WriteThroughSelective && n->hit_count < cfg_.tier.write_through_threshold) break;
     std::vector<std::vector<Slot>> host(kinds_.size());
     bool ok = true;
     std::int64_t slots = 0;
@@ -166,7 +172,6 @@ void HybridHostTier::backup_path(unified::Node* node) {
     const std::uint64_t id = next_write_++;
     transfer::Event ev;
     if (!placeholder) {
-      if (cfg_.tier.transfer_fault && cfg_.tier.transfer_fault()) engine_.inject(0, true);
       ev = submit_backup(*n, host);
       stats_.d2h_bytes += ev.bytes();
       stats_.d2h_ns += ev.modelled_ns();
@@ -176,7 +181,7 @@ void HybridHostTier::backup_path(unified::Node* node) {
     for (std::size_t c = 0; c < host.size(); ++c) in_flight_[c] += n_of(host[c].size());
     ++stats_.writes;
     tree_.mark_writing(n, id);
-    writes_.push_back({id, n, tree_.lock(n), std::move(host)});  // its device values stay until the copy is done
+    writes_.push_back({id, n, tree_.lock_node(n), std::move(host)});  // its device values stay until the copy is done
     acks_.push(id, std::move(ev), placeholder);
   }
 }

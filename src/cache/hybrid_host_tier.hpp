@@ -12,6 +12,8 @@
 //    the boundary (the tree's plan_load cuts a host-only node straddling the window's start);
 //  * MAMBA: the state at the node's end depth, as one object;
 //  * sidecars: their entries follow their source's slots into a host store and back.
+// Write policies: write_through (every inserted node) and write_through_selective (a node once
+// `write_through_threshold` matches reached it); write_back is refused.
 // A node's backup is one joined event over its components' copies: its ACK completes only when
 // every copy landed, and it is published per component (split fragments included) only when it
 // succeeded on every rank of the stage. The node is locked (and marked as being written) until
@@ -74,6 +76,11 @@ class HybridHostTier {
   // After an insert: back up, top-down, the nodes of the path ending at `node` that hold a device
   // value without its host copy and no write in flight (as host slots last).
   void backup_path(unified::Node* node);
+  // A match's device boundary reached `node` (its path's hit counts were bumped): under
+  // write_through_selective, back up what reached the threshold.
+  void on_hit(unified::Node* node) {
+    if (policy_ == WritePolicy::WriteThroughSelective) backup_path(node);
+  }
   WriteAcks& acks() { return acks_; }
   const WriteAcks& acks() const { return acks_; }
   Tokens load_back_threshold() const { return cfg_.tier.load_back_threshold; }
@@ -115,6 +122,7 @@ class HybridHostTier {
   void publish(Write& w, bool placeholder, bool ok);
 
   HybridHostConfig cfg_;
+  WritePolicy policy_;
   unified::UnifiedTree& tree_;
   std::vector<ComponentKind> kinds_;
   HybridBytes bytes_;

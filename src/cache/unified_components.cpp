@@ -391,6 +391,7 @@ LockPart MambaComponent::acquire_lock(UnifiedTree& tree, Node* node) const {
 }
 
 void MambaComponent::release_lock(UnifiedTree& tree, Node* node, const LockPart&) const { tree.add_lock(node, id(), -1); }
+// (UnifiedTree::lock_node takes the same node lock for a write: released here the same way.)
 
 void MambaComponent::verify_node(const UnifiedTree&, const Node& node) const {
   const ComponentData& d = node.at(id());

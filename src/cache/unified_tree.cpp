@@ -153,6 +153,7 @@ Node* UnifiedTree::split(Node* child, std::size_t split_tokens) {
   mid->first_page_hash = child->first_page_hash;  // same first page, so the same entry in the parent
   mid->last_access = child->last_access;
   mid->pending_write = child->pending_write;  // the write covers both fragments
+  mid->hit_count = child->hit_count;          // every match that reached the child crossed the new parent
   auto count = [](const std::optional<std::vector<Slot>>& v) { return v ? static_cast<std::int64_t>(v->size()) : 0; };
   for (std::size_t c = 0; c < components_.size(); ++c) {
     ComponentData& cd = child->comp[c];
@@ -370,8 +371,10 @@ MatchResult UnifiedTree::match_up_to(std::span<const TokenId> tokens, std::size_
   }
   host_best = std::max(host_best, best);  // a device value is present with host copies too
   std::span<Node* const> path(walked.data(), best);
-  if (account)
+  if (account) {
     for (std::size_t i = 0; i < host_best; ++i) touch(walked[i]);  // only what is reused counts as accessed
+    for (Node* n : path) ++n->hit_count;
+  }
   if (best > 0) {
     r.last_node = path.back();
     r.matched = path.back()->end;
@@ -485,6 +488,22 @@ LockHandle UnifiedTree::lock(Node* node) {
   h.node = node;
   h.parts.reserve(components_.size());
   for (const auto& c : components_) h.parts.push_back(c->acquire_lock(*this, node));
+  return h;
+}
+
+LockHandle UnifiedTree::lock_node(Node* node) {
+  KVGRID_CHECK(node != root_.get(), "a node lock on the root");
+  LockHandle h;
+  h.node = node;
+  h.parts.reserve(components_.size());
+  for (const auto& c : components_) {
+    if (c->path_locks()) {
+      h.parts.push_back(c->acquire_lock(*this, node));
+      continue;
+    }
+    add_lock(node, c->id(), +1);
+    h.parts.push_back(LockPart{true, node->start()});
+  }
   return h;
 }
 

@@ -117,6 +117,7 @@ struct Node {
   std::vector<bool> in_host_evictable;       // per component: filed in its host eviction set
   std::vector<std::uint64_t> host_filed_at;  // per component: the last_access it is filed under there
   std::uint64_t pending_write = 0;  // id of an unpublished device→host backup (0: none; a split copies it)
+  std::uint64_t hit_count = 0;      // accounted matches whose device boundary reached this node (write_through_selective)
 
   Tokens start() const { return end - Tokens(static_cast<std::int64_t>(key.size())); }
   Tokens length() const { return Tokens(static_cast<std::int64_t>(key.size())); }
@@ -365,6 +366,9 @@ class UnifiedTree {
   InsertResult insert_below(Node* start, std::span<const TokenId> tokens, std::span<const InsertValue> values);
 
   LockHandle lock(Node* node);
+  // The lock a device→host write needs: the node's own values only (path-locking components
+  // still lock the path — their invariant —, the others just this node and its split fragments).
+  LockHandle lock_node(Node* node);
   void unlock(LockHandle& h);  // releases the parts still held
   // Releases one component's part early (SWA's release_window).
   void release_component_lock(LockHandle& h, ComponentId c);

@@ -117,14 +117,14 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
   }
   // The host tier: write-through backups and published load-backs of every component.
   if (e.cache.host_pages.value() > 0) {
-    refuse(e.cache.write_policy != "write_through",
-           "cache.write_policy = \"" + e.cache.write_policy + "\" (the hybrid host tier backs up write_through only)");
+    refuse(e.cache.write_policy == "write_back",
+           "cache.write_policy = \"write_back\" (the hybrid host tier backs up write_through or write_through_selective)");
+    refuse(!e.cache.component_bugs.empty(),
+           "cache.component_bugs (the component bug record's scenarios run at the device tier)");
     refuse(e.cache.storage != "none", "cache.storage = \"" + e.cache.storage + "\" (the storage tier: \"Unified radix cache II\")");
     for (const auto& f : e.faults)
       refuse(f.name == "transfer.load.fail",
              "faults.\"transfer.load.fail\" (load-backs whose outcome is agreed: the hybrid host tier publishes at once)");
-    if (m.has(LayerKind::Swa) && e.cache.host_swa_pages.value() < 1)
-      throw InputError(src + ": cache.host_swa_pages must be at least 1");
   }
   refuse(m.draft.enabled(), "model.draft.mode = \"" + m.draft.mode + "\" (speculative decoding)");
 }

@@ -117,7 +117,9 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
     batch.push_back({&w, w.computed, w.computed + static_cast<std::size_t>(take), true});
     budget -= take;
   }
-  if (batch.empty() && stalled > 0 && stalled == running_.size())
+  // (Backups in flight hold tree pages that their ACKs release: not stalled for good.)
+  const bool writing = cache_.write_acks() && cache_.write_acks()->unpublished() > 0;
+  if (batch.empty() && stalled > 0 && stalled == running_.size() && !writing)
     throw RunFailure("every running request waits for SWA pages and none can be freed: cache.swa_pages cannot hold the "
                      "windows of " + std::to_string(stalled) + " running requests (raise cache.swa_pages or lower "
                      "engine.max_running)");

@@ -1151,7 +1151,7 @@ def hybrid_runs():
             r"leaves stage 1 \(layers 3\.\.5\) without a full layer"),
            (["--set", "topology.cp=2", "--set", "cache.cp_sharding=sharded"], r'cache\.cp_sharding = "sharded" \(CP replicated only\)'),
            (["--set", "cache.host_pages=64", "--set", "cache.write_policy=write_back"],
-            r'cache\.write_policy = "write_back" \(the hybrid host tier backs up write_through only\)'),
+            r'cache\.write_policy = "write_back" \(the hybrid host tier backs up write_through or'),
            (["--set", "cache.mamba_slots=2"], r"cache\.mamba_slots = 2: .* give at least 3"),
            (["--set", "faults.device.alloc.fail.probability=0.1"], r'faults\."device\.alloc\.fail"'),
            (["--set", "model.layer_types=full,mamba"], r'\[\[model\.sidecar\]\] #2 \("compressor"\): source = "swa" but'),
@@ -1276,7 +1276,7 @@ def hybrid_host():
     expect(rep["cached_tokens"]["host"] > 0 and rep["cached_tokens"]["device"] > 0, "reuse from both tiers", rep["cached_tokens"])
     rc, so, se = run(4, exp, "--out", out("ht-bug"), "--set", "protocol.pp_sync=independent_polling")
     expect(rc != 0 and re.search(r"# rank divergences: [1-9]\d* FAILED", so), "independent_polling caught", so, se)
-    for key, value, why in (("cache.write_policy", "write_back", "write_through only"),
+    for key, value, why in (("cache.write_policy", "write_back", "write_through or write_through_selective"),
                             ("cache.storage", "file", "the storage tier"),
                             ("faults.transfer.load.fail.probability", "0.1", "transfer.load.fail")):
         rc, so, se = run_single(exp, "--out", out("ht-refused"), "--set", f"{key}={value}")

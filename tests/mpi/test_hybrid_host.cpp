@@ -46,12 +46,14 @@ TEST(HybridHost, LoadBacksOfEveryComponentAreCorrectUnderEveryTierFailpointAtEve
       {},
       {"engine.payload=full"},
       {"model.layer_types=full,swa"},  // no MAMBA state whose copy-on-write syncs the SWA copies too
+      {"cache.write_policy=write_through_selective", "cache.write_through_threshold=1", "cache.device_pages=120"},
+      {"cache.host_pages=90", "cache.host_swa_pages=30", "cache.host_mamba_slots=10"},  // host eviction, full host pools
       {"faults.transfer.delay.probability=0.5", "faults.transfer.delay.delay_us=3000"},
       {"faults.transfer.fail.probability=0.2", "faults.transfer.fail.ranks=[0]"},
       {"faults.host.alloc.fail.probability=0.2", "faults.host.alloc.fail.ranks=[0]"},
       {"faults.request.abort.probability=0.05"},
   };
-  std::int64_t loaded = 0, backed = 0;
+  std::int64_t loaded = 0, backed = 0, host_tokens = 0;
   for (const auto& l : testing::every_layout(testing::world_size()))
     for (const auto& c : cases)
       for (std::int64_t seed = 900; seed < 900 + testing::suite_seeds(3); ++seed) {
@@ -67,12 +69,14 @@ TEST(HybridHost, LoadBacksOfEveryComponentAreCorrectUnderEveryTierFailpointAtEve
         EXPECT_GT(r.mine.d2h_pages, 0);
         loaded += r.mine.h2d_pages;
         backed += r.mine.d2h_pages;
+        host_tokens += r.host_tokens;
       }
   if (testing::world_rank() == 0)
     std::printf("[ hybrid host ] %zu layouts x %zu cases: %lld FULL pages loaded back, %lld backed up (rank 0)\n",
                 testing::every_layout(testing::world_size()).size(), cases.size(), static_cast<long long>(loaded),
                 static_cast<long long>(backed));
   EXPECT_GT(loaded, 0) << "the histories came back from the host";
+  EXPECT_GT(host_tokens, 0) << "and were reused from it";
 }
 
 TEST(HybridHost, PerRankAckConsumptionIsCaught) {

@@ -45,7 +45,7 @@ struct HostRig {
   ComponentId full, swa;
   std::unique_ptr<HybridHostTier> host;
 
-  HostRig() {
+  explicit HostRig(std::string policy = "write_through") {
     transfer::EngineConfig ec;
     ec.jitter = 0;
     ec.bytes_per_ns = 1.0;
@@ -56,6 +56,8 @@ struct HostRig {
     swa = tree.add_component(std::make_unique<unified::SwaComponent>(Tokens(8)));
     HybridHostConfig hc;
     hc.tier.host_pages = Pages(16);
+    hc.tier.write_policy = std::move(policy);
+    hc.tier.write_through_threshold = 2;
     hc.tier.load_back_threshold = Tokens(kPage);
     hc.swa_pages = 16;
     hc.local_layers = 3;  // two FULL layers and one SWA layer on this "stage"
@@ -125,6 +127,25 @@ TEST(HybridHostTier, ABackupAckWaitsForItsSlowestComponentAndALoadBackForItsWind
   EXPECT_EQ(block(rig.swa_dev, 6, 0), swa_bytes);
   EXPECT_EQ(block(rig.full_dev, 6, 1), block(rig.full_host, fh[1].value(), 1));
   EXPECT_EQ(rig.tree.match_prefix(std::span<const TokenId>(t).first(9)).matched, Tokens(8));
+}
+
+TEST(HybridHostTier, WriteThroughSelectiveBacksUpANodeOnceItsHitsReachTheThreshold) {
+  HostRig rig("write_through_selective");
+  std::vector<TokenId> t(12);
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<TokenId>(3 + i);
+  std::vector<InsertValue> v{InsertValue::pages({Slot(1), Slot(2)}), InsertValue::pages({Slot(1), Slot(2)})};
+  unified::Node* n = rig.tree.insert(std::span<const TokenId>(t).first(8), v).last_node;
+  rig.host->backup_path(n);
+  EXPECT_EQ(rig.host->acks().pending(), 0u) << "no hit yet";
+  for (std::uint64_t hits = 1; hits <= 2; ++hits) {
+    auto m = rig.tree.match_prefix(std::span<const TokenId>(t).first(9));
+    ASSERT_EQ(m.last_node, n);
+    EXPECT_EQ(n->hit_count, hits);
+    rig.host->on_hit(m.last_node);
+    EXPECT_EQ(rig.host->acks().pending(), hits == 2 ? 1u : 0u) << hits << " hits, threshold 2";
+  }
+  rig.tree.peek_prefix(std::span<const TokenId>(t).first(9));
+  EXPECT_EQ(n->hit_count, 2u) << "a peek is not a hit";
 }
 
 }  // namespace
