@@ -7,7 +7,7 @@
 namespace kvgrid::cache {
 
 namespace {
-constexpr std::array<ComponentBugInfo, 9> kBugs{{
+constexpr std::array<ComponentBugInfo, 10> kBugs{{
     {ComponentBug::SwaRunAcrossTombstones, "swa_run_across_tombstones", 14,
      "the SWA validator resets its live run at the first tombstone only and counts later tombstones as live"},
     {ComponentBug::HealFreesStale, "heal_frees_stale", 15,
@@ -18,6 +18,8 @@ constexpr std::array<ComponentBugInfo, 9> kBugs{{
      "the SWA insert window is floor(W/p) pages: with page > window an insert keeps no SWA page at its end"},
     {ComponentBug::SwaVetoFullLeaf, "swa_veto_full_leaf", 18,
      "SWA refuses a new leaf shorter than its window, and FULL's pages for it are dropped with it"},
+    {ComponentBug::SwaLoadWholeNode, "swa_load_whole_node", 19,
+     "a load-back does not cut a host-only SWA node straddling the window's start: it restores the whole node"},
     {ComponentBug::SplitTruncatesState, "split_truncates_state", 20,
      "a split hands the node's MAMBA state to the new prefix node, as if a point state could be truncated"},
     {ComponentBug::StateAtFloor, "state_at_floor", 21,

@@ -27,6 +27,7 @@ enum class ComponentBug : std::uint8_t {
   StateAtFloor,            // #21 the running state is attached at the floored checkpoint depth
   SharedStateSlot,         // #22 a request advances the tree's state slot in place (no private copy)
   ReadPastBoundary,        // #23 FULL's pages are read past the boundary every component accepts
+  SwaLoadWholeNode,        // #19 a load-back restores a host-only SWA node straddling the window whole
 };
 
 struct ComponentBugInfo {

@@ -129,6 +129,7 @@ void HybridCache::load_back(RequestId id, std::span<const TokenId> view, unified
   unified::LockHandle start = tree_.lock(m.last_node);
   const std::vector<unified::LoadItem> items = tree_.plan_load(m);
   std::size_t done = 0;
+  std::int64_t swa_loaded = 0;
   for (const auto& it : items) {
     auto slots = alloc_device(it.component, n_of(it.host.size()), &r.evicted);
     if (!slots) break;  // the device is full of what cannot go: what is loaded stays, the rest is a miss
@@ -136,9 +137,16 @@ void HybridCache::load_back(RequestId id, std::span<const TokenId> view, unified
     // The boundary's state is copied into the request's own slot right below (copy-on-write at
     // admission): its load lands first.
     if (cfg_.mamba && it.component == mamba_ && !h.state_events.empty()) h.state_events.back().synchronize();
+    if (cfg_.swa && it.component == swa_) swa_loaded += n_of(it.host.size());
     tree_.commit_load(it, std::move(*slots));
     ++done;
   }
+  // A request's SWA budget counts the tree's window it locks: a load-back restores at most that
+  // window (bug-catalogue #19). A breach is kept for verify() to report.
+  const std::int64_t window_pages = cfg_.swa ? (cfg_.window.value() + cfg_.page_size.value() - 1) / cfg_.page_size.value() : 0;
+  if (swa_loaded > window_pages && window_breach_.empty())
+    window_breach_ = "request " + std::to_string(id.value()) + ": a load-back restored " + std::to_string(swa_loaded) +
+                     " SWA pages, more than its window's " + std::to_string(window_pages);
   if (done < items.size()) {
     // Loaded values past where the device boundary falls back are unlocked from here: their
     // copies land before anyone can evict them and reuse their slots.
@@ -505,6 +513,7 @@ std::vector<PageId> HybridCache::cached_pages() const {
 }
 
 void HybridCache::verify() const {
+  KVGRID_CHECK(window_breach_.empty(), window_breach_);
   unified::VerifyAccounts acc;
   acc.components.resize(tree_.components());
   acc.components[full_.value()] = {full_pool_.capacity().value(), full_pool_.free_pages().value(), reserved_.value()};

@@ -177,6 +177,7 @@ class HybridCache {
   std::function<void(std::span<const std::uint32_t>)> on_state_free_;
   std::function<void(std::uint32_t, std::uint32_t)> copy_state_;
   std::unique_ptr<HybridHostTier> host_;
+  std::string window_breach_;  // the first load-back that restored more SWA pages than a window (none: empty)
 };
 
 }  // namespace kvgrid::cache

@@ -200,6 +200,7 @@ Tokens SwaComponent::rounded_window() const {
 std::optional<Tokens> SwaComponent::load_split(std::span<Node* const> path, Tokens boundary) const {
   // A host-only node reaching above the rounded window would load pages nobody reads (and more
   // than a request's SWA budget): cut it at the window's start (bug-catalogue #19).
+  if (bugs_.has(ComponentBug::SwaLoadWholeNode)) return std::nullopt;  // #19: the node is loaded whole
   const Tokens w = boundary - rounded_window();
   for (const Node* n : path)
     if (n->start() < w && w < n->end && !n->at(id()).live()) return w;

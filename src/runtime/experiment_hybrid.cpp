@@ -70,6 +70,9 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
     const bool mamba_bug = bug == cache::ComponentBug::SplitTruncatesState || bug == cache::ComponentBug::StateAtFloor ||
                            bug == cache::ComponentBug::SharedStateSlot;
     const bool swa_bug = !mamba_bug && bug != cache::ComponentBug::ReadPastBoundary;
+    if (bug == cache::ComponentBug::SwaLoadWholeNode && e.cache.host_pages.value() == 0)
+      throw InputError(src + ": cache.component_bugs: \"" + name + "\" is planted in the host tier's load-back, but "
+                       "cache.host_pages = 0 (it would change nothing)");
     if ((mamba_bug && !m.has(LayerKind::Mamba)) || (swa_bug && !m.has(LayerKind::Swa)))
       throw InputError(src + ": cache.component_bugs: \"" + name + "\" is planted in the " + (mamba_bug ? "MAMBA" : "SWA") +
                        " component, but " + what + " has no " + (mamba_bug ? "mamba" : "swa") + " layers (it would change nothing)");
@@ -119,8 +122,9 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
   if (e.cache.host_pages.value() > 0) {
     refuse(e.cache.write_policy == "write_back",
            "cache.write_policy = \"write_back\" (the hybrid host tier backs up write_through or write_through_selective)");
-    refuse(!e.cache.component_bugs.empty(),
-           "cache.component_bugs (the component bug record's scenarios run at the device tier)");
+    for (const auto& name : e.cache.component_bugs)
+      refuse(name != "swa_load_whole_node",
+             "cache.component_bugs = \"" + name + "\" (the record's device-tier bugs run without a host tier)");
     refuse(e.cache.storage != "none", "cache.storage = \"" + e.cache.storage + "\" (the storage tier: \"Unified radix cache II\")");
     for (const auto& f : e.faults)
       refuse(f.name == "transfer.load.fail",

@@ -1208,10 +1208,10 @@ def component_bugs():
     p = subprocess.run([os.path.join(SRC, "jobs", "component_bugs.py"), "--check", "--seeds", "1"], capture_output=True,
                        text=True, env=dict(ENV, KVGRID_BIN=BIN), timeout=240)
     print(p.stdout)
-    expect(p.returncode == 0 and "# 9 of 9 bugs caught in every seed, the correct code clean" in p.stdout,
+    expect(p.returncode == 0 and "# 10 of 10 bugs caught in every seed, the correct code clean" in p.stdout,
            "every component bug caught, the correct code clean", p.stdout, p.stderr)
     for bug, by in (("shared_state_slot", "caught by oracle 1/1"), ("unfinished_insert_live", "caught by verify() 1/1"),
-                    ("swa_veto_full_leaf", "caught by insert check 1/1")):
+                    ("swa_veto_full_leaf", "caught by insert check 1/1"), ("swa_load_whole_node", "caught by verify() 1/1")):
         line = next((x for x in p.stdout.splitlines() if bug in x), "")
         expect(by in line, f"{bug} caught by {by}", line)
     exp = os.path.join(SRC, "experiments", "component_bugs.toml")
