@@ -7,7 +7,8 @@
 #include "core/check.hpp"
 #include "core/hash.hpp"
 
-// The operations; introspection (find_node, page_values, digest) and verify() are in
+// The operations; host copies (backups, host eviction, load-back plans) are in
+// unified_tree_host.cpp, introspection (find_node, page_values, digest) and verify() in
 // unified_tree_inspect.cpp.
 namespace kvgrid::cache::unified {
 
@@ -590,109 +591,6 @@ EvictResult UnifiedTree::evict_component(Node* node, ComponentId c) {
   EvictResult r = empty_result();
   evict_into(node, c, r);
   return r;
-}
-
-// ---- host copies ----------------------------------------------------------------------------
-
-std::vector<Node*> UnifiedTree::path_to(Node* node) const {
-  std::vector<Node*> path;
-  for (Node* n = node; n != root_.get(); n = n->parent) path.push_back(n);
-  std::reverse(path.begin(), path.end());
-  return path;
-}
-
-std::vector<Node*> UnifiedTree::backup_candidates(Node* node) {
-  auto unbacked = [](const Node* n) {
-    return std::any_of(n->comp.begin(), n->comp.end(), [](const ComponentData& d) { return d.live() && !d.backed(); });
-  };
-  std::vector<Node*> path;
-  for (Node* n = node; n != root_.get() && n->pending_write == 0 && unbacked(n); n = n->parent) path.push_back(n);
-  std::reverse(path.begin(), path.end());
-  return path;
-}
-
-void UnifiedTree::set_host(Node* node, ComponentId c, std::vector<Slot> host) {
-  KVGRID_CHECK(node != root_.get(), "a host copy on the root");
-  const Component& comp = *components_[c.value()];
-  ComponentData& d = node->at(c);
-  const std::size_t want = comp.paged() ? node->key.size() / static_cast<std::size_t>(page_size_.value()) : 1;
-  KVGRID_CHECK(!d.backed() && host.size() == want, "component ", comp.name(), " host copy of ", host.size(),
-               " slots on node ", node->id, " (", d.backed() ? "which has one" : "expects ", want, ")");
-  host_held_[c.value()] += static_cast<std::int64_t>(want);
-  d.host = std::move(host);
-  refresh(node);
-  refresh(node->parent);  // FULL's host rule looks at the children
-}
-
-void UnifiedTree::give_up_host(Node* node, ComponentId c, EvictResult& out) {
-  ComponentData& d = node->at(c);
-  if (!d.host) return;
-  auto& f = out.freed[c.value()];
-  f.insert(f.end(), d.host->begin(), d.host->end());
-  host_held_[c.value()] -= static_cast<std::int64_t>(d.host->size());
-  d.host.reset();
-  refresh(node);
-  refresh(node->parent);
-}
-
-EvictResult UnifiedTree::evict_host(ComponentId c, std::int64_t slots) {
-  EvictResult r = empty_result();
-  Component& comp = *components_[c.value()];
-  while (static_cast<std::int64_t>(r.freed[c.value()].size()) < slots) {
-    Node* victim = comp.host_evict_next(*this);
-    if (!victim) break;
-    KVGRID_CHECK(is_host_candidate(victim, c), "host eviction of ", comp.name(), " on node ", victim->id,
-                 " that is not a candidate");
-    const bool leaf = victim->is_leaf();
-    const int priority = comp.eviction_priority(leaf);
-    for (std::size_t d = 0; d < components_.size(); ++d)
-      if (components_[d]->eviction_priority(leaf) <= priority) give_up_host(victim, ComponentId(static_cast<std::uint32_t>(d)), r);
-    if (leaf) prune_tombstone_leaves(victim, r.nodes_deleted);
-  }
-  return r;
-}
-
-std::vector<LoadItem> UnifiedTree::plan_load(MatchResult& m) {
-  std::vector<LoadItem> items;
-  if (m.host_matched <= m.matched) return items;
-  std::vector<Node*> path = path_to(m.host_node);
-  for (const auto& comp : components_) {  // cut where a component loads only part of a node
-    auto at = comp->load_split(path, m.host_matched);
-    if (!at) continue;
-    auto it = std::find_if(path.begin(), path.end(), [&](const Node* n) { return n->start() < *at && *at < n->end; });
-    KVGRID_CHECK(it != path.end() && at->value() % page_size_.value() == 0, "component ", comp->name(),
-                 " asked to cut the load-back path at ", *at);
-    Node* upper = split(*it, static_cast<std::size_t>((*at - (*it)->start()).value()));
-    path.insert(it, upper);
-  }
-  m.host_path.clear();
-  for (Node* n : path)
-    if (n->end > m.matched) m.host_path.push_back(n);
-  for (Node* n : path)
-    for (std::size_t c = 0; c < components_.size(); ++c) {
-      const Component& comp = *components_[c];
-      const ComponentData& d = n->comp[c];
-      if (d.live() || !comp.load_wanted(*n, m.host_matched)) continue;
-      KVGRID_CHECK(d.backed(), comp.name(), " needs node ", n->id, " [", n->start(), ", ", n->end,
-                   ") on the device to reach ", m.host_matched, " but it has no host copy there");
-      items.push_back({n, comp.id(), *d.host});
-    }
-  return items;
-}
-
-void UnifiedTree::commit_load(const LoadItem& item, std::vector<Slot> device) {
-  const ComponentData& d = item.node->at(item.component);
-  KVGRID_CHECK(!d.live() && device.size() == item.host.size(), components_[item.component.value()]->name(),
-               " load-back of ", device.size(), " slots onto node ", item.node->id,
-               d.live() ? ", which holds a value" : "");
-  set_value(item.node, item.component, std::move(device));
-  components_[item.component.value()]->loaded(*item.node);
-}
-
-void UnifiedTree::mark_writing(Node* node, std::uint64_t write) {
-  KVGRID_CHECK(node != root_.get(), "a write of the root");
-  node->pending_write = write;
-  refresh(node);
 }
 
 }  // namespace kvgrid::cache::unified

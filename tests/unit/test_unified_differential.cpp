@@ -11,10 +11,6 @@ namespace {
 // ---- randomized differential test against a brute-force reference ---------------------------
 
 constexpr std::int64_t kWindow = 10, kChunk = 8;  // W off the page grid and above the checkpoint grid
-constexpr std::int64_t kInf = std::numeric_limits<std::int64_t>::max();
-using Key = std::vector<TokenId>;
-
-Key prefix(const std::vector<TokenId>& t, std::size_t n) { return Key(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n)); }
 
 // The reference knows nothing of nodes: every cached page is the token prefix that ends with it,
 // holding a FULL page, an SWA page or an SWA tombstone, and maybe a MAMBA state at its end.
@@ -150,23 +146,12 @@ std::map<Key, std::tuple<Slot, std::optional<Slot>, std::optional<Slot>>> conten
 // itself); the least (last access, node id).
 std::optional<Slot> lru_victim_slot(const Hybrid& h, int c) {
   const ComponentId ids[3] = {h.full, h.swa, h.mamba};
-  const Node* best = nullptr;
-  std::vector<const Node*> stack{h.tree.root()};
-  while (!stack.empty()) {
-    const Node* n = stack.back();
-    stack.pop_back();
-    for (const auto& [k, child] : n->children) stack.push_back(child.get());
-    if (n == h.tree.root() || !n->at(ids[c]).live()) continue;
-    bool ok = true;
-    if (c == 0)
-      for (const auto& [k, child] : n->children) ok = ok && !child->at(h.full).live();
-    for (int d = 0; d < 3; ++d) {
-      const bool cascaded = n->is_leaf() || c == 0 || d >= c;
-      if (cascaded && n->at(ids[d]).lock_ref > 0) ok = false;
-    }
-    if (ok && (!best || n->last_access < best->last_access || (n->last_access == best->last_access && n->id < best->id)))
-      best = n;
-  }
+  const Node* best = least_recent(h.tree, [&](const Node& n) {
+    if (!n.at(ids[c]).live() || cascade_locked(n, ids, c)) return false;
+    for (const auto& [k, child] : n.children)
+      if (c == 0 && child->at(h.full).live()) return false;
+    return true;
+  });
   if (!best) return std::nullopt;
   return (*best->at(ids[c]).value)[0];
 }

@@ -77,6 +77,34 @@ struct Hybrid {
   }
 };
 
+// Token-prefix keys of the page-level reference models (a page is the prefix ending with it).
+using Key = std::vector<TokenId>;
+inline Key prefix(const std::vector<TokenId>& t, std::size_t n) { return Key(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n)); }
+constexpr std::int64_t kInf = std::numeric_limits<std::int64_t>::max();
+
+// The eviction order by brute force: of the nodes `allowed` admits (the root never), the least
+// (last access, node id); null when none.
+template <typename Pred>
+const Node* least_recent(const UnifiedTree& tree, Pred allowed) {
+  const Node* best = nullptr;
+  std::vector<const Node*> stack{tree.root()};
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    for (const auto& [k, child] : n->children) stack.push_back(child.get());
+    if (n == tree.root() || !allowed(*n)) continue;
+    if (!best || n->last_access < best->last_access || (n->last_access == best->last_access && n->id < best->id)) best = n;
+  }
+  return best;
+}
+// Does a cascade from component c (0 FULL, 1 SWA, 2 MAMBA of Hybrid) reach a locked value on n?
+// A leaf cascades to everything, an internal FULL to everything, SWA to SWA and MAMBA, MAMBA to itself.
+inline bool cascade_locked(const Node& n, const ComponentId (&ids)[3], int c) {
+  for (int d = 0; d < 3; ++d)
+    if ((n.is_leaf() || c == 0 || d >= c) && n.at(ids[d]).lock_ref > 0) return true;
+  return false;
+}
+
 inline std::vector<Slot> value_of(const Node* n, ComponentId c) {
   return n->at(c).value ? *n->at(c).value : std::vector<Slot>{};
 }
