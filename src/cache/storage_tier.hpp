@@ -1,18 +1,22 @@
-// The storage tier (L3) of one rank's cache: write-through of backed-up host pages to the file
-// backend, and prefetch of a request's prompt beyond its device/host hit into host pages.
+// The storage tier (L3) of one rank's cache: write-through of backed-up host copies to the file
+// backend, and prefetch of a request's prompt beyond its device/host hit into host slots.
+// What is written, read and landed depends on the model: a StorageSite (storage_site.hpp) does
+// it — RadixStorageSite for full-attention models (one object per page), HybridStorageSite for
+// hybrid models (objects per component); this file is the protocol both share.
 //
-// Write: when a device→host backup is published, each page of the node is written as one object
-// under its storage key (page hash chain + shard suffix). With KV replicated over TP (MLA) only
-// TP rank 0 writes; the others share its directory and only read.
+// Write: when a device→host backup is published, the site writes the node's objects under their
+// storage keys (page hash chain + shard suffix).
 //
 // Prefetch, for a request that has just arrived (every rank of the stage, same point):
-//   1. peek at the tree: the prefetch starts after the deepest backed-up node of the hit (the
-//      hit's device pages beyond it, if any, are read again and become their host copy);
-//   2. hit query: leading existing keys from there; MIN over the stage (agree_min); nothing
-//      happens when it adds fewer than `prefetch_threshold` tokens to the hit;
-//   3. host pages for the agreed hit (agreed allocation), the hit's last node locked;
+//   1. peek at the tree (the site's plan): the prefetch starts after the deepest backed-up node
+//      of the hit (the hit's device pages beyond it, if any, are read again and become their host
+//      copy);
+//   2. hit query: this rank's storage hit from there (the site's); MIN over the stage
+//      (agree_min); nothing happens when it adds fewer than `prefetch_threshold` tokens to the hit;
+//   3. host slots for the agreed hit (agreed allocation), the anchor pinned;
 //   4. reads in batches of `batch_pages` pages; each batch is one ACK carrying how many of its
-//      leading pages were read intact — also after a failure (then fewer, or zero);
+//      leading pages were read intact — also after a failure (then fewer, or zero); the site
+//      says how many leading intact pages may be used (hybrid: all or nothing);
 //   5. when the scheduler reaches the request (`try_finish`), the stop policy says whether every
 //      rank may stop now — best_effort: always; wait_complete: all ACKs seen; timeout: all seen
 //      or the deadline passed (base + per-1024-token time, capped, on the modelled clock) —
@@ -40,6 +44,7 @@
 #include "cache/host_tier.hpp"
 #include "cache/kv_pool.hpp"
 #include "cache/radix_tree.hpp"
+#include "cache/storage_site.hpp"
 #include "core/decision_log.hpp"
 #include "core/rng.hpp"
 
@@ -81,14 +86,17 @@ struct StorageTierStats {
   std::uint64_t read_bytes = 0, written_bytes = 0;
 };
 
+class RadixStorageSite;
+
 class StorageTier {
  public:
+  using SiteFactory = std::function<std::unique_ptr<StorageSite>(const StorageContext&)>;
+  // A full-attention model's storage tier (RadixStorageSite over `tree` and `host`).
   StorageTier(StorageTierConfig cfg, RadixTree& tree, HostTier& host, KvPool& host_kv, AckAgreement& agreement,
               DecisionLog& log);
+  // Any site: `make` builds it with this tier's context.
+  StorageTier(StorageTierConfig cfg, AckAgreement& agreement, DecisionLog& log, const SiteFactory& make);
   ~StorageTier();
-
-  // Write-through of a node whose host backup was just published.
-  void backup(TreeNode* node);
 
   // A request arrived: maybe start prefetching (collective over the stage).
   void start_prefetch(RequestId id, std::span<const TokenId> prompt);
@@ -129,62 +137,46 @@ class StorageTier {
     return out;
   }
   FileStorage& storage() { return *store_; }
-  // Speculative decoding, sidecar drafts: every page also has a draft object (key +
-  // DraftState::kObjectSuffix), written with it; a page is a hit only when both exist (the hit is
-  // the MIN of the target's and the draft's), and its draft object is read first, so a batch's
-  // ACK never reports a page whose draft has not landed.
-  void set_draft(DraftState* d) { draft_ = d->separate_objects() ? d : nullptr; }
-
-  // Serialized page (all local layers of one host page), the object payload.
-  std::vector<std::uint8_t> page_bytes(PageId page) const;
+  StorageSite& site() { return *site_; }
+  // Speculative decoding, sidecar drafts (full-attention models): every page also has a draft
+  // object, written with it and required by a hit (radix_storage_site.hpp).
+  void set_draft(DraftState* d);
 
  private:
   struct Batch {
     std::size_t first = 0, count = 0;
     std::uint64_t done_ns = 0;      // simulated
-    std::size_t ok = 0;             // leading pages read intact (simulated)
+    std::size_t ok = 0;             // leading items read intact (simulated)
     std::shared_future<std::size_t> result;  // threaded
     bool seen() const;
     std::size_t intact() const;
   };
   struct Prefetch {
-    std::vector<TokenId> tokens;    // the prompt up to the end of the agreed hit
-    Tokens start{0};
-    TreeNode* anchor = nullptr;     // locked: the hit's last node
-    std::vector<std::string> keys;
-    std::vector<PageId> pages;      // host pages, one per key
+    std::unique_ptr<StorageSite::Job> job;  // pinned, with host slots for every item
     std::vector<Batch> batches;
     std::uint64_t deadline_ns = 0;
-  };
-  struct Plan {
-    std::vector<TokenId> tokens;  // the prompt's reusable whole pages
-    std::size_t start = 0, cached = 0, local_hit = 0;  // pages
-    TreeNode* anchor = nullptr;
-    std::vector<std::string> keys;  // from `start`
   };
   struct Query {
     std::uint64_t id;
     std::vector<TokenId> prompt;
   };
-  std::optional<Plan> plan(std::span<const TokenId> prompt);
-  void launch(RequestId id, Plan& pl, std::size_t hit);
+  // Starts the prefetch of `job` for an agreed `hit` (pages): takes the job when it starts.
+  void launch(RequestId id, std::unique_ptr<StorageSite::Job>& job, std::size_t hit);
   std::pair<std::size_t, bool> local_progress(const Prefetch& pf) const;  // (ACKs seen, may stop)
   std::size_t done_pages(Prefetch& pf, std::size_t acks);
   void finish(RequestId id, std::size_t agreed);
   bool try_finish_across(RequestId id);
-  std::size_t read_pages(const std::vector<std::string>& keys, const std::vector<PageId>& pages, std::size_t first,
-                         std::size_t count, std::optional<std::size_t> fail_at);
   void release(Prefetch& p, std::size_t keep);
-  std::vector<std::string> keys_for(std::span<const TokenId> tokens, std::size_t from_page) const;
 
   StorageTierConfig cfg_;
   enum class StopPolicy { BestEffort, WaitComplete, Timeout } stop_;  // cfg_.stop_policy, parsed once
-  RadixTree& tree_;
-  HostTier& host_;
-  KvPool& host_kv_;
   AckAgreement& agreement_;
   DecisionLog& log_;
   std::unique_ptr<FileStorage> store_;
+  StorageTierStats stats_;
+  StorageContext ctx_;
+  std::unique_ptr<StorageSite> site_;
+  RadixStorageSite* radix_ = nullptr;  // site_, when it is one
   Rng jitter_;
   std::map<std::uint64_t, Prefetch> active_;  // by request id
   std::map<std::uint64_t, std::pair<Tokens, Tokens>> finished_;
@@ -194,10 +186,7 @@ class StorageTier {
   std::vector<Query> queries_;                                   // arrivals of this step (across stages)
   std::map<std::uint64_t, std::uint64_t> stopping_;               // request -> ACKs consumed, stopping now
   std::vector<std::pair<std::uint64_t, std::uint64_t>> decisions_in_, decisions_out_;
-  DraftState* draft_ = nullptr;  // sidecar drafts only
-  std::size_t page_object_bytes() const;  // bytes read or written per page (with its draft object)
   std::uint64_t next_free_ns_ = 0;  // simulated: the storage queue's tail (batches are read in order)
-  StorageTierStats stats_;
 };
 
 }  // namespace kvgrid::cache

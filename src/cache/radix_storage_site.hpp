@@ -1,0 +1,55 @@
+// The storage site of full-attention models (storage_site.hpp): the radix tree and its host tier.
+// Objects: one per page (all local layers of one host page) under its storage key (page hash
+// chain + shard suffix); with a sidecar draft, the draft's object beside it (key +
+// DraftState::kObjectSuffix), written first, read first, and required by a hit (the MIN of the
+// target's and the draft's leading hits), so an ACK never reports a page whose draft is missing.
+// With KV replicated over TP (MLA) only TP rank 0 writes; the others read its objects.
+// With CP sharding each page is written, looked up and read by its owner only.
+// Prefetched pages hang below the deepest backed-up node of the hit; device pages past it that
+// have no host copy are read again and become that copy. Every intact leading page is usable.
+#pragma once
+
+#include "cache/draft_state.hpp"
+#include "cache/host_tier.hpp"
+#include "cache/kv_pool.hpp"
+#include "cache/radix_tree.hpp"
+#include "cache/storage_site.hpp"
+
+namespace kvgrid::cache {
+
+class RadixStorageSite final : public StorageSite {
+ public:
+  RadixStorageSite(const StorageContext& ctx, RadixTree& tree, HostTier& host, KvPool& host_kv);
+
+  // Write-through of a node whose host backup was just published (called by the host tier).
+  void backup(TreeNode* node);
+  void set_draft(DraftState* d) { draft_ = d && d->separate_objects() ? d : nullptr; }
+  // Serialized page (all local layers of one host page), the object payload.
+  std::vector<std::uint8_t> page_bytes(PageId page) const;
+
+  Tokens page_size() const override { return tree_.page_size(); }
+  std::unique_ptr<Job> plan(std::span<const TokenId> prompt) override;
+  void pin(Job& job) override;
+  void unpin(Job& job) override;
+  bool allocate(Job& job, std::size_t hit, CrossStageAgreement* cross) override;
+  std::size_t read(Job& job, std::size_t first, std::size_t count, std::optional<std::size_t> fail_at) override;
+  std::size_t bytes(const Job&, std::size_t, std::size_t count) const override { return count * page_object_bytes(); }
+  std::size_t accept(const Job&, std::size_t intact) const override { return intact; }
+  std::size_t land(Job& job, std::size_t keep) override;
+
+ private:
+  struct RadixJob : Job {
+    TreeNode* anchor = nullptr;  // pinned: the hit's deepest backed-up node
+    std::vector<PageId> pages;   // host pages, one per item
+  };
+  std::size_t page_object_bytes() const;  // bytes read or written per page (with its draft object)
+  std::vector<std::string> keys_for(std::span<const TokenId> tokens, std::size_t from_page) const;
+
+  StorageContext ctx_;
+  RadixTree& tree_;
+  HostTier& host_;
+  KvPool& host_kv_;
+  DraftState* draft_ = nullptr;  // sidecar drafts only
+};
+
+}  // namespace kvgrid::cache
