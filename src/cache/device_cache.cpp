@@ -72,7 +72,18 @@ std::optional<std::vector<PageId>> DeviceCache::alloc_evicting(Pages n, std::uin
 
 std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const TokenId> prompt, Tokens kv_tokens,
                                                 Tokens max_match) {
-  if (hybrid_) return hybrid_->reserve(id, prompt, kv_tokens, max_match);
+  if (hybrid_) {
+    auto r = hybrid_->reserve(id, prompt, kv_tokens, max_match);
+    if (storage_) {  // of what the load-back brought, the part its storage prefetch had added
+      const auto [b, e] = storage_->prefetched_range(id);
+      if (r) {
+        const Tokens lo = std::max(b, r->matched - r->host_loaded), hi = std::min(e, r->matched);
+        if (hi > lo) r->storage_loaded = hi - lo;
+      }
+      storage_->forget(id);
+    }
+    return r;
+  }
   const std::int64_t p = tree_.page_size().value();
   // match_prefix reuses at most size - 1 tokens: a view of max_match + 1 tokens caps the match.
   const auto cap = static_cast<std::size_t>(max_match.value());
@@ -173,6 +184,10 @@ void DeviceCache::attach_host_tier(HostTierConfig cfg, KvPool& device_kv, KvPool
 }
 
 void DeviceCache::attach_storage_tier(StorageTierConfig cfg, KvPool& host_kv, AckAgreement& agreement) {
+  if (hybrid_) {
+    storage_ = hybrid_->make_storage_tier(std::move(cfg), agreement);
+    return;
+  }
   KVGRID_CHECK(host_ != nullptr, "the storage tier needs the host tier");
   storage_ = std::make_unique<StorageTier>(std::move(cfg), tree_, *host_, host_kv, agreement, log_);
 }

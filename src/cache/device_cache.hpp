@@ -162,6 +162,7 @@ class DeviceCache {
     return hybrid_ && hybrid_->host_tier() ? hybrid_->host_tier()->pool(unified::ComponentId(0)).used() : -1;
   }
   // Adds the storage tier (needs the host tier): write-through of published backups, prefetch.
+  // Hybrid models: objects per component (hybrid_storage_site.hpp); `host_kv` is not used.
   void attach_storage_tier(StorageTierConfig cfg, KvPool& host_kv, AckAgreement& agreement);
   StorageTier* storage_tier() { return storage_.get(); }
   const StorageTier* storage_tier() const { return storage_.get(); }

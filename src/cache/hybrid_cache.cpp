@@ -1,4 +1,5 @@
 #include "cache/hybrid_cache.hpp"
+#include "cache/hybrid_storage_site.hpp"
 
 #include <algorithm>
 
@@ -538,6 +539,18 @@ void HybridCache::verify() const {
 
 void HybridCache::debug_verify() const {
   if (KVGRID_DEBUG_CHECKS_ON()) verify();
+}
+
+}  // namespace kvgrid::cache
+
+namespace kvgrid::cache {
+
+std::unique_ptr<StorageTier> HybridCache::make_storage_tier(StorageTierConfig cfg, AckAgreement& agreement) {
+  KVGRID_CHECK(host_ != nullptr, "the hybrid storage tier needs the host tier");
+  const Tokens window = cfg_.swa ? cfg_.window : Tokens(0), chunk = cfg_.mamba ? cfg_.mamba_chunk : Tokens(0);
+  return std::make_unique<StorageTier>(std::move(cfg), agreement, log_, [&](const StorageContext& ctx) {
+    return std::make_unique<HybridStorageSite>(ctx, tree_, *host_, window, chunk);
+  });
 }
 
 }  // namespace kvgrid::cache

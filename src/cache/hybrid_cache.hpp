@@ -43,6 +43,7 @@
 #include "cache/component_bugs.hpp"
 #include "cache/device_pool.hpp"
 #include "cache/hybrid_host_tier.hpp"
+#include "cache/storage_tier.hpp"
 #include "cache/unified_components.hpp"
 #include "cache/unified_tree.hpp"
 #include "core/decision_log.hpp"
@@ -123,6 +124,9 @@ class HybridCache {
   // Adds the host tier (hybrid_host_tier.hpp): backups after inserts, load-backs in reserve().
   void attach_host_tier(HybridHostConfig cfg, HybridBytes bytes, transfer::TransferEngine& engine, AckAgreement& agreement);
   HybridHostTier* host_tier() { return host_.get(); }
+  // A storage tier over this cache's tree and host tier (hybrid_storage_site.hpp; needs the host
+  // tier): objects per component, written when backups publish, prefetched as host copies.
+  std::unique_ptr<StorageTier> make_storage_tier(StorageTierConfig cfg, AckAgreement& agreement);
   const HybridHostTier* host_tier() const { return host_.get(); }
 
   // Tree invariants (unified verify with every pool's accounts) and FULL: tree + reserved = used.

@@ -227,6 +227,8 @@ void HybridHostTier::publish(Write& w, bool placeholder, bool ok_everywhere) {
     in_flight_[c] -= n_of(w.host[c].size());
   }
   if (any_unused || placeholder) ++stats_.writes_failed;
+  if (on_published_ && !placeholder)
+    for (unified::Node* f : fragments) on_published_(f);  // the storage tier writes what is new there
   tree_.unlock(w.lock);
   KVGRID_CONSENSUS(log_, "write_ack", {static_cast<std::int64_t>(w.id)}, {any_unused || placeholder ? 0 : 1});
   transfers_.push_back({"write_ack", w.id, 0, 0, 0});

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -93,8 +94,24 @@ class HybridHostTier {
   void load(const unified::LoadItem& item, std::span<const unified::Slot> device, std::vector<transfer::Event>& layer_events,
             std::vector<transfer::Event>& state_events);
 
-  // Host slots per component: free + tree + in flight = capacity (for verify()).
+  // Host slots per component: free + tree + in flight (writes and prefetches) = capacity (for verify()).
   void host_accounts(unified::VerifyAccounts& acc) const;
+
+  // ---- for the storage tier (hybrid_storage_site.hpp) ----
+  // Called with each node (split fragments included) whose backup was just published.
+  void on_published(std::function<void(unified::Node*)> f) { on_published_ = std::move(f); }
+  // Host slots for `n` of component c, evicting host copies when short (not agreed: the caller
+  // agrees); host.alloc.fail is drawn apart (`alloc_fault`), once per agreed allocation.
+  std::optional<std::vector<unified::Slot>> alloc_host(unified::ComponentId c, std::int64_t n) { return alloc_local(c, n); }
+  bool alloc_fault() { return cfg_.tier.alloc_fault && cfg_.tier.alloc_fault(); }
+  void free_host(unified::ComponentId c, std::span<const unified::Slot> s);
+  // Host slots a prefetch holds (+) or gave back or to the tree (-), for the accounts.
+  void hold(unified::ComponentId c, std::int64_t n) { in_flight_[c.value()] += n; }
+  const HybridBytes& bytes() const { return bytes_; }
+  const std::vector<ComponentKind>& kinds() const { return kinds_; }
+  // The host store of the tree's i-th sidecar (indexed by its source's host slots).
+  std::size_t sidecars() const { return sidecars_.size(); }
+  unified::PayloadSidecar& host_sidecar(std::size_t i) { return *sidecars_[i].host; }
   const unified::SlotPool& pool(unified::ComponentId c) const { return pools_[c.value()]; }
   const HostTierStats& stats() const { return stats_; }
   std::vector<TransferRecord> take_transfers() {
@@ -116,7 +133,6 @@ class HybridHostTier {
   };
   // Host slots for `n` of component c, evicting host copies when short (nothing agreed here).
   std::optional<std::vector<unified::Slot>> alloc_local(unified::ComponentId c, std::int64_t n);
-  void free_host(unified::ComponentId c, std::span<const unified::Slot> s);
   void release_evicted(const unified::EvictResult& e);
   transfer::Event submit_backup(const unified::Node& n, const std::vector<std::vector<unified::Slot>>& host);
   void publish(Write& w, bool placeholder, bool ok);
@@ -131,7 +147,8 @@ class HybridHostTier {
   AckAgreement& agreement_;
   DecisionLog& log_;
   std::vector<unified::SlotPool> pools_;    // by ComponentId
-  std::vector<std::int64_t> in_flight_;     // host slots of unpublished writes, by ComponentId
+  std::vector<std::int64_t> in_flight_;     // host slots of unpublished writes and prefetches, by ComponentId
+  std::function<void(unified::Node*)> on_published_;
   std::deque<Write> writes_;
   WriteAcks acks_;
   std::uint64_t next_write_ = 1, next_load_ = 1;

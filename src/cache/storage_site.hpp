@@ -71,7 +71,8 @@ class StorageSite {
   // Of `intact` leading intact items of the job's `items`, how many may be used.
   virtual std::size_t accept(const Job& job, std::size_t intact) const = 0;
   // The first `keep` items enter the tree as host copies, everything else goes back to the host
-  // pools, the job's anchor is unpinned. Returns how many of the kept pages the tree took.
+  // pools, the job's anchor is unpinned. Returns how many of the kept slots the tree took (a
+  // full-attention model's pages; a hybrid model's slots of every component).
   virtual std::size_t land(Job& job, std::size_t keep) = 0;
 };
 

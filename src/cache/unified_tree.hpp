@@ -62,7 +62,8 @@
 //    neither values nor host copies is empty, and an empty leaf is deleted up the chain.
 // Used by the serving loop for hybrid models (cache/hybrid_cache.hpp); full-attention-only
 // models still use RadixTree, which the differential test holds this core's FULL to.
-// Not yet: storage values, sessions.
+// Storage (L3) keeps no per-node state: objects are named by the page hash chain, and a prefetch
+// lands as host copies (`insert_host`). Not yet: sessions.
 // Not thread-safe: one tree per rank, used from the scheduler thread.
 #pragma once
 
@@ -398,6 +399,16 @@ class UnifiedTree {
   std::vector<LoadItem> plan_load(MatchResult& m);
   // A load-back's copy landed: `device` (one slot per host slot) becomes the item's value.
   void commit_load(const LoadItem& item, std::vector<Slot> device);
+  // A storage prefetch landed: host copies for tokens[below->end, tokens.size()) under `below` (a
+  // node on the key's path that the caller holds locked, or the root). `host` has one offer per
+  // component: paged, slots for the pages of [from, key end) (InsertValue::pages, from >=
+  // below->end); point, at most one slot, the state at the key's end. Existing nodes on the way
+  // take the copies they lack, new nodes hold host copies only; nodes are cut where a paged
+  // offer starts and at the key's end. The walk stops at a node with a write in flight (its copy
+  // comes from that write): it and everything below take nothing. Host copies of FULL form a
+  // prefix as long as `below` has one (the caller's anchor). Returns, per component, the slots
+  // the tree did not take (the caller frees them).
+  std::vector<std::vector<Slot>> insert_host(Node* below, std::span<const TokenId> tokens, std::span<const InsertValue> host);
 
   // ---- used by components ----
   // Sets component c's value on a node, keeping the counters and eviction sets; a value that is

@@ -111,3 +111,108 @@ void UnifiedTree::mark_writing(Node* node, std::uint64_t write) {
 }
 
 }  // namespace kvgrid::cache::unified
+
+namespace kvgrid::cache::unified {
+
+// ---- storage prefetch landing ---------------------------------------------------------------
+
+std::vector<std::vector<Slot>> UnifiedTree::insert_host(Node* below, std::span<const TokenId> tokens,
+                                                         std::span<const InsertValue> host) {
+  const std::int64_t p = page_size_.value();
+  const std::size_t nc = components_.size();
+  const Tokens end(static_cast<std::int64_t>(tokens.size()));
+  KVGRID_CHECK(tokens.size() % static_cast<std::size_t>(p) == 0 && host.size() == nc && below->end <= end,
+               "host insert of ", tokens.size(), " tokens with ", host.size(), " offers for ", nc, " components below depth ",
+               below->end);
+  if (below != root_.get() && KVGRID_DEBUG_CHECKS_ON())
+    KVGRID_CHECK(find_node(tokens, below->end) == below, "host insert below node ", below->id, " that is not on the key's path");
+  std::vector<Tokens> cuts;  // where an offer starts, strictly inside the new range
+  for (std::size_t c = 0; c < nc; ++c) {
+    const InsertValue& v = host[c];
+    if (v.slots.empty()) continue;
+    if (components_[c]->paged()) {
+      KVGRID_CHECK(v.from >= below->end && v.from.value() % p == 0 &&
+                       static_cast<std::int64_t>(v.slots.size()) * p == (end - v.from).value(),
+                   components_[c]->name(), " host offer of ", v.slots.size(), " pages from ", v.from, " for a key ending at ", end);
+      if (v.from > below->end && v.from < end) cuts.push_back(v.from);
+    } else {
+      KVGRID_CHECK(v.slots.size() == 1 && (v.at.value() < 0 || v.at == end), components_[c]->name(),
+                   " host offer of a state not at the key's end");
+    }
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<std::vector<bool>> taken(nc);
+  for (std::size_t c = 0; c < nc; ++c) taken[c].assign(host[c].slots.size(), false);
+  // Gives node f the copies it lacks of what is offered over its range.
+  auto offer = [&](Node* f) {
+    for (std::size_t c = 0; c < nc; ++c) {
+      const InsertValue& v = host[c];
+      if (v.slots.empty() || f->comp[c].backed()) continue;
+      const ComponentId id(static_cast<std::uint32_t>(c));
+      if (!components_[c]->paged()) {
+        if (f->end != end) continue;
+        set_host(f, id, {v.slots[0]});
+        taken[c][0] = true;
+        continue;
+      }
+      if (f->start() < v.from) continue;  // above the offer (cuts make nodes wholly in or out)
+      const auto first = static_cast<std::size_t>((f->start() - v.from).value() / p);
+      const std::size_t k = f->key.size() / static_cast<std::size_t>(p);
+      set_host(f, id, std::vector<Slot>(v.slots.begin() + static_cast<std::ptrdiff_t>(first),
+                                        v.slots.begin() + static_cast<std::ptrdiff_t>(first + k)));
+      std::fill(taken[c].begin() + static_cast<std::ptrdiff_t>(first), taken[c].begin() + static_cast<std::ptrdiff_t>(first + k), true);
+    }
+  };
+  auto cuts_in = [&](Tokens s, Tokens e) {
+    std::vector<Tokens> at;
+    for (Tokens d : cuts)
+      if (s < d && d < e) at.push_back(d);
+    return at;
+  };
+  ++clock_;
+  Node* node = below;
+  std::size_t pos = static_cast<std::size_t>(below->end.value());
+  bool stopped = false;
+  while (pos < tokens.size() && !stopped) {  // the existing part of the path
+    Node* child = find_child(node, tokens.subspan(pos, static_cast<std::size_t>(p)));
+    if (!child) break;
+    const std::size_t n = common_pages_tokens(child, tokens.subspan(pos));
+    if (n < child->key.size()) child = split(child, n);
+    const Tokens s(static_cast<std::int64_t>(pos)), e(static_cast<std::int64_t>(pos + n));
+    for (Node* f : split_at(child, cuts_in(s, e))) {
+      if (f->pending_write != 0) {  // its write publishes its copies; nothing below may come first
+        stopped = true;
+        break;
+      }
+      offer(f);
+      node = f;
+    }
+    pos += n;
+  }
+  if (!stopped && pos < tokens.size()) {  // the new part: host copies only
+    auto leaf = new_node();
+    leaf->key.assign(tokens.begin() + static_cast<std::ptrdiff_t>(pos), tokens.end());
+    leaf->end = end;
+    leaf->last_access = clock_;
+    Node* raw = leaf.get();
+    add_child(node, std::move(leaf));
+    ++node_count_;
+    Node* last = raw;
+    for (Node* f : split_at(raw, cuts_in(Tokens(static_cast<std::int64_t>(pos)), end))) {
+      f->last_access = clock_;
+      offer(f);
+      last = f;
+    }
+    refresh(node);
+    std::size_t deleted = 0;
+    if (all_tombstone(last)) prune_tombstone_leaves(last, deleted);  // nothing was offered down there
+  }
+  std::vector<std::vector<Slot>> out(nc);
+  for (std::size_t c = 0; c < nc; ++c)
+    for (std::size_t i = 0; i < taken[c].size(); ++i)
+      if (!taken[c][i]) out[c].push_back(host[c].slots[i]);
+  return out;
+}
+
+}  // namespace kvgrid::cache::unified

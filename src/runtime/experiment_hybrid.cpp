@@ -125,7 +125,6 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
     for (const auto& name : e.cache.component_bugs)
       refuse(name != "swa_load_whole_node",
              "cache.component_bugs = \"" + name + "\" (the record's device-tier bugs run without a host tier)");
-    refuse(e.cache.storage != "none", "cache.storage = \"" + e.cache.storage + "\" (the storage tier: \"Unified radix cache II\")");
     for (const auto& f : e.faults)
       refuse(f.name == "transfer.load.fail",
              "faults.\"transfer.load.fail\" (load-backs whose outcome is agreed: the hybrid host tier publishes at once)");

@@ -1,6 +1,7 @@
 #include "runtime/rank_stack.hpp"
 
 #include <algorithm>
+#include <cctype>
 
 #include "cache/page_hash.hpp"
 #include "core/check.hpp"
@@ -83,6 +84,14 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
   if (has_draft)  // objects of another draft layout must not be read as this one's
     sk.model += "-draft" + std::to_string(exp.model.draft.layers) + "x" + std::to_string(exp.model.draft.kv_heads) + "x" +
                 std::to_string(exp.model.draft.head_dim) + "-" + exp.model.draft.mode;
+  if (geo.hybrid()) {  // objects of another layer pattern, window, grid or sidecar set must not be read as these
+    std::string pattern = exp.model.layer_types;
+    for (char& ch : pattern)
+      if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '+';
+    sk.model += "-hybrid-" + pattern + "-w" + std::to_string(exp.model.swa_window) + "-c" +
+                std::to_string(exp.model.mamba_chunk) + "-s" + std::to_string(exp.model.mamba_state);
+    for (const auto& scc : exp.model.sidecars) sk.model += "-" + scc.name + std::to_string(scc.words);
+  }
   sk.tp_rank = c.tp;
   sk.tp_size = shape.tp;
   sk.pp_rank = c.pp;

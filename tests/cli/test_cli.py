@@ -1277,11 +1277,41 @@ def hybrid_host():
     rc, so, se = run(4, exp, "--out", out("ht-bug"), "--set", "protocol.pp_sync=independent_polling")
     expect(rc != 0 and re.search(r"# rank divergences: [1-9]\d* FAILED", so), "independent_polling caught", so, se)
     for key, value, why in (("cache.write_policy", "write_back", "write_through or write_through_selective"),
-                            ("cache.storage", "file", "the storage tier"),
                             ("faults.transfer.load.fail.probability", "0.1", "transfer.load.fail")):
         rc, so, se = run_single(exp, "--out", out("ht-refused"), "--set", f"{key}={value}")
         expect(rc == 2 and why in se and "hybrid_tiers.toml" in se, f"{key} = {value} refused", so, se)
         expect(not os.path.exists(out("ht-refused")), "nothing written for a refused run")
+
+
+def hybrid_storage():
+    """Hybrid models with all three tiers (experiments/hybrid_storage.toml at TP2xPP2): twelve
+    conversations in a cycle that the device and host cannot keep come back from storage (objects
+    per component), every round after the first at its ideal reuse; without storage nothing is
+    reused; a second job over the first one's storage directory reuses the history in its first
+    round; the buggy protocol.prefetch_consensus = per_rank parts the stages (shape mismatch)."""
+    exp = os.path.join(SRC, "experiments", "hybrid_storage.toml")
+    store = out("hs-store")
+    rc, so, se = run(4, exp, "--out", out("hs"), "--set", f"cache.storage_dir={store}")
+    expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so
+           and "# verify failures: 0 OK" in so, "hybrid_storage", so, se)
+    rep = json.loads(tool("report", out("hs"), "--json")[1])
+    expect(rep["hit_rate"]["storage"] > 0.6 and rep["cached_tokens"]["device"] == 0, "reuse from storage", rep["hit_rate"])
+    for name in os.listdir(store):  # objects per component, in one directory per shard
+        kinds = {"mamba" if f.endswith(".mamba.bin") else "swa" if f.endswith(".swa.bin") else "full"
+                 for f in os.listdir(os.path.join(store, name))}
+        expect(kinds == {"full", "swa", "mamba"}, f"FULL, SWA and MAMBA objects in {name}", kinds)
+    rc, so, se = run(4, exp, "--out", out("hs-none"), "--set", "cache.storage=none")
+    rep_none = json.loads(tool("report", out("hs-none"), "--json")[1])
+    expect(rc == 0 and sum(rep_none["cached_tokens"].values()) < sum(rep["cached_tokens"].values()) / 4,
+           "without storage the cycle defeats device and host", rep_none["cached_tokens"], rep["cached_tokens"])
+    # Another job (same layout, same prompts: seed 1's workload) over the same objects.
+    rc, so, se = run(4, exp, "--out", out("hs-again"), "--set", f"cache.storage_dir={store}")
+    again = json.loads(tool("report", out("hs-again"), "--json")[1])
+    expect(rc == 0 and again["cached_tokens"]["storage"] > rep["cached_tokens"]["storage"],
+           "the second job reuses the first one's history from its first round on", again["cached_tokens"], rep["cached_tokens"])
+    rc, so, se = run(4, exp, "--out", out("hs-bug"), "--set", "protocol.prefetch_consensus=per_rank",
+                     "--set", "cache.prefetch_policy=best_effort")
+    expect(rc != 0 and "shape mismatch" in so + se, "per_rank caught", so, se)
 
 
 if __name__ == "__main__":

@@ -163,6 +163,58 @@ TEST(UnifiedHost, LocksAndWritesInFlightProtectHostCopiesAndFullHostCopiesGoBott
   h.tree.verify();
 }
 
+// A storage prefetch's landing (insert_host): host copies below a backed-up anchor — an existing
+// device-only node takes the copies it lacks (its FULL pages read again), new nodes hold host
+// copies only, cut where SWA's window starts and at the state's depth; what the tree has already
+// goes back; a node with a write in flight stops the walk.
+TEST(UnifiedHost, InsertHostLandsAPrefetchAsHostCopiesCutAtTheWindowAndTheState) {
+  Hybrid h(kWindow, kChunk);  // rounded window: 3 pages
+  const auto t = toks(40);
+  h.put(t, 8, run(1, 2), run(1, 2), 0);          // A = [0, 8): the anchor (backed up below)
+  h.put(t, 12, run(1, 3), S({3}), 8);            // B = [8, 12): device only
+  Node* a = h.node(t, 8);
+  Node* b = h.node(t, 12);
+  std::uint32_t next = 50;
+  backup_all(h, a, next);  // A's FULL and SWA on the host (50, 51 and 52, 53)
+  ASSERT_TRUE(a->at(h.full).backed() && !b->at(h.full).backed());
+  // The prefetch read [8, 32): FULL pages 60..65, the SWA window [20, 32) as 70..72, the state at 32.
+  std::vector<InsertValue> offer{InsertValue::pages(run(60, 6), Tokens(8)), InsertValue::pages(run(70, 3), Tokens(20)),
+                                 InsertValue::state(Slot(80))};
+  auto back = h.tree.insert_host(a, head(t, 32), offer);
+  EXPECT_TRUE(back[h.full.value()].empty() && back[h.swa.value()].empty() && back[h.mamba.value()].empty());
+  EXPECT_EQ(host_of(b, h.full), S({60})) << "the device-only node took its FULL host copy";
+  EXPECT_FALSE(b->at(h.swa).backed()) << "outside the window: a host tombstone";
+  Node* mid = h.node(t, 20);  // [12, 20): FULL only
+  Node* low = h.node(t, 32);  // [20, 32): the window and the state
+  EXPECT_EQ(host_of(mid, h.full), S({61, 62}));
+  EXPECT_FALSE(mid->at(h.full).live() || mid->at(h.swa).backed() || mid->at(h.mamba).backed());
+  EXPECT_EQ(host_of(low, h.full), S({63, 64, 65}));
+  EXPECT_EQ(host_of(low, h.swa), S({70, 71, 72}));
+  EXPECT_EQ(host_of(low, h.mamba), S({80}));
+  h.tree.verify();
+  auto m = h.tree.peek_prefix(head(t, 33));
+  EXPECT_EQ(m.matched, Tokens(0)) << "no SWA window on the device";
+  EXPECT_EQ(m.host_matched, Tokens(32)) << "a load-back can make 32 readable";
+
+  // The same landing again: everything is there already and goes back.
+  auto again = h.tree.insert_host(a, head(t, 32), offer);
+  EXPECT_EQ(again[h.full.value()], run(60, 6));
+  EXPECT_EQ(again[h.swa.value()], run(70, 3));
+  EXPECT_EQ(again[h.mamba.value()], S({80}));
+
+  // Deeper, below a node whose backup is in flight: nothing lands from there on.
+  h.tree.mark_writing(low, 5);
+  const std::vector<InsertValue> deeper{InsertValue::pages(run(90, 2), Tokens(32)), InsertValue::none(), InsertValue::none()};
+  auto stopped = h.tree.insert_host(low, head(t, 40), deeper);
+  EXPECT_TRUE(stopped[h.full.value()].empty()) << "below the node, not on it: the walk only starts there";
+  h.tree.mark_writing(low, 0);
+  h.tree.mark_writing(h.node(t, 40), 6);
+  const std::vector<InsertValue> whole{InsertValue::pages(run(100, 8), Tokens(8)), InsertValue::none(), InsertValue::none()};
+  auto refused = h.tree.insert_host(a, head(t, 40), whole);
+  EXPECT_EQ(refused[h.full.value()], run(100, 8)) << "[8, 32) had its copies; [32, 40) is being written";
+  h.tree.verify();
+}
+
 TEST(UnifiedHost, SplitsSliceHostCopiesCopyTheWriteAndVerifyNamesABrokenHostPrefix) {
   Hybrid h(kWindow, kChunk);
   const auto t = toks(24);

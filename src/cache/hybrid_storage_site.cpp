@@ -1,0 +1,368 @@
+#include "cache/hybrid_storage_site.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "cache/page_hash.hpp"
+#include "cache/storage_tier.hpp"
+#include "core/check.hpp"
+
+namespace kvgrid::cache {
+
+using unified::ComponentId;
+using unified::Slot;
+
+namespace {
+const char* suffix_of(ComponentKind k) {
+  switch (k) {
+    case ComponentKind::Swa: return HybridStorageSite::kSwaSuffix;
+    case ComponentKind::Mamba: return HybridStorageSite::kMambaSuffix;
+    case ComponentKind::Full: break;
+  }
+  return "";
+}
+}  // namespace
+
+HybridStorageSite::HybridStorageSite(const StorageContext& ctx, unified::UnifiedTree& tree, HybridHostTier& host,
+                                     Tokens window, Tokens mamba_chunk)
+    : ctx_(ctx), tree_(tree), host_(host), window_(window), mamba_chunk_(mamba_chunk) {
+  KVGRID_CHECK(has(ComponentKind::Full), "a hybrid storage tier without a FULL component");
+  KVGRID_CHECK(has(ComponentKind::Swa) == (window_.value() > 0) && has(ComponentKind::Mamba) == (mamba_chunk_.value() > 0),
+               "hybrid storage site: window ", window_, " and checkpoint grid ", mamba_chunk_, " do not match the components");
+  host_.on_published([this](unified::Node* n) { backup(n); });
+}
+
+bool HybridStorageSite::has(ComponentKind k) const {
+  const auto& kinds = host_.kinds();
+  return std::find(kinds.begin(), kinds.end(), k) != kinds.end();
+}
+
+ComponentId HybridStorageSite::id_of(ComponentKind k) const {
+  const auto& kinds = host_.kinds();
+  return ComponentId(static_cast<std::uint32_t>(std::find(kinds.begin(), kinds.end(), k) - kinds.begin()));
+}
+
+std::size_t HybridStorageSite::window_pages() const {
+  const std::int64_t p = tree_.page_size().value();
+  return has(ComponentKind::Swa) ? static_cast<std::size_t>((window_.value() + p - 1) / p) : 0;
+}
+
+// ---- objects --------------------------------------------------------------------------------
+
+std::size_t HybridStorageSite::object_bytes(ComponentKind k) const {
+  const HybridBytes& b = host_.bytes();
+  std::size_t n = 0;
+  if (k == ComponentKind::Full && b.full_host) n = b.full_host->layer_block_bytes() * b.full_host->layers();
+  if (k == ComponentKind::Swa && b.swa_host) n = b.swa_host->layer_block_bytes() * b.swa_host->layers();
+  if (k == ComponentKind::Mamba && b.state_host) n = b.state_host->words_per_slot() * sizeof(std::uint64_t);
+  if (k == ComponentKind::Mamba || !has(k)) return n;
+  const ComponentId c = id_of(k);
+  for (std::size_t i = 0; i < host_.sidecars(); ++i)
+    if (host_.host_sidecar(i).source() == c) n += host_.host_sidecar(i).words_per_slot() * sizeof(std::uint64_t);
+  return n;
+}
+
+std::vector<std::uint8_t> HybridStorageSite::pack(ComponentKind k, Slot s) const {
+  std::vector<std::uint8_t> out;
+  out.reserve(object_bytes(k));
+  auto put = [&](const void* p, std::size_t n) {
+    const auto* b = static_cast<const std::uint8_t*>(p);
+    out.insert(out.end(), b, b + n);
+  };
+  const HybridBytes& b = host_.bytes();
+  const KvPool* pool = k == ComponentKind::Full ? b.full_host : k == ComponentKind::Swa ? b.swa_host : nullptr;
+  if (pool)
+    for (std::size_t l = 0; l < pool->layers(); ++l) put(pool->layer_block(PageId(s.value()), l), pool->layer_block_bytes());
+  if (k == ComponentKind::Mamba && b.state_host) {
+    auto w = b.state_host->slot(s.value());
+    put(w.data(), w.size() * sizeof(std::uint64_t));
+  }
+  if (k != ComponentKind::Mamba)
+    for (std::size_t i = 0; i < host_.sidecars(); ++i) {
+      unified::PayloadSidecar& sc = host_.host_sidecar(i);
+      if (sc.source() != id_of(k)) continue;
+      auto w = sc.read(s);
+      put(w.data(), w.size() * sizeof(std::uint64_t));
+    }
+  return out;
+}
+
+void HybridStorageSite::unpack(ComponentKind k, Slot s, std::span<const std::uint8_t> in, HybridJob& job,
+                               std::size_t index) const {
+  std::size_t at = 0;
+  auto take = [&](void* p, std::size_t n) {
+    std::memcpy(p, in.data() + at, n);
+    at += n;
+  };
+  const HybridBytes& b = host_.bytes();
+  KvPool* pool = k == ComponentKind::Full ? b.full_host : k == ComponentKind::Swa ? b.swa_host : nullptr;
+  if (pool)
+    for (std::size_t l = 0; l < pool->layers(); ++l) take(pool->layer_block(PageId(s.value()), l), pool->layer_block_bytes());
+  if (k == ComponentKind::Mamba && b.state_host) {
+    auto w = b.state_host->slot(s.value());
+    take(w.data(), w.size() * sizeof(std::uint64_t));
+  }
+  if (k != ComponentKind::Mamba)
+    for (std::size_t i = 0; i < host_.sidecars(); ++i) {
+      const unified::PayloadSidecar& sc = host_.host_sidecar(i);
+      if (sc.source() != id_of(k)) continue;
+      const std::size_t w = sc.words_per_slot();
+      take(job.sidecar_words[i].data() + index * w, w * sizeof(std::uint64_t));
+    }
+}
+
+bool HybridStorageSite::has_object(const std::string& key, ComponentKind k) {
+  return object_bytes(k) == 0 || ctx_.store.exists(key + suffix_of(k));
+}
+
+void HybridStorageSite::write_object(const std::string& key, ComponentKind k, Slot s, bool full_page) {
+  if (object_bytes(k) == 0) return;  // no bytes of this kind here
+  const std::string name = key + suffix_of(k);
+  if (ctx_.store.exists(name)) return;
+  if (ctx_.cfg.faults.write_fail && ctx_.cfg.faults.write_fail()) {
+    ++ctx_.stats.write_failed;  // nothing left behind: a later prefetch misses this object
+    return;
+  }
+  const auto bytes = pack(k, s);
+  if (!ctx_.store.set(name, bytes)) {
+    ++ctx_.stats.write_failed;
+    return;
+  }
+  if (full_page) ++ctx_.stats.written_pages;
+  ctx_.stats.written_bytes += bytes.size();
+}
+
+void HybridStorageSite::backup(unified::Node* node) {
+  if (!ctx_.cfg.writer) return;  // MLA: TP rank 0 writes for everyone
+  std::vector<const unified::Node*> path;
+  for (const unified::Node* n = node; n != tree_.root(); n = n->parent) path.push_back(n);
+  std::vector<TokenId> tokens;
+  for (auto it = path.rbegin(); it != path.rend(); ++it) tokens.insert(tokens.end(), (*it)->key.begin(), (*it)->key.end());
+  const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
+  const auto chain = page_hash_chain(tokens, p);
+  const std::size_t first = static_cast<std::size_t>(node->start().value()) / p, pages = node->key.size() / p;
+  for (std::size_t c = 0; c < host_.kinds().size(); ++c) {
+    const unified::ComponentData& d = node->comp[c];
+    if (!d.backed()) continue;
+    const ComponentKind k = host_.kinds()[c];
+    if (k == ComponentKind::Mamba) {  // the state at the node's end: named after its last page
+      write_object(storage_key(chain[first + pages - 1], ctx_.cfg.key_suffix), k, (*d.host)[0], false);
+      continue;
+    }
+    for (std::size_t j = 0; j < pages; ++j)
+      write_object(storage_key(chain[first + j], ctx_.cfg.key_suffix), k, (*d.host)[j], k == ComponentKind::Full);
+  }
+}
+
+// ---- prefetch -------------------------------------------------------------------------------
+
+std::unique_ptr<StorageSite::Job> HybridStorageSite::plan(std::span<const TokenId> prompt) {
+  const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
+  const std::size_t threshold = static_cast<std::size_t>(ctx_.cfg.prefetch_threshold.value());
+  const std::size_t max_pages = prompt.empty() ? 0 : (prompt.size() - 1) / p;  // reuse at most prompt - 1
+  if (max_pages * p < threshold) return nullptr;
+  const ComponentId full = id_of(ComponentKind::Full);
+  unified::MatchResult m = tree_.peek_prefix(prompt);
+  const std::size_t cached = static_cast<std::size_t>(m.host_matched.value()) / p;
+  if ((max_pages - cached) * p < threshold) return nullptr;
+  auto job = std::make_unique<HybridJob>();
+  // The prefetch starts at the boundary the tree can serve with its host copies (host_matched),
+  // or higher, where FULL's host copies end along the walk (they form a prefix: nothing below a
+  // node without one may take one — its device pages are read again instead). Items above
+  // FULL's host end read no FULL object: they bring the SWA pages and MAMBA states the host lost.
+  Tokens full_end(0);
+  for (const auto& cand : m.candidates) {
+    if (!cand.node->at(full).backed()) break;
+    full_end = cand.node->end;
+  }
+  const Tokens anchor_end = std::min(full_end, m.host_matched);
+  job->tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(max_pages * p));
+  job->anchor = anchor_end.value() > 0 ? tree_.find_node(job->tokens, anchor_end) : tree_.root();
+  KVGRID_CHECK(job->anchor != nullptr, "hybrid prefetch anchor at depth ", anchor_end, " is not on the prompt's path");
+  // Pinned: the deepest FULL host copy of the walk — its path lock keeps every host copy above it,
+  // the anchor's included, through the host evictions of this and other allocations.
+  job->pin_at = full_end.value() > 0 ? tree_.find_node(job->tokens, full_end) : tree_.root();
+  job->start = static_cast<std::size_t>(anchor_end.value()) / p;
+  job->full_from = static_cast<std::size_t>((full_end - anchor_end).value()) / p;
+  job->cached = cached;
+  const auto chain = page_hash_chain(job->tokens, p);
+  for (std::size_t i = job->start; i < chain.size(); ++i) job->keys.push_back(storage_key(chain[i], ctx_.cfg.key_suffix));
+  const std::size_t n = job->keys.size();
+  // What the SWA window may take from above the anchor: the live-or-backed SWA run ending there
+  // (unbounded when it reaches the root: nothing precedes the first token).
+  std::int64_t above = 0;
+  if (has(ComponentKind::Swa)) {
+    const ComponentId swa = id_of(ComponentKind::Swa);
+    const unified::Node* a = job->anchor;
+    while (a != tree_.root() && a->at(swa).present(/*with_host=*/true)) {
+      above += a->length().value();
+      a = a->parent;
+    }
+    if (a == tree_.root()) above = std::numeric_limits<std::int64_t>::max() / 2;
+  }
+  const bool writer = ctx_.cfg.writer;  // MLA readers cannot see the writer's objects: it decides
+  const std::size_t full_hit =
+      writer && job->full_from < n
+          ? job->full_from + ctx_.store.batch_exists(std::span<const std::string>(job->keys).subspan(job->full_from))
+          : n;
+  const std::size_t wp = window_pages();
+  std::vector<char> swa_ok(full_hit, 1);
+  if (writer && wp > 0)
+    for (std::size_t i = 0; i < full_hit; ++i) swa_ok[i] = has_object(job->keys[i], ComponentKind::Swa) ? 1 : 0;
+  job->local_hit = 0;
+  for (std::size_t b = full_hit; b > 0; --b) {  // the deepest boundary every component can serve
+    const std::size_t depth = (job->start + b) * p;
+    if (has(ComponentKind::Mamba)) {
+      if (depth % static_cast<std::size_t>(mamba_chunk_.value()) != 0) continue;
+      if (writer && !has_object(job->keys[b - 1], ComponentKind::Mamba)) continue;
+    }
+    if (wp > 0) {
+      const std::size_t from = b > wp ? b - wp : 0;
+      if (!std::all_of(swa_ok.begin() + static_cast<std::ptrdiff_t>(from), swa_ok.begin() + static_cast<std::ptrdiff_t>(b),
+                       [](char ok) { return ok != 0; }))
+        continue;
+      if (from == 0 && static_cast<std::int64_t>(b * p) + above < window_.value()) continue;
+    }
+    job->local_hit = b;
+    break;
+  }
+  return job;
+}
+
+void HybridStorageSite::pin(Job& j) {
+  auto& job = static_cast<HybridJob&>(j);
+  if (job.pin_at != tree_.root()) job.pins.push_back(tree_.lock_node(job.pin_at));
+}
+
+void HybridStorageSite::unpin(Job& j) {
+  auto& job = static_cast<HybridJob&>(j);
+  if (job.pin_at == tree_.root()) return;
+  KVGRID_CHECK(!job.pins.empty(), "hybrid prefetch unpinned more often than pinned");
+  tree_.unlock(job.pins.back());
+  job.pins.pop_back();
+}
+
+bool HybridStorageSite::allocate(Job& j, std::size_t hit, CrossStageAgreement* cross) {
+  auto& job = static_cast<HybridJob&>(j);
+  const std::size_t nc = host_.kinds().size(), wp = window_pages();
+  job.window_from = wp > 0 ? (hit > wp ? hit - wp : 0) : hit;
+  job.host.assign(nc, {});
+  bool ok = true;
+  for (std::size_t c = 0; c < nc && ok; ++c) {
+    const ComponentKind k = host_.kinds()[c];
+    const std::size_t want = k == ComponentKind::Full ? (hit > job.full_from ? hit - job.full_from : 0)
+                             : k == ComponentKind::Swa ? hit - job.window_from
+                                                       : 1;
+    auto got = host_.alloc_host(ComponentId(static_cast<std::uint32_t>(c)), static_cast<std::int64_t>(want));
+    if (got) job.host[c] = std::move(*got);
+    else ok = false;
+  }
+  const bool local = ok && !host_.alloc_fault();
+  bool agreed = local;
+  if (cross) {  // across stages: every rank serving the request must have allocated
+    std::vector<std::uint64_t> v{local ? 1u : 0u};
+    cross->min(v);
+    agreed = v[0] == 1;
+  } else {
+    agreed = ctx_.agreement.agree_allocation(local);
+  }
+  for (std::size_t c = 0; c < nc; ++c) {
+    const ComponentId id(static_cast<std::uint32_t>(c));
+    if (!agreed) host_.free_host(id, job.host[c]);
+    else host_.hold(id, static_cast<std::int64_t>(job.host[c].size()));
+  }
+  if (!agreed) {
+    job.host.assign(nc, {});
+    return false;
+  }
+  job.sidecar_words.assign(host_.sidecars(), {});
+  for (std::size_t i = 0; i < host_.sidecars(); ++i) {
+    const unified::PayloadSidecar& sc = host_.host_sidecar(i);
+    job.sidecar_words[i].assign(job.host[sc.source().value()].size() * sc.words_per_slot(), 0);
+  }
+  return true;
+}
+
+std::size_t HybridStorageSite::read(Job& j, std::size_t first, std::size_t count, std::optional<std::size_t> fail_at) {
+  auto& job = static_cast<HybridJob&>(j);
+  const std::size_t last = job.keys.size() - 1;
+  std::vector<std::uint8_t> buf;
+  // One object of item i into host slot s; false when it is missing, short or damaged.
+  auto get = [&](std::size_t i, ComponentKind k, Slot s, std::size_t index) {
+    const std::size_t bytes = object_bytes(k);
+    if (bytes == 0) return true;
+    buf.resize(bytes);
+    if (ctx_.store.get(job.keys[i] + suffix_of(k), buf) != StorageMiss::None) return false;
+    unpack(k, s, buf, job, index);
+    return true;
+  };
+  for (std::size_t n = 0; n < count; ++n) {
+    if (fail_at && n >= *fail_at) return n;  // storage.read.fail: an I/O error from here on
+    const std::size_t i = first + n;
+    for (std::size_t c = 0; c < job.host.size(); ++c) {  // SWA and MAMBA first: FULL's object is the item's own
+      const ComponentKind k = host_.kinds()[c];
+      if (k == ComponentKind::Swa && i >= job.window_from &&
+          !get(i, k, job.host[c][i - job.window_from], i - job.window_from))
+        return n;
+      if (k == ComponentKind::Mamba && i == last && !get(i, k, job.host[c][0], 0)) return n;
+    }
+    const std::size_t full = id_of(ComponentKind::Full).value();
+    if (i >= job.full_from && !get(i, ComponentKind::Full, job.host[full][i - job.full_from], i - job.full_from)) return n;
+  }
+  return count;
+}
+
+std::size_t HybridStorageSite::bytes(const Job& j, std::size_t first, std::size_t count) const {
+  const auto& job = static_cast<const HybridJob&>(j);
+  std::size_t n = 0;
+  for (std::size_t i = first; i < first + count; ++i) {
+    if (i >= job.full_from) n += object_bytes(ComponentKind::Full);
+    if (has(ComponentKind::Swa) && i >= job.window_from) n += object_bytes(ComponentKind::Swa);
+    if (has(ComponentKind::Mamba) && i + 1 == job.keys.size()) n += object_bytes(ComponentKind::Mamba);
+  }
+  return n;
+}
+
+std::size_t HybridStorageSite::land(Job& j, std::size_t keep) {
+  auto& job = static_cast<HybridJob&>(j);
+  const std::size_t nc = job.host.size();
+  const std::int64_t p = tree_.page_size().value();
+  KVGRID_CHECK(keep == 0 || keep == job.keys.size(), "hybrid prefetch landing ", keep, " of ", job.keys.size(), " pages");
+  std::vector<std::vector<Slot>> back = job.host;  // what goes back to the pools
+  std::size_t used = 0;
+  if (keep > 0) {
+    for (std::size_t i = 0; i < host_.sidecars(); ++i) {  // the sidecars' words with their source's slots
+      unified::PayloadSidecar& sc = host_.host_sidecar(i);
+      const auto& slots = job.host[sc.source().value()];
+      const std::size_t w = sc.words_per_slot();
+      for (std::size_t s = 0; s < slots.size(); ++s)
+        sc.write(slots[s], std::span<const std::uint64_t>(job.sidecar_words[i]).subspan(s * w, w));
+    }
+    std::vector<unified::InsertValue> offers(nc);
+    const Tokens start(static_cast<std::int64_t>(job.start) * p);
+    for (std::size_t c = 0; c < nc; ++c) {
+      switch (host_.kinds()[c]) {
+        case ComponentKind::Full:
+          offers[c] = unified::InsertValue::pages(job.host[c], start + Tokens(static_cast<std::int64_t>(job.full_from) * p));
+          break;
+        case ComponentKind::Swa:
+          offers[c] = unified::InsertValue::pages(job.host[c], start + Tokens(static_cast<std::int64_t>(job.window_from) * p));
+          break;
+        case ComponentKind::Mamba: offers[c] = unified::InsertValue::state(job.host[c][0]); break;
+      }
+    }
+    back = tree_.insert_host(job.anchor, job.tokens, offers);
+    for (std::size_t c = 0; c < nc; ++c) used += job.host[c].size() - back[c].size();  // copies the tree took
+  }
+  for (std::size_t c = 0; c < nc; ++c) {
+    const ComponentId id(static_cast<std::uint32_t>(c));
+    host_.hold(id, -static_cast<std::int64_t>(job.host[c].size()));
+    host_.free_host(id, back[c]);
+  }
+  job.host.assign(nc, {});
+  unpin(job);
+  return used;
+}
+
+}  // namespace kvgrid::cache

@@ -1,0 +1,98 @@
+// The storage site of hybrid models (storage_site.hpp): the unified tree (unified_tree.hpp) and the
+// hybrid host tier (hybrid_host_tier.hpp). A component keeps the same prefix identity in L3 as
+// on the device and the host: its objects are named by the page hash chain like FULL's.
+//
+// Objects, per token page i of a path (K_i = the page's storage key: hash chain + shard suffix):
+//  * FULL  `K_i`        — the page of every local FULL layer (+ the FULL-sourced sidecars' words);
+//  * SWA   `K_i.swa`    — the page of every local SWA layer (+ SWA-sourced sidecars), written only
+//                         where the host has a copy: inside windows (elsewhere a host tombstone);
+//  * MAMBA `K_i.mamba`  — the recurrent state at the end of page i, written only where the host
+//                         has one (checkpoint depths).
+// A kind this stage holds no bytes of (no such layer here, no sidecar) has no objects: it counts
+// as present, and the stages that do hold its bytes decide through the MIN. Sidecars travel
+// inside their source's objects, so a sidecar is never missing where its source is (the MIN the
+// reference takes for sidecars is the source's own hit).
+//
+// Hit (this rank's, before the MIN): the prefetch starts below the anchor — the boundary the tree
+// serves with host copies (host_matched), or higher where FULL's host copies end along the walk
+// (they form a prefix; device-only FULL pages below it are read again) — and its hit is the
+// deepest boundary b every component can serve: FULL objects for every page of [anchor, b) that
+// the host does not have (pages above FULL's host end need none: those items bring only the SWA
+// pages and MAMBA states the host lost — evicted apart from FULL's); MAMBA: b on
+// the checkpoint grid with its state object; SWA: the objects of the rounded window's pages
+// before b (those inside [anchor, b)), and, where the window reaches above the anchor, a live or
+// backed SWA run there long enough to complete it. A smaller agreed hit is another rank's
+// boundary (hits are MINed): a rank that cannot serve it reads a missing object and the
+// prefetch completes nothing everywhere.
+// Items: item i is page start + i — its FULL object (below FULL's host end), its SWA object
+// inside the window, and (the last item) the MAMBA state. Acceptance is all or nothing (SWA's window and MAMBA's state sit at
+// the end: a shorter prefix of the items is not a boundary they accept). Landing inserts host
+// copies only (UnifiedTree::insert_host): FULL over the pages read, SWA over the window, MAMBA at b;
+// a load-back then brings what a request reuses to the device.
+// Written when a node's host backup is published (HybridHostTier::on_published); with KV
+// replicated over TP (MLA) only TP rank 0 writes.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "cache/hybrid_host_tier.hpp"
+#include "cache/storage_site.hpp"
+#include "cache/unified_tree.hpp"
+
+namespace kvgrid::cache {
+
+class HybridStorageSite final : public StorageSite {
+ public:
+  static constexpr const char* kSwaSuffix = ".swa";
+  static constexpr const char* kMambaSuffix = ".mamba";
+
+  // `window`: the SWA window (tokens; 0: no SWA component); `mamba_chunk`: the MAMBA checkpoint
+  // grid (0: no MAMBA component).
+  HybridStorageSite(const StorageContext& ctx, unified::UnifiedTree& tree, HybridHostTier& host, Tokens window,
+                    Tokens mamba_chunk);
+
+  // Writes the objects of `node`'s host copies that storage does not have yet.
+  void backup(unified::Node* node);
+
+  Tokens page_size() const override { return tree_.page_size(); }
+  std::unique_ptr<Job> plan(std::span<const TokenId> prompt) override;
+  void pin(Job& job) override;
+  void unpin(Job& job) override;
+  bool allocate(Job& job, std::size_t hit, CrossStageAgreement* cross) override;
+  std::size_t read(Job& job, std::size_t first, std::size_t count, std::optional<std::size_t> fail_at) override;
+  std::size_t bytes(const Job& job, std::size_t first, std::size_t count) const override;
+  std::size_t accept(const Job& job, std::size_t intact) const override { return intact == job.keys.size() ? intact : 0; }
+  std::size_t land(Job& job, std::size_t keep) override;
+
+  // Object bytes of one slot of a component kind (0: this stage keeps none of its bytes).
+  std::size_t object_bytes(ComponentKind k) const;
+
+ private:
+  struct HybridJob : Job {
+    unified::Node* anchor = nullptr;  // the landing starts below it
+    unified::Node* pin_at = nullptr;  // the deepest FULL host copy of the walk (an anchor's descendant or itself)
+    std::vector<unified::LockHandle> pins;
+    std::size_t full_from = 0;                   // first item with a FULL page to read (above: the host has it)
+    std::size_t window_from = 0;                 // first item with an SWA page (after allocate)
+    // Host slots by ComponentId: FULL per item from full_from, SWA per item from window_from, MAMBA one.
+    std::vector<std::vector<unified::Slot>> host;
+    // Sidecar words read with their source (by sidecar, then slot order of the source's items);
+    // written into the host stores when the job lands (PayloadSidecar is not for worker threads).
+    std::vector<std::vector<std::uint64_t>> sidecar_words;
+  };
+  std::vector<std::uint8_t> pack(ComponentKind k, unified::Slot s) const;
+  void unpack(ComponentKind k, unified::Slot s, std::span<const std::uint8_t> in, HybridJob& job, std::size_t index) const;
+  bool has_object(const std::string& key, ComponentKind k);
+  void write_object(const std::string& key, ComponentKind k, unified::Slot s, bool full_page);
+  std::size_t window_pages() const;  // the rounded SWA window in pages (0: no SWA)
+  unified::ComponentId id_of(ComponentKind k) const;
+  bool has(ComponentKind k) const;
+
+  StorageContext ctx_;
+  unified::UnifiedTree& tree_;
+  HybridHostTier& host_;
+  Tokens window_, mamba_chunk_;
+};
+
+}  // namespace kvgrid::cache
