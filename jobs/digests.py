@@ -23,7 +23,7 @@ SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(SRC, "tests", "golden", "decision_digests.txt")
 BIN = os.environ.get("KVGRID_BIN", os.path.join(SRC, "build", "kvgrid"))
 MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
-SLOW = {"cp_sharding", "mooncake_replay"}  # over a minute each here
+SLOW = {"cp_sharding", "mooncake_replay", "urc_swa", "urc_all"}  # over 15 s each here (the Figure 4 pair: jobs/figure.sh urc_tiers)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1", HDF5_USE_FILE_LOCKING="FALSE")
 

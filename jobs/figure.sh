@@ -22,7 +22,8 @@ experiment[pp_sync]=experiments/pp_sync.toml; plot[pp_sync]=results/plots/pp_syn
 experiment[cp_sharding]=experiments/cp_sharding.toml; plot[cp_sharding]=results/plots/cp_sharding.py
 experiment[spec_draft]=experiments/spec_draft.toml; plot[spec_draft]=results/plots/spec_draft.py
 experiment[pd]=experiments/pd_multiturn.toml; plot[pd]=results/plots/pd.py
-order="hit-ttft tiers pp_sync cp_sharding spec_draft pd"
+experiment[urc_tiers]=experiments/urc_swa.toml; plot[urc_tiers]=results/plots/urc_tiers.py
+order="hit-ttft tiers pp_sync cp_sharding spec_draft pd urc_tiers"
 # Seeds of each variant where the figure's claim is statistical (KVGRID_FIGURE_SEEDS overrides);
 # the others are one run at the experiment's seed (hit-ttft; cp_sharding replays a recorded trace).
 declare -A seeds
@@ -35,7 +36,8 @@ declare -A sweeps
 sweeps[pp_sync]="--set protocol.pp_sync=pp_sync,independent_polling --jobs 2"
 declare -A sweep_run_args  # kvgrid run arguments of every run of the sweep
 sweep_run_args[pp_sync]="--set output.flush_every=1"  # a run stopped by a shape mismatch keeps every step
-# Figures drawn from several runs of one experiment: label and the overrides of each run.
+# Figures drawn from several runs of one experiment: label and the overrides of each run. A label
+# LABEL@EXPERIMENT_FILE runs that experiment instead (the plot sees LABEL@<its name>).
 declare -A variants
 variants[tiers]="device-only:--set cache.storage=none --set cache.host_pages=0
 +host:--set cache.storage=none
@@ -48,6 +50,13 @@ variants[spec_draft]="hicache-off:--set cache.host_pages=0 --set cache.storage=n
 target_only:--set model.draft.mode=target_only
 packed:--set model.draft.mode=packed
 sidecar:--set model.draft.mode=sidecar"
+# The second article's Figure 4 (scaled): two hybrid models, each device only, + host, + storage.
+variants[urc_tiers]="device-only@experiments/urc_swa.toml:--set cache.storage=none --set cache.host_pages=0
++host@experiments/urc_swa.toml:--set cache.storage=none
++storage@experiments/urc_swa.toml:
+device-only@experiments/urc_all.toml:--set cache.storage=none --set cache.host_pages=0
++host@experiments/urc_all.toml:--set cache.storage=none
++storage@experiments/urc_all.toml:"
 # P/D: decode-side reuse against the full transfer of every prompt.
 variants[pd]="decode_reuse:--set protocol.pd=decode_reuse
 full_transfer:--set protocol.pd=full_transfer"
@@ -113,15 +122,22 @@ pairs=()
 while IFS= read -r line; do
   label=${line%%:*}
   read -r -a sets <<< "${line#*:}"
+  exp=${experiment[$name]}
+  if [[ $label == *@* ]]; then
+    exp=${label#*@}
+    label="${label%%@*}@$(basename "${exp%.toml}")"
+  fi
+  tag=${label//+/}
+  tag=${tag//@/-}
   if [ -z "$spec" ]; then
-    run="$out/run-$stamp-${label//+/}"
-    jobs/run.sh "${experiment[$name]}" -- --out "$run" "${sets[@]}" "$@" < /dev/null  # mpirun would eat the list
+    run="$out/run-$stamp-$tag"
+    jobs/run.sh "$exp" -- --out "$run" "${sets[@]}" "$@" < /dev/null  # mpirun would eat the list
     pairs+=("$label=$run")
     continue
   fi
   for s in $(seed_list "$spec"); do
-    run="$out/run-$stamp-${label//+/}-s$s"
-    jobs/run.sh "${experiment[$name]}" -- --out "$run" --seed "$s" "${sets[@]}" "$@" < /dev/null
+    run="$out/run-$stamp-$tag-s$s"
+    jobs/run.sh "$exp" -- --out "$run" --seed "$s" "${sets[@]}" "$@" < /dev/null
     pairs+=("$label=$run")
   done
 done <<< "${variants[$name]}"

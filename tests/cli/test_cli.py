@@ -1314,6 +1314,43 @@ def hybrid_storage():
     expect(rc != 0 and "shape mismatch" in so + se, "per_rank caught", so, se)
 
 
+def urc_tiers_shape():
+    """The second article's Figure 4 at small scale (experiments/urc_all.toml on one rank, 12 rounds of
+    240 + 16 tokens, four conversations one at a time, capacities scaled with them): the device
+    loses the history first, the host later, storage never — its last round within 1 pp of the
+    ideal 1 - new/prompt tokens — and results/plots/urc_tiers.py draws the runs."""
+    exp = os.path.join(SRC, "experiments", "urc_all.toml")
+    small = ["topology.tp=1", "workload.multiturn.rounds=12", "workload.multiturn.request_length=240",
+             "workload.multiturn.sub_question_length=240", "workload.multiturn.output_length=16", "cache.page_size=16",
+             "model.mamba_chunk=16", "engine.chunk_size=512", "workload.multiturn.clients=4", "cache.device_pages=250",
+             "cache.host_pages=500", "cache.prefetch_threshold=16"]
+    variants = {"device-only": ["cache.storage=none", "cache.host_pages=0"], "+host": ["cache.storage=none"], "+storage": []}
+    kept, last, runs = {}, {}, []
+    for label, sets in variants.items():
+        d = out("urc-" + label.strip("+"))
+        args = [a for s in small + sets for a in ("--set", s)]
+        rc, so, se = run_single(exp, "--out", d, *args)
+        expect(rc == 0 and "# oracle mismatches: 0 OK" in so, f"urc_all {label}", so, se)
+        with h5py.File(os.path.join(d, "run.h5"), "r") as f:
+            t = f["ranks/00000/requests"][:]
+        hits, prompts = [], []
+        for r in sorted(set(t["round"])):
+            s = t[t["round"] == r]
+            hits.append(100.0 * s["cached_tokens"].sum() / s["prompt_tokens"].sum())
+            prompts.append(s["prompt_tokens"].mean())
+        kept[label] = sum(1 for h in hits[1:] if h >= 50)
+        ideal = 100.0 * (1 - (prompts[-1] - prompts[-2] - 16) / prompts[-1])
+        last[label] = (hits[-1], ideal)
+        runs.append(f"{label}@urc_all={d}")
+    expect(kept["device-only"] < kept["+host"] < kept["+storage"] == 10,  # round 1 reuses under half
+           "each lower tier keeps the history longer (follow-up rounds at 50 % or more)", kept)
+    expect(abs(last["+storage"][0] - last["+storage"][1]) <= 1.0 and last["device-only"][0] < 10,
+           "storage ends within 1 pp of the ideal; the device alone keeps nothing", last)
+    p = subprocess.run(["/usr/bin/python3", os.path.join(SRC, "results", "plots", "urc_tiers.py"), "--out", out("urc"),
+                        *runs], capture_output=True, text=True, env=ENV, timeout=120)
+    expect(p.returncode == 0 and os.path.exists(out("urc.png")), "urc_tiers.py draws the runs", p.stdout, p.stderr)
+
+
 if __name__ == "__main__":
     name = sys.argv[1]
     try:

@@ -113,7 +113,9 @@ def main():
             ("cp_sharding.py", "cp_sharding", f"replicated={mt}", f"sharded={mt}", f"sharded={mt}"),
             ("spec_draft.py", "spec_draft", f"hicache-off={spec}", f"target_only={spec}", f"packed={spec}",
              f"packed={spec}", f"sidecar={spec}"),
-            ("pd.py", "pd", f"decode_reuse={pd}", f"decode_reuse={pd}", f"full_transfer={pd}")]
+            ("pd.py", "pd", f"decode_reuse={pd}", f"decode_reuse={pd}", f"full_transfer={pd}"),
+            ("urc_tiers.py", "urc_tiers", f"device-only@urc_swa={mt}", f"+storage@urc_swa={mt}", f"+storage@urc_swa={mt}",
+             f"device-only@urc_all={mt}", f"+host@urc_all={mt}")]
     expect(sorted(j[0] for j in jobs) == scripts, "the test covers every plot script", scripts)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         for name, s in pool.map(lambda j: plot(*j), jobs):

@@ -202,16 +202,21 @@ TEST(UnifiedHost, InsertHostLandsAPrefetchAsHostCopiesCutAtTheWindowAndTheState)
   EXPECT_EQ(again[h.swa.value()], run(70, 3));
   EXPECT_EQ(again[h.mamba.value()], S({80}));
 
-  // Deeper, below a node whose backup is in flight: nothing lands from there on.
-  h.tree.mark_writing(low, 5);
-  const std::vector<InsertValue> deeper{InsertValue::pages(run(90, 2), Tokens(32)), InsertValue::none(), InsertValue::none()};
-  auto stopped = h.tree.insert_host(low, head(t, 40), deeper);
-  EXPECT_TRUE(stopped[h.full.value()].empty()) << "below the node, not on it: the walk only starts there";
-  h.tree.mark_writing(low, 0);
-  h.tree.mark_writing(h.node(t, 40), 6);
+  // A device-only node [32, 40) whose backup is in flight: a landing over it stops there (its
+  // write publishes its copies), the pages above it had theirs already: everything goes back.
+  std::vector<InsertValue> dev{InsertValue::pages(run(20, 10)), InsertValue::pages({}, Tokens(40)), InsertValue::none()};
+  h.tree.insert(head(t, 40), dev);
+  Node* tail = h.node(t, 40);
+  ASSERT_FALSE(tail->at(h.full).backed());
+  h.tree.mark_writing(tail, 6);
   const std::vector<InsertValue> whole{InsertValue::pages(run(100, 8), Tokens(8)), InsertValue::none(), InsertValue::none()};
   auto refused = h.tree.insert_host(a, head(t, 40), whole);
   EXPECT_EQ(refused[h.full.value()], run(100, 8)) << "[8, 32) had its copies; [32, 40) is being written";
+  EXPECT_FALSE(tail->at(h.full).backed());
+  h.tree.mark_writing(tail, 0);
+  auto landed = h.tree.insert_host(a, head(t, 40), whole);
+  EXPECT_EQ(landed[h.full.value()], run(100, 6)) << "once the write is over, [32, 40) takes its copy";
+  EXPECT_EQ(host_of(tail, h.full), S({106, 107}));
   h.tree.verify();
 }
 
