@@ -63,7 +63,10 @@ void HybridCache::release(const unified::EvictResult& e, Pages* evicted) {
 
 void HybridCache::make_room(ComponentId c, std::int64_t want, std::int64_t free_now, Pages* evicted) {
   if (want <= free_now) return;
-  unified::EvictResult e = tree_.evict(c, want - free_now);
+  unified::EvictResult e =
+      host_ && host_->writes_back()
+          ? tree_.evict(c, want - free_now, [this](unified::Node* victim) { host_->write_back(victim); })
+          : tree_.evict(c, want - free_now);
   KVGRID_CONSENSUS(log_, "evict", {static_cast<std::int64_t>(c.value()), want - free_now},
                    {n_of(e.freed[c.value()].size()), n_of(e.nodes_deleted)}, slots_digest(e.freed[c.value()]));
   release(e, evicted);

@@ -32,8 +32,6 @@ HybridHostTier::HybridHostTier(HybridHostConfig cfg, unified::UnifiedTree& tree,
         publish(w, placeholder, ok);
       }) {
   KVGRID_CHECK(kinds_.size() == tree.components(), "host tier for ", kinds_.size(), " of ", tree.components(), " components");
-  KVGRID_CHECK(policy_ != WritePolicy::WriteBack, "the hybrid host tier does not write back (write policy '",
-               cfg_.tier.write_policy, "')");
   for (ComponentKind k : kinds_)
     pools_.emplace_back(k == ComponentKind::Full ? cfg_.tier.host_pages.value() : k == ComponentKind::Swa ? cfg_.swa_pages : cfg_.mamba_slots);
   for (unified::PayloadSidecar* sc : sidecars) {
@@ -147,6 +145,7 @@ transfer::Event HybridHostTier::submit_backup(const unified::Node& n, const std:
 }
 
 void HybridHostTier::backup_path(unified::Node* node) {
+  if (policy_ == WritePolicy::WriteBack) return;  // backed up when evicted
   const bool cross = acks_.cross_stage();
   for (unified::Node* n : tree_.backup_candidates(node)) {
     if (policy_ == WritePolicy::WriteThroughSelective && n->hit_count < cfg_.tier.write_through_threshold) break;
@@ -183,6 +182,48 @@ void HybridHostTier::backup_path(unified::Node* node) {
     tree_.mark_writing(n, id);
     writes_.push_back({id, n, tree_.lock_node(n), std::move(host)});  // its device values stay until the copy is done
     acks_.push(id, std::move(ev), placeholder);
+  }
+}
+
+void HybridHostTier::write_back(unified::Node* victim) {
+  KVGRID_CHECK(!acks_.cross_stage(), "hybrid write_back across pipeline stages");
+  for (unified::Node* n : tree_.backup_candidates(victim)) {
+    std::vector<std::vector<Slot>> host(kinds_.size());
+    bool ok = true;
+    std::int64_t slots = 0;
+    for (std::size_t c = 0; c < kinds_.size() && ok; ++c) {
+      const unified::ComponentData& d = n->comp[c];
+      if (!d.live() || d.backed()) continue;
+      auto got = alloc_local(ComponentId(static_cast<std::uint32_t>(c)), n_of(d.value->size()));
+      if (!got) ok = false;
+      else host[c] = std::move(*got), slots += n_of(host[c].size());
+    }
+    const bool faulted = ok && cfg_.tier.alloc_fault && cfg_.tier.alloc_fault();
+    const bool agreed = agreement_.agree_allocation(ok && !faulted);
+    KVGRID_CONSENSUS(log_, "write_back", {n->length().value(), slots}, {agreed ? 1 : 0});
+    auto give_back = [&] {
+      for (std::size_t c = 0; c < host.size(); ++c) free_host(ComponentId(static_cast<std::uint32_t>(c)), host[c]);
+    };
+    if (!agreed) {
+      give_back();
+      return;  // the victim (and what is below the failed node) is dropped
+    }
+    if (cfg_.tier.transfer_fault && cfg_.tier.transfer_fault()) engine_.inject(0, true);
+    transfer::Event ev = submit_backup(*n, host);
+    ev.synchronize();  // its device values are about to be freed
+    stats_.d2h_bytes += ev.bytes();
+    stats_.d2h_ns += ev.modelled_ns();
+    stats_.d2h_pages += host[0].size();
+    transfers_.push_back({"d2h", 0, ev.complete_ns() - ev.modelled_ns(), ev.complete_ns(), ev.bytes()});
+    ++stats_.writes;
+    if (agreement_.agree_min(ev.failed() ? 0 : 1) == 0) {
+      give_back();
+      ++stats_.writes_failed;
+      return;
+    }
+    for (std::size_t c = 0; c < host.size(); ++c)
+      if (!host[c].empty()) tree_.set_host(n, ComponentId(static_cast<std::uint32_t>(c)), std::move(host[c]));
+    if (on_published_) on_published_(n);
   }
 }
 

@@ -12,8 +12,12 @@
 //    the boundary (the tree's plan_load cuts a host-only node straddling the window's start);
 //  * MAMBA: the state at the node's end depth, as one object;
 //  * sidecars: their entries follow their source's slots into a host store and back.
-// Write policies: write_through (every inserted node) and write_through_selective (a node once
-// `write_through_threshold` matches reached it); write_back is refused.
+// Write policies: write_through (every inserted node), write_through_selective (a node once
+// `write_through_threshold` matches reached it) and write_back (nothing on insert: a device
+// eviction victim without its host copies is backed up then, synchronously, with its unbacked
+// ancestors — `write_back` —, so that it survives as a host-only node; its allocation and the
+// copy's outcome agreed over the stage; PP = 1 only: a stage cannot wait for the others in the
+// middle of its step).
 // A node's backup is one joined event over its components' copies: its ACK completes only when
 // every copy landed, and it is published per component (split fragments included) only when it
 // succeeded on every rank of the stage. The node is locked (and marked as being written) until
@@ -82,6 +86,11 @@ class HybridHostTier {
   void on_hit(unified::Node* node) {
     if (policy_ == WritePolicy::WriteThroughSelective) backup_path(node);
   }
+  bool writes_back() const { return policy_ == WritePolicy::WriteBack; }
+  // write_back: backs up `victim` (a device eviction victim) and its ancestors that lack host
+  // copies, top-down, synchronously; stops at the first whose allocation or copy failed anywhere
+  // in the stage (it and what is below are dropped with their device values).
+  void write_back(unified::Node* victim);
   WriteAcks& acks() { return acks_; }
   const WriteAcks& acks() const { return acks_; }
   Tokens load_back_threshold() const { return cfg_.tier.load_back_threshold; }

@@ -574,13 +574,14 @@ void UnifiedTree::evict_into(Node* node, ComponentId c, EvictResult& out) {
   if (leaf) prune_tombstone_leaves(node, out.nodes_deleted);
 }
 
-EvictResult UnifiedTree::evict(ComponentId c, std::int64_t slots) {
+EvictResult UnifiedTree::evict(ComponentId c, std::int64_t slots, const std::function<void(Node*)>& before_drop) {
   EvictResult r = empty_result();
   Component& comp = *components_[c.value()];
   comp.evict_start(*this);
   while (static_cast<std::int64_t>(r.freed[c.value()].size()) < slots) {
     Node* victim = comp.evict_next(*this);
     if (!victim) break;
+    if (before_drop) before_drop(victim);
     evict_into(victim, c, r);
   }
   comp.evict_end(*this);

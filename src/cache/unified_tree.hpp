@@ -68,6 +68,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -375,8 +376,9 @@ class UnifiedTree {
   void release_component_lock(LockHandle& h, ComponentId c);
 
   // Evicts component c's LRU victims (with their cascades) until at least `slots` of c's slots are
-  // freed or none is left.
-  EvictResult evict(ComponentId c, std::int64_t slots);
+  // freed or none is left. `before_drop` (write_back) sees each victim before its values go: what
+  // it gives host copies (set_host) survives on the host, the node staying host-only.
+  EvictResult evict(ComponentId c, std::int64_t slots, const std::function<void(Node*)>& before_drop = {});
   // Evicts component c on `node` (which must hold an unlocked value of c) and its cascade; a
   // leaf is deleted, then its all-tombstone ancestors.
   EvictResult evict_component(Node* node, ComponentId c);

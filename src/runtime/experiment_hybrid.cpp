@@ -99,7 +99,7 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
                      ": a request holds two MAMBA slots (its state and a checkpoint) next to the state it reuses; "
                      "give at least 3");
   auto refuse = [&](bool bad, const std::string& why) {
-    if (bad) throw InputError(src + ": " + what + " with " + why + " is not supported yet (hybrid models run at the device and host tiers)");
+    if (bad) throw InputError(src + ": " + what + " with " + why + " is not supported yet (hybrid models run at the device, host and storage tiers)");
   };
   for (const auto& f : e.faults)
     refuse(f.name == "device.alloc.fail", "faults.\"device.alloc.fail\" (the hybrid cache has no agreed allocation failures yet)");
@@ -120,8 +120,11 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
   }
   // The host tier: write-through backups and published load-backs of every component.
   if (e.cache.host_pages.value() > 0) {
-    refuse(e.cache.write_policy == "write_back",
-           "cache.write_policy = \"write_back\" (the hybrid host tier backs up write_through or write_through_selective)");
+    for (const auto& g : e.topology.groups)
+      refuse(e.cache.write_policy == "write_back" && g.shape.pp > 1,
+             "cache.write_policy = \"write_back\" over pp = " + std::to_string(g.shape.pp) +
+                 " (a write-back is agreed inside the eviction that needs it, and a stage cannot wait there for the others: "
+                 "use write_through or write_through_selective across stages)");
     for (const auto& name : e.cache.component_bugs)
       refuse(name != "swa_load_whole_node",
              "cache.component_bugs = \"" + name + "\" (the record's device-tier bugs run without a host tier)");

@@ -148,5 +148,40 @@ TEST(HybridHostTier, WriteThroughSelectiveBacksUpANodeOnceItsHitsReachTheThresho
   EXPECT_EQ(n->hit_count, 2u) << "a peek is not a hit";
 }
 
+// write_back: nothing is backed up on insert; a device eviction victim is backed up first —
+// synchronously, with its unbacked ancestor (host copies form a prefix) — and stays as a
+// host-only node whose host copies hold the device's bytes; a failed host allocation drops it.
+TEST(HybridHostTier, WriteBackBacksUpAnEvictionVictimAndItsAncestorsBeforeTheyGo) {
+  HostRig rig("write_back");
+  std::vector<TokenId> t(20);
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<TokenId>(11 + i);
+  for (std::uint32_t p = 1; p <= 4; ++p) {
+    fill(rig.full_dev, p, p);
+    fill(rig.swa_dev, p, 60 + p);
+  }
+  std::vector<InsertValue> a{InsertValue::pages({Slot(1), Slot(2)}), InsertValue::pages({Slot(1), Slot(2)})};
+  unified::Node* up = rig.tree.insert(std::span<const TokenId>(t).first(8), a).last_node;
+  std::vector<InsertValue> b{InsertValue::pages({Slot(3), Slot(4)}, Tokens(8)), InsertValue::pages({Slot(3), Slot(4)}, Tokens(8))};
+  unified::Node* low = rig.tree.insert_below(up, std::span<const TokenId>(t).first(16), b).last_node;
+  rig.host->backup_path(low);
+  EXPECT_EQ(rig.host->acks().pending(), 0u) << "write_back backs nothing up on insert";
+  auto hook = [&](unified::Node* v) { rig.host->write_back(v); };
+  auto e = rig.tree.evict(rig.full, 2, hook);  // the leaf `low` goes first (LRU: a leaf)
+  EXPECT_EQ(e.freed[rig.full.value()], (std::vector<Slot>{Slot(3), Slot(4)}));
+  EXPECT_EQ(e.nodes_deleted, 0u) << "the victim stays, host-only";
+  ASSERT_TRUE(up->at(rig.full).backed() && low->at(rig.full).backed() && low->at(rig.swa).backed())
+      << "the victim and its unbacked ancestor were backed up";
+  EXPECT_FALSE(low->at(rig.full).live());
+  EXPECT_TRUE(up->at(rig.full).live()) << "the ancestor was only backed up";
+  const auto lh = *low->at(rig.full).host, ls = *low->at(rig.swa).host;
+  fill(rig.full_dev, 3, 99);  // the freed device page is reused: the host copy must not follow it
+  EXPECT_EQ(block(rig.full_host, lh[0].value(), 1)[0], 3 * 1000 + 100);
+  EXPECT_EQ(block(rig.swa_host, ls[1].value(), 0)[0], (60 + 4) * 1000);
+  unified::VerifyAccounts acc;
+  rig.host->host_accounts(acc);
+  rig.tree.verify(&acc);
+  EXPECT_EQ(rig.tree.peek_prefix(std::span<const TokenId>(t).first(17)).host_matched, Tokens(16));
+}
+
 }  // namespace
 }  // namespace kvgrid::cache
