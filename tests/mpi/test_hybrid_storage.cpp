@@ -2,7 +2,8 @@
 // at every layout of the world (tests/mpi/layouts.hpp): multi-turn histories outgrow the device
 // and the host (more conversations than fit, a few at a time), so later rounds find their
 // history — FULL pages, SWA window pages, MAMBA states, objects per component — only in storage.
-// Under every storage failpoint on one rank (and host.alloc.fail, transfer.fail, request.abort):
+// Under every storage failpoint on one rank (and host.alloc.fail, transfer.fail, request.abort),
+// and with the threaded engine (reads on worker threads):
 // oracle OK, zero divergences and verify failures, every request finished (aborted ones
 // excepted). The buggy protocol.prefetch_consensus = per_rank parts the stages (a shape mismatch
 // only the later stage sees, which ends the run): it is caught end to end, in the CLI test
@@ -55,6 +56,7 @@ TEST(HybridStorage, EveryComponentComesBackFromStorageUnderEveryStorageFailpoint
   const std::vector<std::vector<std::string>> cases = {
       {},
       {"engine.payload=full", "cache.prefetch_policy=best_effort"},
+      {"engine.transfer=threaded"},  // reads on storage worker threads, copies on the engine's
       {"faults.storage.read.fail.probability=0.3", "faults.storage.read.fail.ranks=[1]"},
       {"faults.storage.read.short.probability=0.3", "faults.storage.read.short.ranks=[1]"},
       {"faults.storage.object.corrupt.probability=0.3", "faults.storage.object.corrupt.ranks=[1]"},
