@@ -1150,8 +1150,8 @@ def hybrid_runs():
            (["--set", "topology.pp=2", "--set", "model.layer_types=full,swa,mamba,swa,swa,mamba"],
             r"leaves stage 1 \(layers 3\.\.5\) without a full layer"),
            (["--set", "topology.cp=2", "--set", "cache.cp_sharding=sharded"], r'cache\.cp_sharding = "sharded" \(CP replicated only\)'),
-           (["--set", "cache.host_pages=64", "--set", "cache.write_policy=write_back"],
-            r'cache\.write_policy = "write_back" \(the hybrid host tier backs up write_through or'),
+           (["--set", "topology.pp=2", "--set", "cache.host_pages=64", "--set", "cache.write_policy=write_back"],
+            r'cache\.write_policy = "write_back" over pp = 2 \(a write-back is agreed inside the eviction'),
            (["--set", "cache.mamba_slots=2"], r"cache\.mamba_slots = 2: .* give at least 3"),
            (["--set", "faults.device.alloc.fail.probability=0.1"], r'faults\."device\.alloc\.fail"'),
            (["--set", "model.layer_types=full,mamba"], r'\[\[model\.sidecar\]\] #2 \("compressor"\): source = "swa" but'),
@@ -1265,8 +1265,8 @@ def hybrid_experiments():
 
 def hybrid_host():
     """Hybrid models with the host tier (experiments/hybrid_tiers.toml at TP2xPP2): oracle OK, ranks
-    agreeing, part of the reuse loaded back from the host; the buggy protocol.pp_sync =
-    independent_polling parts the stages' decision logs; what the hybrid host tier does not do yet
+    agreeing, part of the reuse loaded back from the host; write_back within one stage; the buggy
+    protocol.pp_sync = independent_polling parts the stages' decision logs; what it does not do yet
     is refused by name with exit code 2."""
     exp = os.path.join(SRC, "experiments", "hybrid_tiers.toml")
     rc, so, se = run(4, exp, "--out", out("ht"))
@@ -1276,7 +1276,13 @@ def hybrid_host():
     expect(rep["cached_tokens"]["host"] > 0 and rep["cached_tokens"]["device"] > 0, "reuse from both tiers", rep["cached_tokens"])
     rc, so, se = run(4, exp, "--out", out("ht-bug"), "--set", "protocol.pp_sync=independent_polling")
     expect(rc != 0 and re.search(r"# rank divergences: [1-9]\d* FAILED", so), "independent_polling caught", so, se)
-    for key, value, why in (("cache.write_policy", "write_back", "write_through or write_through_selective"),
+    # write_back inside one stage (TP4): evicted history is backed up then, and loaded back later.
+    rc, so, se = run(4, exp, "--out", out("ht-wb"), "--set", "topology.pp=1", "--set", "topology.tp=4",
+                     "--set", "cache.write_policy=write_back")
+    expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so, "write_back at TP4", so, se)
+    rep = json.loads(tool("report", out("ht-wb"), "--json")[1])
+    expect(rep["cached_tokens"]["host"] > 0, "write_back: reuse from the host", rep["cached_tokens"])
+    for key, value, why in (("cache.write_policy", "write_back", "write_through or write_through_selective across stages"),
                             ("faults.transfer.load.fail.probability", "0.1", "transfer.load.fail")):
         rc, so, se = run_single(exp, "--out", out("ht-refused"), "--set", f"{key}={value}")
         expect(rc == 2 and why in se and "hybrid_tiers.toml" in se, f"{key} = {value} refused", so, se)
