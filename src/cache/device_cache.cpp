@@ -74,12 +74,10 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
                                                 Tokens max_match) {
   if (hybrid_) {
     auto r = hybrid_->reserve(id, prompt, kv_tokens, max_match);
-    if (storage_) {  // of what the load-back brought, the part its storage prefetch had added
-      const auto [b, e] = storage_->prefetched_range(id);
-      if (r) {
-        const Tokens lo = std::max(b, r->matched - r->host_loaded), hi = std::min(e, r->matched);
-        if (hi > lo) r->storage_loaded = hi - lo;
-      }
+    if (storage_ && r) {  // of what the load-back brought, the part its storage prefetch had added
+      const auto [b, e] = storage_->prefetched_range(id);  // (a refused request keeps it for its retry)
+      const Tokens lo = std::max(b, r->matched - r->host_loaded), hi = std::min(e, r->matched);
+      if (hi > lo) r->storage_loaded = hi - lo;
       storage_->forget(id);
     }
     return r;

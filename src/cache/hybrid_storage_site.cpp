@@ -232,14 +232,16 @@ std::unique_ptr<StorageSite::Job> HybridStorageSite::plan(std::span<const TokenI
 
 void HybridStorageSite::pin(Job& j) {
   auto& job = static_cast<HybridJob&>(j);
-  if (job.pin_at != tree_.root()) job.pins.push_back(tree_.lock_node(job.pin_at));
+  std::vector<unified::LockHandle> group;
+  if (job.pin_at != tree_.root()) group.push_back(tree_.lock_node(job.pin_at));
+  if (has(ComponentKind::Swa) && job.anchor != tree_.root()) group.push_back(tree_.lock(job.anchor));
+  job.pins.push_back(std::move(group));
 }
 
 void HybridStorageSite::unpin(Job& j) {
   auto& job = static_cast<HybridJob&>(j);
-  if (job.pin_at == tree_.root()) return;
   KVGRID_CHECK(!job.pins.empty(), "hybrid prefetch unpinned more often than pinned");
-  tree_.unlock(job.pins.back());
+  for (auto& h : job.pins.back()) tree_.unlock(h);
   job.pins.pop_back();
 }
 
@@ -311,6 +313,18 @@ std::size_t HybridStorageSite::read(Job& j, std::size_t first, std::size_t count
     if (i >= job.full_from && !get(i, ComponentKind::Full, job.host[full][i - job.full_from], i - job.full_from)) return n;
   }
   return count;
+}
+
+std::vector<std::string> HybridStorageSite::objects(const Job& j, std::size_t i) const {
+  const auto& job = static_cast<const HybridJob&>(j);
+  std::vector<std::string> out;
+  auto add = [&](ComponentKind k) {
+    if (object_bytes(k) > 0) out.push_back(job.keys[i] + suffix_of(k));
+  };
+  if (i >= job.full_from) add(ComponentKind::Full);
+  if (has(ComponentKind::Swa) && i >= job.window_from) add(ComponentKind::Swa);
+  if (has(ComponentKind::Mamba) && i + 1 == job.keys.size()) add(ComponentKind::Mamba);
+  return out;
 }
 
 std::size_t HybridStorageSite::bytes(const Job& j, std::size_t first, std::size_t count) const {

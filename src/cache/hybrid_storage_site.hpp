@@ -51,6 +51,7 @@ class HybridStorageSite final : public StorageSite {
   // grid (0: no MAMBA component).
   HybridStorageSite(const StorageContext& ctx, unified::UnifiedTree& tree, HybridHostTier& host, Tokens window,
                     Tokens mamba_chunk);
+  ~HybridStorageSite() override { host_.on_published(nullptr); }  // the host tier may outlive the site
 
   // Writes the objects of `node`'s host copies that storage does not have yet.
   void backup(unified::Node* node);
@@ -61,6 +62,7 @@ class HybridStorageSite final : public StorageSite {
   void unpin(Job& job) override;
   bool allocate(Job& job, std::size_t hit, CrossStageAgreement* cross) override;
   std::size_t read(Job& job, std::size_t first, std::size_t count, std::optional<std::size_t> fail_at) override;
+  std::vector<std::string> objects(const Job& job, std::size_t item) const override;
   std::size_t bytes(const Job& job, std::size_t first, std::size_t count) const override;
   std::size_t accept(const Job& job, std::size_t intact) const override { return intact == job.keys.size() ? intact : 0; }
   std::size_t land(Job& job, std::size_t keep) override;
@@ -72,7 +74,9 @@ class HybridStorageSite final : public StorageSite {
   struct HybridJob : Job {
     unified::Node* anchor = nullptr;  // the landing starts below it
     unified::Node* pin_at = nullptr;  // the deepest FULL host copy of the walk (an anchor's descendant or itself)
-    std::vector<unified::LockHandle> pins;
+    // One group per pin: pin_at's node lock (FULL's path) and, with SWA, the anchor's lock (its
+    // window: the SWA run above the anchor that the plan counted on).
+    std::vector<std::vector<unified::LockHandle>> pins;
     std::size_t full_from = 0;                   // first item with a FULL page to read (above: the host has it)
     std::size_t window_from = 0;                 // first item with an SWA page (after allocate)
     // Host slots by ComponentId: FULL per item from full_from, SWA per item from window_from, MAMBA one.

@@ -66,6 +66,8 @@ class StorageSite {
   // Reads items [first, first + count) into the job's host slots; `fail_at`: an injected I/O
   // error from that item on. Returns the number of leading items read intact.
   virtual std::size_t read(Job& job, std::size_t first, std::size_t count, std::optional<std::size_t> fail_at) = 0;
+  // The objects item `item` reads (a failpoint's damage picks one of them in turn; empty: none).
+  virtual std::vector<std::string> objects(const Job& job, std::size_t item) const { return {job.keys[item]}; }
   // Bytes of items [first, first + count) (modelled read time, statistics).
   virtual std::size_t bytes(const Job& job, std::size_t first, std::size_t count) const = 0;
   // Of `intact` leading intact items of the job's `items`, how many may be used.

@@ -90,9 +90,17 @@ void StorageTier::start_prefetch(RequestId id, std::span<const TokenId> prompt) 
   launch(id, job, hit);
 }
 
+std::optional<std::string> StorageTier::damage_target(const StorageSite::Job& job, std::size_t item) {
+  const auto names = site_->objects(job, item);
+  if (names.empty()) return std::nullopt;
+  return names[damaged_++ % names.size()];  // in turn: every kind of object an item reads is hit
+}
+
 void StorageTier::launch(RequestId id, std::unique_ptr<StorageSite::Job>& job, std::size_t hit) {
   const std::size_t p = static_cast<std::size_t>(site_->page_size().value());
   const std::size_t start = job->start, cached = job->cached;
+  // One prefetch per request id (its reads may run on a worker thread: a second one would drop it).
+  KVGRID_CHECK(!active_.count(id.value()), "a second storage prefetch for request ", id.value());
   if (start < cached) ++stats_.reread_device;  // counted: reads that re-fetch device-resident pages
   KVGRID_CONSENSUS(log_, "prefetch_query", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(start)},
                    {static_cast<std::int64_t>(hit)});
@@ -122,8 +130,10 @@ void StorageTier::launch(RequestId id, std::unique_ptr<StorageSite::Job>& job, s
     std::optional<std::size_t> fail_at;
     if (cfg_.faults.page_fault) {
       fail_at = cfg_.faults.page_fault("storage.read.fail", b.count);
-      if (auto i = cfg_.faults.page_fault("storage.read.short", b.count)) truncate_object(store_->path_of(jb.keys[first + *i]));
-      if (auto i = cfg_.faults.page_fault("storage.object.corrupt", b.count)) corrupt_object(store_->path_of(jb.keys[first + *i]));
+      if (auto i = cfg_.faults.page_fault("storage.read.short", b.count))
+        if (auto name = damage_target(jb, first + *i)) truncate_object(store_->path_of(*name));
+      if (auto i = cfg_.faults.page_fault("storage.object.corrupt", b.count))
+        if (auto name = damage_target(jb, first + *i)) corrupt_object(store_->path_of(*name));
     }
     const std::uint64_t delay = cfg_.faults.read_delay_ns ? cfg_.faults.read_delay_ns() : 0;
     if (cfg_.threaded) {

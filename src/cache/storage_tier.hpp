@@ -162,6 +162,8 @@ class StorageTier {
   };
   // Starts the prefetch of `job` for an agreed `hit` (pages): takes the job when it starts.
   void launch(RequestId id, std::unique_ptr<StorageSite::Job>& job, std::size_t hit);
+  // The object a storage.read.short / storage.object.corrupt fault damages in `item`.
+  std::optional<std::string> damage_target(const StorageSite::Job& job, std::size_t item);
   std::pair<std::size_t, bool> local_progress(const Prefetch& pf) const;  // (ACKs seen, may stop)
   std::size_t done_pages(Prefetch& pf, std::size_t acks);
   void finish(RequestId id, std::size_t agreed);
@@ -173,6 +175,7 @@ class StorageTier {
   AckAgreement& agreement_;
   DecisionLog& log_;
   std::unique_ptr<FileStorage> store_;
+  std::size_t damaged_ = 0;  // damage faults so far (which object of an item the next one hits)
   StorageTierStats stats_;
   StorageContext ctx_;
   std::unique_ptr<StorageSite> site_;

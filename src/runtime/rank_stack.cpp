@@ -90,7 +90,8 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
       if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '+';
     sk.model += "-hybrid-" + pattern + "-w" + std::to_string(exp.model.swa_window) + "-c" +
                 std::to_string(exp.model.mamba_chunk) + "-s" + std::to_string(exp.model.mamba_state);
-    for (const auto& scc : exp.model.sidecars) sk.model += "-" + scc.name + std::to_string(scc.words);
+    for (const auto& scc : exp.model.sidecars)  // a sidecar's words travel in its source's objects
+      sk.model += "-" + scc.name + "." + layer_kind_name(scc.source) + std::to_string(scc.words);
   }
   sk.tp_rank = c.tp;
   sk.tp_size = shape.tp;

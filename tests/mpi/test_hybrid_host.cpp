@@ -70,7 +70,9 @@ TEST(HybridHost, LoadBacksOfEveryComponentAreCorrectUnderEveryTierFailpointAtEve
         EXPECT_EQ(r.divergences(), 0);
         EXPECT_EQ(r.verify_failures, 0);
         EXPECT_EQ(r.finished + r.failed, 18);
-        if (std::find(c.begin(), c.end(), "cache.write_policy=write_back") == c.end()) EXPECT_GT(r.mine.d2h_pages, 0);
+        if (std::find(c.begin(), c.end(), "cache.write_policy=write_back") == c.end()) {
+          EXPECT_GT(r.mine.d2h_pages, 0);
+        }
         loaded += r.mine.h2d_pages;
         backed += r.mine.d2h_pages;
         host_tokens += r.host_tokens;

@@ -3,7 +3,8 @@
 // backed up to the host and written as objects per component; a fresh stack over the same
 // directory (another job) prefetches it back as host copies whose bytes equal the originals.
 // A missing component object shrinks the hit to the deepest boundary every component can still
-// serve; a damaged one fails the whole prefetch (all or nothing) and leaves nothing behind.
+// serve; a damaged one fails the whole prefetch (all or nothing) and leaves nothing behind; the
+// damage failpoints hit each kind of object an item reads.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -54,7 +55,7 @@ struct Stack {
   std::unique_ptr<HybridHostTier> host;
   std::unique_ptr<StorageTier> storage;
 
-  explicit Stack(const std::string& dir) {
+  explicit Stack(const std::string& dir, decltype(StorageFaults::page_fault) page_fault = {}) {
     transfer::EngineConfig ec;
     ec.jitter = 0;
     ec.bytes_per_ns = 1.0;
@@ -79,6 +80,7 @@ struct Stack {
     sc.key_suffix = "_test";
     sc.prefetch_threshold = Tokens(kPage);
     sc.stop_policy = "wait_complete";
+    sc.faults.page_fault = std::move(page_fault);
     sc.batch_pages = 2;
     sc.jitter = 0;
     sc.latency_ns = 1000;
@@ -248,6 +250,32 @@ TEST(HybridStorage, ADamagedComponentObjectFailsThePrefetchAllOrNothing) {
     EXPECT_EQ(s.host->pool(s.swa).free_count(), 32);
     EXPECT_EQ(s.host->pool(s.mamba).free_count(), 16);
     EXPECT_EQ(s.storage->stats().failed_pages, 1u);
+    s.verify();
+  }
+}
+
+TEST(HybridStorage, DamageFailpointsHitEveryKindOfObjectAnItemReadsInTurn) {
+  // storage.read.short on the last item (page 5: its FULL page, its SWA window page and the state
+  // at 24) in three prefetches by one tier: the FULL object, then the SWA one, then MAMBA's.
+  const auto t = prompt(25);
+  const std::span<const TokenId> ts(t);
+  Dir dir("damage-turns");
+  write_history(dir.path, ts);
+  const char* suffixes[] = {"", ".swa", ".mamba"};
+  std::vector<std::uintmax_t> size;
+  for (const char* sfx : suffixes) size.push_back(std::filesystem::file_size(dir.object(ts, 5, sfx)));
+  Stack s(dir.path, [](const char* failpoint, std::size_t) -> std::optional<std::size_t> {
+    static std::size_t batch = 0;  // batches of 2 items: the third one holds item 5
+    if (std::string(failpoint) != "storage.read.short") return std::nullopt;
+    return ++batch % 3 == 0 ? std::optional<std::size_t>(1) : std::nullopt;
+  });
+  for (std::size_t round = 0; round < 3; ++round) {
+    SCOPED_TRACE("prefetch " + std::to_string(round));
+    EXPECT_EQ(s.prefetch(ts), 0u) << "a short object fails the prefetch whole";
+    s.storage->forget(RequestId(1));
+    for (std::size_t k = 0; k < 3; ++k)
+      EXPECT_EQ(std::filesystem::file_size(dir.object(ts, 5, suffixes[k])) < size[k], k <= round)
+          << "object '" << suffixes[k] << "' damaged by now";
     s.verify();
   }
 }
