@@ -45,6 +45,10 @@ BUGS = {
     "split_truncates_state": (20, ["model.layer_types=full,mamba"], "A → B → A, FULL + MAMBA (B splits A mid-edge)", "oracle"),
     "state_at_floor": (21, ["workload.kind=multiturn", "workload.multiturn.output_length=40"],
                        "multi-turn, 40 output tokens (decode passes checkpoint depths)", "oracle"),
+    "mtp_state_at_floor": (21, ["workload.kind=multiturn", "workload.multiturn.output_length=40", "model.draft.mode=packed",
+                                "model.draft.layers=1", "model.draft.steps=3", "model.draft.accept_prob=0.7"],
+                           "multi-turn with speculative decoding (3 draft tokens a round): verify steps pass checkpoint depths",
+                           "oracle"),
     "shared_state_slot": (22, [], "A → B → A", "oracle"),
     "read_past_boundary": (23, [], "A → B → A", "oracle"),
 }

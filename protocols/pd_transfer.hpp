@@ -10,6 +10,9 @@
 //                  a 12K prompt received, 8K reused.
 //   full_transfer  (baseline, not a bug) decode reuses nothing and receives every prompt whole —
 //                  what the `pd` figure compares decode_reuse against.
+// Hybrid models: decode_prefix_len is decode's hybrid match (a boundary every component accepts
+// there); FULL layers receive [decode_prefix_len, prompt), SWA layers only the prompt's tail
+// window (cache::pd_swa_from), MAMBA layers the state at the prompt's end (docs/hybrid.md).
 #pragma once
 
 #include <string>

@@ -7,7 +7,7 @@
 namespace kvgrid::cache {
 
 namespace {
-constexpr std::array<ComponentBugInfo, 10> kBugs{{
+constexpr std::array<ComponentBugInfo, 11> kBugs{{
     {ComponentBug::SwaRunAcrossTombstones, "swa_run_across_tombstones", 14,
      "the SWA validator resets its live run at the first tombstone only and counts later tombstones as live"},
     {ComponentBug::HealFreesStale, "heal_frees_stale", 15,
@@ -24,6 +24,8 @@ constexpr std::array<ComponentBugInfo, 10> kBugs{{
      "a split hands the node's MAMBA state to the new prefix node, as if a point state could be truncated"},
     {ComponentBug::StateAtFloor, "state_at_floor", 21,
      "after a forward that passed no checkpoint depth, the running state is saved as the checkpoint of the floored depth"},
+    {ComponentBug::MtpStateAtFloor, "mtp_state_at_floor", 21,
+     "a decode step that accepted several draft tokens and passed a checkpoint depth registers its final state there"},
     {ComponentBug::SharedStateSlot, "shared_state_slot", 22,
      "a request reusing a MAMBA state advances the tree's slot in place instead of a private copy"},
     {ComponentBug::ReadPastBoundary, "read_past_boundary", 23,

@@ -1,7 +1,8 @@
 // The component bug record as buggy variants (`cache.component_bugs`).
 //
 // Each entry plants one production bug of the unified radix cache's components
-// (../shared/reference/bug-catalogue.md #14–#23) in the code whose mechanism it reproduces — the
+// (../shared/reference/bug-catalogue.md #14–#23; #21 twice: a forward that passed no checkpoint, and
+// a speculative-decoding step that verified several tokens past one) in the code whose mechanism it reproduces — the
 // SWA validator, the SWA insert rule, the MAMBA split, the hybrid cache's request path — never
 // as an assertion added for the purpose. What catches each (the oracle, `verify()`, a
 // post-condition the correct code keeps, a shape mismatch) and in how many seeds is measured by
@@ -28,6 +29,7 @@ enum class ComponentBug : std::uint8_t {
   SharedStateSlot,         // #22 a request advances the tree's state slot in place (no private copy)
   ReadPastBoundary,        // #23 FULL's pages are read past the boundary every component accepts
   SwaLoadWholeNode,        // #19 a load-back restores a host-only SWA node straddling the window whole
+  MtpStateAtFloor,         // #21 a multi-token decode step's final state is registered at the floored checkpoint
 };
 
 struct ComponentBugInfo {

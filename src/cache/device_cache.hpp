@@ -116,8 +116,8 @@ class DeviceCache {
   // (false: none to be had, it sits the step out); after the forward of [start, computed), what
   // it left behind. Nothing to do for full-attention models.
   bool prepare(RequestId id, Reservation& r, Tokens end) { return !hybrid_ || hybrid_->prepare(id, r, end); }
-  void advance(Reservation& r, Tokens start, Tokens computed) {
-    if (hybrid_) hybrid_->advance(r, start, computed);
+  void advance(Reservation& r, Tokens start, Tokens computed, bool decode = false) {
+    if (hybrid_) hybrid_->advance(r, start, computed, decode);
   }
   HybridCache* hybrid() { return hybrid_.get(); }
   const HybridCache* hybrid() const { return hybrid_.get(); }

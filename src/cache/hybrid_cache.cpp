@@ -319,13 +319,19 @@ bool HybridCache::prepare(RequestId id, Reservation& r, Tokens end) {
   return true;
 }
 
-void HybridCache::advance(Reservation& r, Tokens start, Tokens computed) {
+void HybridCache::advance(Reservation& r, Tokens start, Tokens computed, bool decode) {
   HybridHold& h = *r.hybrid;
   if (cfg_.mamba && h.mamba_ckpt != 0) {
     // The model saved the state at every grid depth in (start, computed]: the deepest is kept.
     const Tokens g(computed.value() / cfg_.mamba_chunk.value() * cfg_.mamba_chunk.value());
     if (g > start) {
       h.ckpt_at = g;
+      if (cfg_.bugs.has(ComponentBug::MtpStateAtFloor) && decode && computed > g && copy_state_) {
+        // mtp_state_at_floor (#21, atlas #156): a verify step that accepted draft tokens past a
+        // checkpoint depth registers the state after all of them (MTP's +k stride floored to the
+        // grid) instead of the one the model saved at the depth itself.
+        copy_state_(h.mamba, h.mamba_ckpt);
+      }
     } else if (cfg_.bugs.has(ComponentBug::StateAtFloor) && g.value() > 0) {
       // state_at_floor (#21): no checkpoint depth was passed, yet the running state (of
       // `computed` tokens) is saved as the checkpoint of the floored depth g.
@@ -460,6 +466,34 @@ void HybridCache::commit(RequestId id, Reservation& r, std::span<const TokenId> 
                " tokens for a reservation of ", r.kv_tokens);
   insert_computed(id, r, kv_tokens, /*last=*/true);
   abort(id, r);  // what is still private (the partial last page, own SWA pages, states) goes back
+}
+
+bool HybridCache::expect_suffix(RequestId id, Reservation& r, Tokens prompt) {
+  if (!cfg_.swa) return true;
+  HybridHold& h = *r.hybrid;
+  const std::int64_t p = cfg_.page_size.value();
+  KVGRID_CHECK(h.swa.own.empty() && h.swa.own_from == r.matched, "request ", id, " took SWA pages before its suffix arrived");
+  const Tokens from = pd_swa_from(r.matched, prompt, cfg_.window, cfg_.page_size);
+  const std::int64_t want = (prompt.value() + p - 1) / p - from.value() / p;
+  if (want <= 0) return true;
+  auto got = alloc_swa(want);
+  KVGRID_CONSENSUS(log_, "pd_swa_alloc", {static_cast<std::int64_t>(id.value()), from.value(), want}, {got ? 1 : 0});
+  if (!got) return false;
+  h.swa.own_from = from;  // [matched, from): never held here (tombstones at its commit, as if freed)
+  for (std::int64_t i = 0; i < want; ++i) {
+    h.swa_table[static_cast<std::size_t>(from.value() / p + i)] = (*got)[static_cast<std::size_t>(i)].value();
+    h.swa.own.push_back((*got)[static_cast<std::size_t>(i)]);
+  }
+  swa_held_ += want;
+  debug_verify();
+  return true;
+}
+
+void HybridCache::suffix_received(Reservation& r, Tokens prompt) {
+  HybridHold& h = *r.hybrid;
+  if (!cfg_.mamba || h.mamba_ckpt == 0 || prompt <= r.matched || prompt.value() % cfg_.mamba_chunk.value() != 0) return;
+  if (copy_state_) copy_state_(h.mamba, h.mamba_ckpt);
+  h.ckpt_at = prompt;
 }
 
 void HybridCache::abort(RequestId id, Reservation& r) {

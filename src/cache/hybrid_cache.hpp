@@ -31,6 +31,7 @@
 // and read_past_boundary (reserve).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -71,6 +72,14 @@ struct HybridCacheConfig {
   ComponentBugs bugs;  // planted bugs (cache.component_bugs; empty: the correct code)
 };
 
+// P/D: where the SWA pages prefill sends for a prompt of `prompt` tokens start, when decode
+// matched `matched` — the page holding position prompt - W (the window its first decode query
+// reads), or the match's end if that is later.
+inline Tokens pd_swa_from(Tokens matched, Tokens prompt, Tokens window, Tokens page) {
+  const std::int64_t tail = std::max<std::int64_t>(0, prompt.value() - window.value()) / page.value() * page.value();
+  return std::max(matched, Tokens(tail));
+}
+
 // What a running request holds of the hybrid components (Reservation::hybrid).
 struct HybridHold {
   unified::LockHandle lock;             // on the node ending its shared prefix
@@ -107,11 +116,22 @@ class HybridCache {
   std::optional<Reservation> reserve(RequestId id, std::span<const TokenId> prompt, Tokens kv_tokens, Tokens max_match);
   bool prepare(RequestId id, Reservation& r, Tokens end);
   // After a forward of [start, computed): the checkpoint's depth, and the SWA pages left behind.
-  void advance(Reservation& r, Tokens start, Tokens computed);
+  // `decode`: a decode step (one token, or several with speculative decoding's accepted drafts).
+  void advance(Reservation& r, Tokens start, Tokens computed, bool decode = false);
   // `last`: the commit's insert (no fresh checkpoint slot is taken for a request that ends).
   void insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens, bool last = false);
   void commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens);
   void abort(RequestId id, Reservation& r);
+
+  // P/D decode (protocol.pd = decode_reuse): the request's prompt KV beyond its match comes from
+  // prefill — FULL pages of [matched, prompt), SWA pages of the prompt's tail window only
+  // (pd_swa_from: what its first decode query reads; prefill freed the rest as it went) and the
+  // MAMBA state at the prompt's end. `expect_suffix` takes the SWA pages the receive lands in
+  // (before the receives are posted; false: none to be had — the admission budget rules it out);
+  // `suffix_received` once the KV arrived: a prompt ending on the checkpoint grid makes the
+  // received state the request's checkpoint (its commit gives the tree the state there).
+  bool expect_suffix(RequestId id, Reservation& r, Tokens prompt);
+  void suffix_received(Reservation& r, Tokens prompt);
   // The boundary reserve() would reuse, without touching LRU.
   Tokens peek_hit(std::span<const TokenId> prompt) { return tree_.peek_prefix(prompt).matched; }
 

@@ -68,7 +68,10 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
   for (const auto& name : e.cache.component_bugs) {  // a bug planted in a component the model lacks would do nothing
     const auto bug = cache::parse_component_bug(name);
     const bool mamba_bug = bug == cache::ComponentBug::SplitTruncatesState || bug == cache::ComponentBug::StateAtFloor ||
-                           bug == cache::ComponentBug::SharedStateSlot;
+                           bug == cache::ComponentBug::SharedStateSlot || bug == cache::ComponentBug::MtpStateAtFloor;
+    if (bug == cache::ComponentBug::MtpStateAtFloor && !m.draft.enabled())
+      throw InputError(src + ": cache.component_bugs: \"" + name + "\" is planted in speculative decoding's multi-token "
+                       "steps, but model.draft.mode = \"none\" (it would change nothing)");
     const bool swa_bug = !mamba_bug && bug != cache::ComponentBug::ReadPastBoundary;
     if (bug == cache::ComponentBug::SwaLoadWholeNode && e.cache.host_pages.value() == 0)
       throw InputError(src + ": cache.component_bugs: \"" + name + "\" is planted in the host tier's load-back, but "
@@ -104,7 +107,12 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
   for (const auto& f : e.faults)
     refuse(f.name == "device.alloc.fail", "faults.\"device.alloc.fail\" (the hybrid cache has no agreed allocation failures yet)");
   refuse(e.workload.kind == "tree", "workload.kind = \"tree\" (the hybrid model needs the serving loop)");
-  refuse(e.topology.groups.size() > 1, "a P/D world");
+  if (e.topology.groups.size() > 1) {  // P/D: the suffix's FULL pages, the tail window's SWA pages, the state at the end
+    refuse(!m.sidecars.empty(), "[[model.sidecar]] in a P/D world (the suffix transfer moves no sidecar words)");
+    refuse(e.cache.host_pages.value() > 0,
+           "cache.host_pages > 0 in a P/D world (decode's hybrid restores are not kept private until agreed: "
+           "protocol.pd_restore)");
+  }
   refuse(e.cache.cp_sharding != "replicated", "cache.cp_sharding = \"" + e.cache.cp_sharding + "\" (CP replicated only)");
   for (const auto& g : e.topology.groups) {  // every stage keeps a full layer (its FULL pool holds the prefix)
     const auto pp = static_cast<std::int64_t>(g.shape.pp), base = m.layers / pp, extra = m.layers % pp;
@@ -132,7 +140,9 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
       refuse(f.name == "transfer.load.fail",
              "faults.\"transfer.load.fail\" (load-backs whose outcome is agreed: the hybrid host tier publishes at once)");
   }
-  refuse(m.draft.enabled(), "model.draft.mode = \"" + m.draft.mode + "\" (speculative decoding)");
+  refuse(m.draft.enabled() && e.cache.host_pages.value() > 0,
+         "model.draft.mode = \"" + m.draft.mode + "\" and cache.host_pages > 0 (speculative decoding: the draft's KV does "
+         "not move with the hybrid host tier yet)");
 }
 
 }  // namespace kvgrid

@@ -5,7 +5,7 @@
 #include "core/agree.hpp"
 #include "core/check.hpp"
 #include "core/wait.hpp"
-#include "runtime/model.hpp"
+#include "cache/hybrid_cache.hpp"
 
 namespace kvgrid {
 
@@ -72,18 +72,63 @@ std::vector<transfer::Block> head_blocks(cache::KvPool& pool, std::span<const Pa
 
 PdLink::PdLink(const ExperimentConfig& exp, const RankGrid& grid, cache::KvPool& pool, FailpointRegistry& faults,
                double kv_bytes_scale)
-    : role_(pd_role(exp, grid)), exp_(exp), grid_(grid), pool_(pool), faults_(faults), kv_bytes_scale_(kv_bytes_scale),
+    : role_(pd_role(exp, grid)), exp_(exp), grid_(grid), pool_(pool),
+      geo_(ModelGeometry::for_rank(exp, grid.coord(), grid.shape())), faults_(faults), kv_bytes_scale_(kv_bytes_scale),
       fault_rng_(rank_stream(exp.engine.seed, grid.world_rank()).fork("pd.transfer.fail.layer")) {
   if (role_ == PdRole::None) return;
   legs_ = pd_legs(exp, grid.spec(), grid.coord());
   leader_peer_ = role_ == PdRole::Prefill ? grid.spec().groups[0].shape.size() : 0;
   link_ = transfer::make_mpi_transport(grid.world());
   for (std::int64_t s = exp.engine.max_running; s-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(s));
-  zeros_.assign(pool.layer_block_bytes() / sizeof(std::uint64_t), 0);
+  // Zeros for a broken leg: as large as the largest block (a FULL or SWA page's layer, a state).
+  std::size_t words = pool.layer_block_bytes() / sizeof(std::uint64_t);
+  if (geo_.hybrid()) {
+    const std::size_t sw = geo_.local_of(LayerKind::Swa) > 0 ? geo_.kv_heads.size() * (exp.engine.payload == "full" ? geo_.head_dim : 1) : 0;
+    words = std::max({words, sw, static_cast<std::size_t>(geo_.kv_heads.size() * geo_.mamba_state)});
+  }
+  zeros_.assign(words, 0);
+}
+
+std::uint64_t PdLink::global_layer(std::size_t local_layer) const {
+  // (a full-attention pool's layer_base is its first layer's global id; a hybrid model's FULL
+  // pool counts FULL layers only)
+  return geo_.hybrid() ? geo_.layer_begin + local_layer : pool_.layer_base() + local_layer;
 }
 
 int PdLink::tag(std::uint32_t slot, std::size_t local_layer) const {
-  return kPdTagBase + static_cast<int>(slot * static_cast<std::uint64_t>(exp_.model.layers) + pool_.layer_base() + local_layer);
+  return kPdTagBase + static_cast<int>(slot * static_cast<std::uint64_t>(exp_.model.layers) + global_layer(local_layer));
+}
+
+std::vector<transfer::Block> PdLink::leg_blocks(const PdLeg& leg, const ServeRequest& r, std::size_t dpl) {
+  const std::size_t p = static_cast<std::size_t>(exp_.cache.page_size.value());
+  const std::size_t last = (r.prompt_len() + p - 1) / p;
+  if (!geo_.hybrid())
+    return head_blocks(pool_, std::span<const PageId>(r.res.pages.data() + dpl / p, last - dpl / p), leg);
+  const LayerKind kind = geo_.kind(leg.layer);
+  std::size_t k = 0;  // the layer's index among this stage's layers of its kind (its pool's layer)
+  for (std::size_t l = 0; l < leg.layer; ++l) k += geo_.kind(l) == kind ? 1 : 0;
+  PdLeg in_pool = leg;
+  in_pool.layer = k;
+  if (kind == LayerKind::Full)
+    return head_blocks(pool_, std::span<const PageId>(r.res.pages.data() + dpl / p, last - dpl / p), in_pool);
+  KVGRID_CHECK(r.res.hybrid != nullptr, "request ", r.spec.id, " of a hybrid model without its hybrid hold");
+  const cache::HybridHold& h = *r.res.hybrid;
+  if (kind == LayerKind::Swa) {
+    KVGRID_CHECK(swa_pool_ != nullptr, "P/D: an SWA layer without the SWA pool");
+    const std::size_t from = static_cast<std::size_t>(
+        cache::pd_swa_from(Tokens(static_cast<std::int64_t>(dpl)), Tokens(static_cast<std::int64_t>(r.prompt_len())),
+                           Tokens(exp_.model.swa_window), exp_.cache.page_size).value()) / p;
+    std::vector<PageId> pages;
+    for (std::size_t i = from; i < last; ++i) {
+      KVGRID_CHECK(h.swa_table[i] != 0, "P/D: request ", r.spec.id, " holds no SWA page for page ", i, " of its tail window");
+      pages.push_back(PageId(h.swa_table[i]));
+    }
+    return head_blocks(*swa_pool_, pages, in_pool);
+  }
+  KVGRID_CHECK(states_ != nullptr && h.mamba != 0, "P/D: a MAMBA layer without the request's state");
+  const std::size_t S = geo_.mamba_state, H = geo_.kv_heads.size();
+  auto words = states_->slot(h.mamba);  // [MAMBA layer][head][word]: the leg's heads are contiguous
+  return {transfer::Block{words.data() + (k * H + leg.head_begin) * S, (leg.head_end - leg.head_begin) * S * sizeof(std::uint64_t)}};
 }
 
 void PdLink::send_control(const StepMessage& m) { sender_.send(m, leader_peer_, grid_.world(), kTagPdControl); }
@@ -168,14 +213,12 @@ std::vector<PdRecord> PdLink::send_suffixes(const std::vector<BatchEntry>& batch
     KVGRID_CHECK(it != boot_.end(), "request ", e.req->spec.id, " finished its prefill without decode's answer");
     const Boot b = it->second;
     boot_.erase(it);
-    const std::size_t first = b.dpl / p, last = (e.req->prompt_len() + p - 1) / p;
-    const std::span<const PageId> pages(e.req->res.pages.data() + first, last - first);
     std::vector<transfer::Event> events;
     std::uint64_t bytes = 0;
     std::map<int, std::uint64_t> per_peer;  // the rank pairs' links run in parallel
     for (const auto& leg : legs_) {
-      auto blocks = head_blocks(pool_, pages, leg);
-      if (pool_.layer_base() + leg.layer >= b.breaks_at) {  // broken from here on: what arrives is zeros
+      auto blocks = leg_blocks(leg, *e.req, b.dpl);
+      if (global_layer(leg.layer) >= b.breaks_at) {  // broken from here on: what arrives is zeros
         for (auto& blk : blocks) blk.data = zeros_.data();
       } else {
         for (const auto& blk : blocks) bytes += blk.bytes, per_peer[leg.peer] += blk.bytes;
@@ -191,6 +234,15 @@ std::vector<PdRecord> PdLink::send_suffixes(const std::vector<BatchEntry>& batch
       continue;
     }
     stats_.sent_tokens += static_cast<std::int64_t>(e.req->prompt_len() - b.dpl);
+    if (geo_.hybrid()) {  // by kind, once per request (each kind's legs carry the same pages or state)
+      const std::int64_t last = static_cast<std::int64_t>((e.req->prompt_len() + p - 1) / p);
+      const Tokens L(static_cast<std::int64_t>(e.req->prompt_len())), dpl(static_cast<std::int64_t>(b.dpl));
+      if (geo_.local_of(LayerKind::Full) > 0) stats_.sent_full_pages += last - dpl.value() / static_cast<std::int64_t>(p);
+      if (geo_.local_of(LayerKind::Swa) > 0)
+        stats_.sent_swa_pages +=
+            last - cache::pd_swa_from(dpl, L, Tokens(exp_.model.swa_window), exp_.cache.page_size).value() / static_cast<std::int64_t>(p);
+      if (geo_.local_of(LayerKind::Mamba) > 0) ++stats_.sent_states;
+    }
     // Modelled: the busiest of this rank's pairs (the leader's legs stand for every prefill rank's).
     std::uint64_t busiest = 0;
     for (const auto& [peer, n] : per_peer) busiest = std::max(busiest, n);
@@ -204,16 +256,12 @@ std::vector<PdRecord> PdLink::send_suffixes(const std::vector<BatchEntry>& batch
 
 std::vector<PdRecord> PdLink::post_receives(const std::vector<ServeRequest*>& admitted) {
   std::vector<PdRecord> out;
-  const std::size_t p = static_cast<std::size_t>(exp_.cache.page_size.value());
   for (ServeRequest* r : admitted) {
     KVGRID_CHECK(!free_slots_.empty(), "no P/D transfer slot left (engine.max_running bounds the requests in flight)");
     r->pd_slot = free_slots_.back();
     free_slots_.pop_back();
     const auto dpl = static_cast<std::size_t>(r->res.matched.value());
-    const std::size_t first = dpl / p, last = (r->prompt_len() + p - 1) / p;
-    const std::span<const PageId> pages(r->res.pages.data() + first, last - first);
-    for (const auto& leg : legs_)
-      r->pd_events.push_back(link_->recv(leg.peer, tag(r->pd_slot, leg.layer), head_blocks(pool_, pages, leg)));
+    for (const auto& leg : legs_) r->pd_events.push_back(link_->recv(leg.peer, tag(r->pd_slot, leg.layer), leg_blocks(leg, *r, dpl)));
     out.push_back({kPdAdmitted, r->spec.id.value(), dpl | (static_cast<std::uint64_t>(r->pd_slot) << 32)});
   }
   return out;

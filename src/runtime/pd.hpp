@@ -33,10 +33,12 @@
 #include <vector>
 
 #include "cache/kv_pool.hpp"
+#include "cache/state_pool.hpp"
 #include "core/failpoint.hpp"
 #include "core/rng.hpp"
 #include "core/topology.hpp"
 #include "runtime/experiment.hpp"
+#include "runtime/model.hpp"
 #include "runtime/scheduler.hpp"
 #include "runtime/step_message.hpp"
 #include "transfer/kv_transport.hpp"
@@ -73,6 +75,9 @@ std::vector<PdLeg> pd_legs(const ExperimentConfig& exp, const TopologySpec& spec
 
 struct PdStats {
   std::int64_t sent_tokens = 0, sent_bytes = 0, broken = 0;  // prefill ranks, counted at the send
+  // What this prefill rank sent, by kind (hybrid models; per request whose suffix went whole):
+  // FULL pages (of its FULL layers), SWA pages (of its SWA layers) and MAMBA states.
+  std::int64_t sent_full_pages = 0, sent_swa_pages = 0, sent_states = 0;
   std::int64_t failed = 0;                                   // decode: requests failed by a broken transfer
   std::int64_t restore_failed = 0;                           // decode: requests failed by a broken restore
 };
@@ -82,6 +87,12 @@ class PdLink {
   PdLink(const ExperimentConfig& exp, const RankGrid& grid, cache::KvPool& pool, FailpointRegistry& faults,
          double kv_bytes_scale);
   PdRole role() const { return role_; }
+  // Hybrid models: the SWA layers' pool and the MAMBA layers' states (null: none of that kind
+  // here). Their legs move the prompt's tail window (pd_swa_from) and the state at its end.
+  void attach_hybrid(cache::KvPool* swa_pool, cache::StatePool* states) {
+    swa_pool_ = swa_pool;
+    states_ = states;
+  }
 
   // Leaders' control messages (blocking, watchdog included).
   void send_control(const StepMessage& m);
@@ -142,10 +153,17 @@ class PdLink {
     std::uint64_t breaks_at = ~0ULL;  // global layer
   };
   int tag(std::uint32_t slot, std::size_t local_layer) const;
+  std::uint64_t global_layer(std::size_t local_layer) const;
+  // The blocks leg `leg` moves for request r with decode_prefix_len `dpl`: FULL pages of
+  // [dpl, prompt), SWA pages of [pd_swa_from, prompt) or the slice of the MAMBA state.
+  std::vector<transfer::Block> leg_blocks(const PdLeg& leg, const ServeRequest& r, std::size_t dpl);
   PdRole role_;
   const ExperimentConfig& exp_;
   const RankGrid& grid_;
   cache::KvPool& pool_;
+  cache::KvPool* swa_pool_ = nullptr;
+  cache::StatePool* states_ = nullptr;
+  ModelGeometry geo_;  // this rank's layers, their kinds and heads
   FailpointRegistry& faults_;
   double kv_bytes_scale_;
   std::vector<PdLeg> legs_;

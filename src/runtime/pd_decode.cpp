@@ -83,6 +83,7 @@ void PdDecodeStep::records(std::int64_t step, const std::vector<PdRecord>& in) {
       ok = ok && !ev.failed();
     }
     clock_ = std::max(clock_, ready);
+    if (auto* h = dc_.hybrid()) h->suffix_received(r->res, Tokens(static_cast<std::int64_t>(r->prompt_len())));
     const std::int64_t dpl = r->res.matched.value();
     res_.pd_received_tokens += static_cast<std::int64_t>(r->prompt_len()) - dpl;
     hooks_.emit(step, id, "pd_recv", static_cast<std::int64_t>(r->prompt_len()) - dpl, dpl, static_cast<std::int64_t>(ready),
@@ -110,6 +111,10 @@ std::vector<PdRecord> PdDecodeStep::admissions(std::int64_t step, const std::vec
     if (!all_equal(grid_.stage(), lens, "all-reduce of decode_prefix_len at step " + std::to_string(step)))
       throw RunFailure("decode ranks of stage " + std::to_string(pp) + " disagree on decode_prefix_len at step " +
                        std::to_string(step) + ": their cache decisions diverged");
+    if (auto* h = dc_.hybrid())  // the SWA pages of the prompt's tail window, which prefill sends
+      for (auto* r : admitted)
+        KVGRID_CHECK(h->expect_suffix(r->spec.id, r->res, Tokens(static_cast<std::int64_t>(r->prompt_len()))),
+                     "step ", step, ": no SWA pages for request ", r->spec.id, "'s tail window (its admission budget holds them)");
     answers = pd_.post_receives(admitted);
     for (const auto* r : admitted)
       hooks_.emit(step, r->spec.id.value(), "pd_admit", r->res.matched.value(), r->res.host_loaded.value(),

@@ -34,6 +34,9 @@ class PdStep : public StepPlugin {
     m.pd_broken = link_.stats().broken;
     m.pd_failed = link_.stats().failed;
     m.pd_restore_failed = link_.stats().restore_failed;
+    m.pd_sent_full_pages = link_.stats().sent_full_pages;
+    m.pd_sent_swa_pages = link_.stats().sent_swa_pages;
+    m.pd_sent_states = link_.stats().sent_states;
   }
 
  protected:

@@ -83,6 +83,17 @@ void add_transfers(nlohmann::json& j, const RunTrace& run) {
                      {"swa_waits", h.swa_waits},
                      {"full_alone_tokens", h.full_alone_tokens},       {"swa_cost_tokens", h.swa_cost_tokens},
                      {"mamba_cost_tokens", h.mamba_cost_tokens}};
+      // P/D: the suffixes' FULL pages, tail-window SWA pages and states, per layer of each kind
+      // (every prefill rank holding that kind sends the same count: the most of any rank)
+      std::int64_t pd[3] = {0, 0, 0};
+      for (const auto& r : run.summary_ranks) {
+        pd[0] = std::max(pd[0], r.pd_sent_full_pages);
+        pd[1] = std::max(pd[1], r.pd_sent_swa_pages);
+        pd[2] = std::max(pd[2], r.pd_sent_states);
+      }
+      j["hybrid"]["pd_sent_full_pages"] = pd[0];
+      j["hybrid"]["pd_sent_swa_pages"] = pd[1];
+      j["hybrid"]["pd_sent_states"] = pd[2];
     }
     j["gather"] = {{"bytes", gbytes}, {"time_model_ms", static_cast<double>(gns) / 1e6}};
   }

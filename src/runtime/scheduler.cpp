@@ -189,7 +189,7 @@ std::vector<std::unique_ptr<ServeRequest>> Scheduler::complete_step(const std::v
   for (const auto& e : batch) {
     ServeRequest& r = *e.req;
     r.computed = e.end;
-    cache_.advance(r.res, Tokens(static_cast<std::int64_t>(e.start)), Tokens(static_cast<std::int64_t>(e.end)));
+    cache_.advance(r.res, Tokens(static_cast<std::int64_t>(e.start)), Tokens(static_cast<std::int64_t>(e.end)), !e.prefill);
     if (e.prefill) cache_.insert_computed(r.spec.id, r.res, std::span<const TokenId>(r.tokens).first(r.computed));
     if (e.prefill && !r.prefill_done()) continue;
     // The prefill finished (first token) or a decode step ran: one more token.

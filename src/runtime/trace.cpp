@@ -124,6 +124,9 @@ Handle rank_summary_type() {
   KVGRID_FIELD(full_alone_tokens, H5T_NATIVE_INT64);
   KVGRID_FIELD(swa_cost_tokens, H5T_NATIVE_INT64);
   KVGRID_FIELD(mamba_cost_tokens, H5T_NATIVE_INT64);
+  KVGRID_FIELD(pd_sent_full_pages, H5T_NATIVE_INT64);
+  KVGRID_FIELD(pd_sent_swa_pages, H5T_NATIVE_INT64);
+  KVGRID_FIELD(pd_sent_states, H5T_NATIVE_INT64);
 #undef KVGRID_FIELD
   return t;
 }

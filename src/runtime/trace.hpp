@@ -131,6 +131,9 @@ struct RankSummaryRow {
   // ... and what the rules cost: the prefix tokens FULL alone would have reused, and those SWA
   // alone and MAMBA alone refused (summed over admissions)
   std::int64_t full_alone_tokens = 0, swa_cost_tokens = 0, mamba_cost_tokens = 0;
+  // P/D with a hybrid model: what this prefill rank sent, per layer of each kind — FULL pages, SWA
+  // pages (the prompts' tail windows) and MAMBA states
+  std::int64_t pd_sent_full_pages = 0, pd_sent_swa_pages = 0, pd_sent_states = 0;
 };
 
 struct RunMeta {

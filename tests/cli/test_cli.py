@@ -1201,14 +1201,14 @@ def hybrid_grids():
 
 
 def component_bugs():
-    """The component bug record (bug-catalogue #14-#23): every planted bug of cache.component_bugs
+    """The component bug record (bug-catalogue #14-#23, #21 twice): every planted bug of cache.component_bugs
     caught at seed 1 in its scenario and the correct code clean in the same scenario
     (jobs/component_bugs.py --check; the job's longer seed loops give docs/hybrid.md's table).
     Bad input: an unknown bug is refused naming the key and the choices."""
     p = subprocess.run([os.path.join(SRC, "jobs", "component_bugs.py"), "--check", "--seeds", "1"], capture_output=True,
                        text=True, env=dict(ENV, KVGRID_BIN=BIN), timeout=240)
     print(p.stdout)
-    expect(p.returncode == 0 and "# 10 of 10 bugs caught in every seed, the correct code clean" in p.stdout,
+    expect(p.returncode == 0 and "# 11 of 11 bugs caught in every seed, the correct code clean" in p.stdout,
            "every component bug caught, the correct code clean", p.stdout, p.stderr)
     for bug, by in (("shared_state_slot", "caught by oracle 1/1"), ("unfinished_insert_live", "caught by verify() 1/1"),
                     ("swa_veto_full_leaf", "caught by insert check 1/1"), ("swa_load_whole_node", "caught by verify() 1/1")):
@@ -1287,6 +1287,84 @@ def hybrid_host():
         rc, so, se = run_single(exp, "--out", out("ht-refused"), "--set", f"{key}={value}")
         expect(rc == 2 and why in se and "hybrid_tiers.toml" in se, f"{key} = {value} refused", so, se)
         expect(not os.path.exists(out("ht-refused")), "nothing written for a refused run")
+
+
+def hybrid_pd():
+    """P/D with a hybrid model (experiments/hybrid_pd.toml, the first article's Figure 5 with FULL +
+    SWA): decode reuses A+B (8K) and receives C; per layer of each kind the prefill ranks send
+    exactly the suffixes' FULL pages, the prompts' tail-window SWA pages and (with MAMBA layers) one
+    state per request — counted by hand below; full_transfer sends every prompt whole (the tail
+    windows are the same); TP2 x PP2 on both sides and prefill TP2 x PP2 into decode TP1 agree on
+    the counts; multi-turn conversations with broken transfers fail exactly those requests, oracle
+    OK; what hybrid P/D does not do yet is refused by name (exit code 2)."""
+    exp = os.path.join(SRC, "experiments", "hybrid_pd.toml")
+    # Requests (prompt, decode_prefix_len): A (4096, 0), A+B (8192, 4096), X (12288, 0), A+B+C
+    # (12288, 8192). FULL: (prompt - dpl) / 16 pages; SWA: the 1024-token window before each
+    # prompt's end, 64 pages (its start is after every dpl); a state per request.
+    reuse_full, whole_full = (4096 + 4096 + 12288 + 4096) // 16, (4096 + 8192 + 12288 + 12288) // 16
+    mamba = ["--set", "model.layer_types=full,swa,mamba"]
+    tp2pp2 = ["--set", "topology.prefill.tp=2", "--set", "topology.prefill.pp=2"]
+    for name, np_, sets, want, counts in (
+            ("fullswa", 2, [], (8192, 4096), (reuse_full, 256, 0)),
+            ("mamba", 2, mamba, (8192, 4096), (reuse_full, 256, 4)),
+            ("whole", 2, ["--set", "protocol.pd=full_transfer"], (0, 12288), (whole_full, 256, 0)),
+            ("tp2pp2", 8, mamba + tp2pp2 + ["--set", "topology.decode.tp=2", "--set", "topology.decode.pp=2"],
+             (8192, 4096), (reuse_full, 256, 4)),
+            ("hetero", 5, mamba + tp2pp2, (8192, 4096), (reuse_full, 256, 4))):
+        rc, so, se = run(np_, exp, "--out", out("hpd-" + name), *sets)
+        expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, f"hybrid P/D {name}", so, se)
+        with h5py.File(out(f"hpd-{name}/run.h5"), "r") as f:
+            tables = [f["ranks"][r]["requests"][:] for r in f["ranks"] if int(f["ranks"][r].attrs["group"]) == 1]
+            t = [x for x in tables if len(x)][0]
+        expect(((t["prompt_tokens"] - t["cached_tokens"]) == t["pd_transferred_tokens"]).all(),
+               f"{name}: prompt - decode_prefix_len sent", t)
+        last = t[t["request"] == 3][0]
+        got = (int(last["cached_tokens"]), int(last["pd_transferred_tokens"]))
+        expect(got == want, f"{name}: request 3's decode_prefix_len and transfer", got, want)
+        h = json.loads(tool("report", out("hpd-" + name), "--json")[1])["hybrid"]
+        moved = (h["pd_sent_full_pages"], h["pd_sent_swa_pages"], h["pd_sent_states"])
+        print(name, "request 3 (dpl, received):", got, "FULL pages, SWA pages, states sent:", moved)
+        expect(moved == counts, f"{name}: pages and states moved", moved, counts)
+    # Conversations (FULL + SWA, TP2 on both sides) with broken transfers: decode reuses its own
+    # history, each broken transfer fails its request, the rest decode oracle-OK.
+    pdmt = ["--set", "cache.host_pages=0", "--set", "model.layer_types=full,swa", "--set", "model.swa_window=256",
+            "--set", "cache.swa_pages=2048", "--set", "workload.gsp.groups=2", "--set", "workload.gsp.turns=3"]
+    rc, so, se = run(4, PDMT, "--out", out("hpd-mt"), *pdmt, "--set", "faults.pd.transfer.fail.probability=0.2")
+    expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# verify failures: 0 OK" in so, "hybrid P/D conversations", so, se)
+    j = json.loads(tool("report", out("hpd-mt"), "--json")[1])
+    fired = j["faults"].get("pd.transfer.fail", 0)
+    expect(j["hit_rate"]["device"] > 0.3 and j["transferred_tokens"]["pd"] < j["prompt_tokens"],
+           "decode reuses its own hybrid history", j["hit_rate"], j["transferred_tokens"])
+    expect(fired > 0 and j["failed_by_reason"]["pd_transfer"] == fired == j["failed"], "each broken transfer fails its request",
+           j["failed_by_reason"], fired)
+    with open(exp) as f:
+        sidecar = write("hpd-sidecar.toml", f.read().replace("[cache]", '[[model.sidecar]]\nname = "indexer"\nsource = "full"\nwords = 2\n\n[cache]'))
+    for path, sets, why in ((exp, ["--set", "cache.host_pages=256"], r"cache\.host_pages > 0 in a P/D world"),
+                            (sidecar, [], r"\[\[model\.sidecar\]\] in a P/D world")):
+        rc, so, se = run(2, path, "--out", out("hpd-bad"), *sets)
+        expect(rc == 2 and re.search(why, se) and not os.path.exists(out("hpd-bad")), f"{sets} refused", so, se)
+
+
+def hybrid_spec():
+    """Speculative decoding with a hybrid model (experiments/hybrid_spec.toml at TP2xPP2): rounds run,
+    draft tokens are accepted (decode steps of several tokens), the history is reused, oracle OK
+    and ranks agreeing; the #21 variant under multi-token acceptance (mtp_state_at_floor) is
+    caught by the oracle; with the host tier it is refused by name."""
+    exp = os.path.join(SRC, "experiments", "hybrid_spec.toml")
+    rc, so, se = run(4, exp, "--out", out("hsp"))
+    expect(rc == 0 and "# verdict: OK" in so and "# rank divergences: 0 OK" in so, "hybrid_spec", so, se)
+    m = re.search(r"# speculative decoding: (\d+) rounds, (\d+) of (\d+) proposed tokens accepted", so)
+    expect(m and int(m.group(1)) > 0 and 0 < int(m.group(2)) < int(m.group(3)), "draft rounds with acceptances", so)
+    j = json.loads(tool("report", out("hsp"), "--json")[1])
+    expect(j["hit_rate"]["device"] > 0.3 and j["hybrid"]["mamba_states_saved"] > 0, "history reused", j["hit_rate"], j["hybrid"])
+    rc, so, se = run(4, exp, "--out", out("hsp-bug"), "--set", "cache.component_bugs=mtp_state_at_floor")
+    expect(rc != 0 and re.search(r"# oracle mismatches: [1-9]\d* FAILED", so), "mtp_state_at_floor caught", so, se)
+    rc, so, se = run_single(exp, "--out", out("hsp-bad"), "--set", "topology.tp=1", "--set", "topology.pp=1",
+                            "--set", "cache.host_pages=256")
+    expect(rc == 2 and "the draft's KV does not move with the hybrid host tier yet" in se, "draft + hybrid host refused", so, se)
+    rc, so, se = run_single(os.path.join(SRC, "experiments", "component_bugs.toml"), "--out", out("hsp-bad"),
+                            "--set", "cache.component_bugs=mtp_state_at_floor")
+    expect(rc == 2 and 'model.draft.mode = "none" (it would change nothing)' in se, "mtp bug without a draft refused", so, se)
 
 
 def hybrid_storage():
