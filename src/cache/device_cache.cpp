@@ -21,7 +21,10 @@ DeviceCache::DeviceCache(const DeviceCacheConfig& cfg, DecisionLog& log)
     : tree_(TreeConfig{cfg.page_size, cfg.shards}),
       pool_(cfg.device_pages, CpPlacement{cfg.shards, static_cast<std::uint64_t>(cfg.page_size.value())}),
       log_(log) {
-  if (cfg.hybrid) hybrid_ = std::make_unique<HybridCache>(*cfg.hybrid, pool_, log_);
+  if (cfg.hybrid) {
+    hybrid_ = std::make_unique<HybridCache>(*cfg.hybrid, pool_, log_);
+    hybrid_->set_allocation_decider([this](RequestId id, bool ok) { return decide_allocation(id, ok); });
+  }
 }
 
 Admission DeviceCache::admit(RequestId id, std::span<const TokenId> prompt) {
@@ -68,6 +71,23 @@ std::optional<std::vector<PageId>> DeviceCache::alloc_evicting(Pages n, std::uin
     if (static_cast<std::int64_t>(freed.size()) < want.value()) break;  // nothing left to evict
   }
   return restore ? restore->alloc(pool_, n, first_owner) : pool_.alloc(n, first_owner);
+}
+
+bool DeviceCache::decide_allocation(RequestId id, bool local_ok) {
+  if (following_) {
+    KVGRID_CHECK(follow_at_ < follow_.size(), "request ", id, ": PP0 relayed ", follow_.size(),
+                 " admission outcomes, this stage is at admission ", follow_at_ + 1);
+    const bool admit = follow_[follow_at_++] != 0;
+    // The failpoint is still drawn (and recorded) here, but PP0's decision stands: this pool holds
+    // the same pages as PP0's, so a failure injected on a later stage cannot part the stages.
+    if (alloc_fault_) (void)alloc_fault_();
+    KVGRID_CHECK(!admit || local_ok, "request ", id, ": PP0 admitted it but this stage has no pages for it");
+    return admit;
+  }
+  if (!alloc_fault_) return local_ok;
+  const bool ok = alloc_agreement_->agree_allocation(local_ok && !alloc_fault_());
+  admissions_.push_back(ok ? 1 : 0);
+  return ok;
 }
 
 std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const TokenId> prompt, Tokens kv_tokens,
@@ -128,25 +148,9 @@ std::optional<Reservation> DeviceCache::reserve(RequestId id, std::span<const To
   // The chain continues the prefix's owner cycle: position-page P is owned by P mod N.
   const auto first_owner = static_cast<std::uint32_t>(m.device_pages.size() % pool_.shards());
   auto fresh = alloc_evicting(need, first_owner, &r.evicted);
-  if (following_) {
-    KVGRID_CHECK(follow_at_ < follow_.size(), "request ", id, ": PP0 relayed ", follow_.size(),
-                 " admission outcomes, this stage is at admission ", follow_at_ + 1);
-    const bool admit = follow_[follow_at_++] != 0;
-    // The failpoint is still drawn (and recorded) here, but PP0's decision stands: this pool holds
-    // the same pages as PP0's, so a failure injected on a later stage cannot part the stages.
-    if (alloc_fault_) (void)alloc_fault_();
-    KVGRID_CHECK(!admit || fresh.has_value(), "request ", id, ": PP0 admitted it but this stage has no pages for it");
-    if (!admit && fresh) {
-      pool_.free(*fresh);
-      fresh.reset();
-    }
-  } else if (alloc_fault_) {
-    const bool local = fresh.has_value() && !alloc_fault_();
-    if (!alloc_agreement_->agree_allocation(local) && fresh) {
-      pool_.free(*fresh);
-      fresh.reset();
-    }
-    admissions_.push_back(fresh ? 1 : 0);
+  if (!decide_allocation(id, fresh.has_value()) && fresh) {
+    pool_.free(*fresh);
+    fresh.reset();
   }
   KVGRID_CONSENSUS(log_, "admit", {static_cast<std::int64_t>(id.value())}, {fresh ? 1 : 0, need.value()});
   // Private restores: the restored pages [on_device, matched) are the request's, not the tree's.

@@ -225,6 +225,9 @@ class DeviceCache {
   std::unique_ptr<StorageTier> storage_;
   std::function<bool()> alloc_fault_;
   AckAgreement* alloc_agreement_ = nullptr;
+  // An admission's allocation outcome: PP0's relayed one (following), the stage's agreed one
+  // (device.alloc.fail, drawn only where the pages were found), or this rank's.
+  bool decide_allocation(RequestId id, bool local_ok);
   std::vector<std::uint8_t> admissions_, follow_;
   std::size_t follow_at_ = 0;
   bool following_ = false;

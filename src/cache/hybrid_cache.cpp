@@ -206,6 +206,7 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
     const std::int64_t w = (cfg_.window.value() + p - 1) / p, c = (cfg_.chunk_tokens.value() + p - 1) / p;
     hold->swa_budget = std::min(total, 2 * w + c + 2);
     if (swa_budget_ + hold->swa_budget > cfg_.swa_pages.value()) {
+      last_refusal_injected_ = false;
       last_refusal_ = "its SWA footprint of " + std::to_string(hold->swa_budget) + " pages (2 windows, a chunk and 2 pages) and the running requests' " +
                       std::to_string(swa_budget_) + " exceed cache.swa_pages = " + std::to_string(cfg_.swa_pages.value());
       KVGRID_CONSENSUS(log_, "admit", {static_cast<std::int64_t>(id.value())}, {0, -hold->swa_budget});
@@ -242,12 +243,16 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
     make_room(mamba_, 2, mamba_pool_.free_count(), &r.evicted);
     if (auto s = mamba_pool_.alloc(2)) states = {(*s)[0].value(), (*s)[1].value()};
   }
-  const bool ok = fresh && (!cfg_.mamba || !states.empty());
+  const bool found = fresh && (!cfg_.mamba || !states.empty());
+  const bool ok = decide_allocation_ ? decide_allocation_(id, found) : found;
   KVGRID_CONSENSUS(log_, "admit", {static_cast<std::int64_t>(id.value())}, {ok ? 1 : 0, need});
+  last_refusal_injected_ = found && !ok;
   if (!ok) {
-    last_refusal_ = !fresh ? "no " + std::to_string(need) + " FULL pages free after eviction"
-                           : "no 2 MAMBA slots free after eviction (the matched state is locked while it is copied)";
+    last_refusal_ = !fresh   ? "no " + std::to_string(need) + " FULL pages free after eviction"
+                    : !found ? "no 2 MAMBA slots free after eviction (the matched state is locked while it is copied)"
+                             : "the allocation failed on a rank of the stage (device.alloc.fail)";
     if (fresh) full_pool_.free(*fresh);
+    free_states(states);
     tree_.unlock(hold->lock);
     // What was loaded stays cached in the tree: its copies land before anyone can read it.
     for (auto& e : r.load_events) e.synchronize();

@@ -140,6 +140,9 @@ class HybridCache {
   void set_on_swa_free(std::function<void(std::span<const PageId>)> f) { on_swa_free_ = std::move(f); }
   void set_on_state_free(std::function<void(std::span<const std::uint32_t>)> f) { on_state_free_ = std::move(f); }
   void set_copy_state(std::function<void(std::uint32_t, std::uint32_t)> f) { copy_state_ = std::move(f); }
+  // An admission's allocation outcome from what this rank found (device.alloc.fail: agreed over
+  // the stage, or PP0's relayed; DeviceCache::decide_allocation). Unset: this rank's.
+  void set_allocation_decider(std::function<bool(RequestId, bool)> f) { decide_allocation_ = std::move(f); }
 
   // Adds the host tier (hybrid_host_tier.hpp): backups after inserts, load-backs in reserve().
   void attach_host_tier(HybridHostConfig cfg, HybridBytes bytes, transfer::TransferEngine& engine, AckAgreement& agreement);
@@ -163,6 +166,9 @@ class HybridCache {
   bool has_swa() const { return cfg_.swa; }
   // Why the latest reserve() refused (for a run that can never admit a request).
   const std::string& last_refusal() const { return last_refusal_; }
+  // Whether the last refusal was an injected allocation failure (device.alloc.fail): the request
+  // waits for a later step like any other, even with nothing running.
+  bool last_refusal_injected() const { return last_refusal_injected_; }
   bool has_mamba() const { return cfg_.mamba; }
 
  private:
@@ -194,12 +200,14 @@ class HybridCache {
   std::int64_t states_held_ = 0;  // MAMBA slots held by requests
   HybridCounters counters_;
   std::string last_refusal_;
+  bool last_refusal_injected_ = false;
   // heal_frees_stale only: the SWA page each FULL page's position had when its request released it
   // (SGLang's FULL->SWA index mapping, left stale on tombstones).
   std::unordered_map<std::uint32_t, std::uint32_t> full_to_swa_;
   std::function<void(std::span<const PageId>)> on_swa_free_;
   std::function<void(std::span<const std::uint32_t>)> on_state_free_;
   std::function<void(std::uint32_t, std::uint32_t)> copy_state_;
+  std::function<bool(RequestId, bool)> decide_allocation_;
   std::unique_ptr<HybridHostTier> host_;
   std::string window_breach_;  // the first load-back that restored more SWA pages than a window (none: empty)
 };

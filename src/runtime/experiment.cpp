@@ -135,6 +135,8 @@ void read_model(const Config& c, ExperimentConfig& e) {
   d.steps = c.get_int("model.draft.steps");
   d.accept_prob = c.get_float("model.draft.accept_prob");
   d.dtype = c.get_string("model.draft.dtype");
+  d.layer_types = c.get_string("model.draft.layer_types");
+  if (d.layer_types.empty()) d.layer_types = "full";
   e.model.cp_split = c.get_string("model.cp_split");
   e.model.layer_types = c.get_string("model.layer_types");
   if (e.model.layer_types.empty()) e.model.layer_types = "full";

@@ -23,6 +23,9 @@ struct DraftConfig {
   std::int64_t steps = 3;      // tokens proposed per round
   double accept_prob = 0.7;    // chance that the target accepts each proposed token (draft KV intact)
   std::string dtype = "bf16";
+  // Its layers' kinds (hybrid targets): "full", or a pattern like the target's with swa / mamba
+  // layers — their KV in SWA pages and states indexed like the target's (draft sidecars).
+  std::string layer_types = "full";
   bool enabled() const { return mode != "none"; }
 };
 

@@ -57,6 +57,27 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
   } catch (const std::invalid_argument& x) {
     throw InputError(src + ": model.layer_types = \"" + m.layer_types + "\": " + x.what());
   }
+  // A hybrid draft (model.draft.layer_types): its kinds must be the target's (their pages and
+  // states sit at the target's ids) and include a full layer (its pool follows FULL's pages).
+  ModelConfig draft = m;
+  draft.layer_types = m.draft.layer_types;
+  draft.layers = m.draft.layers;
+  draft.sidecars.clear();
+  std::vector<LayerKind> draft_kinds;
+  try {
+    draft_kinds = draft.kinds();
+  } catch (const std::invalid_argument& x) {
+    throw InputError(src + ": model.draft.layer_types = \"" + m.draft.layer_types + "\": " + x.what());
+  }
+  if (draft.hybrid()) {
+    const std::string at = src + ": model.draft.layer_types = \"" + m.draft.layer_types + "\"";
+    if (!m.draft.enabled()) throw InputError(at + " without a draft (model.draft.mode = \"none\")");
+    if (!draft.has(LayerKind::Full)) throw InputError(at + " has no full layer (the draft's pool follows FULL's pages)");
+    for (LayerKind k : {LayerKind::Swa, LayerKind::Mamba})
+      if (draft.has(k) && !m.has(k))
+        throw InputError(at + " has " + layer_kind_name(k) + " layers, but model.layer_types = \"" + m.layer_types +
+                         "\" has none (the draft's " + layer_kind_name(k) + " data sits at the target's ids)");
+  }
   if (!m.hybrid()) {
     if (!e.cache.component_bugs.empty())
       throw InputError(src + ": cache.component_bugs = [\"" + e.cache.component_bugs.front() +
@@ -104,8 +125,6 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
   auto refuse = [&](bool bad, const std::string& why) {
     if (bad) throw InputError(src + ": " + what + " with " + why + " is not supported yet (hybrid models run at the device, host and storage tiers)");
   };
-  for (const auto& f : e.faults)
-    refuse(f.name == "device.alloc.fail", "faults.\"device.alloc.fail\" (the hybrid cache has no agreed allocation failures yet)");
   refuse(e.workload.kind == "tree", "workload.kind = \"tree\" (the hybrid model needs the serving loop)");
   if (e.topology.groups.size() > 1) {  // P/D: the suffix's FULL pages, the tail window's SWA pages, the state at the end
     refuse(!m.sidecars.empty(), "[[model.sidecar]] in a P/D world (the suffix transfer moves no sidecar words)");

@@ -86,6 +86,9 @@ void add_topology_and_model_keys(Schema& s) {
   s.add(ikey({"model", "draft", "steps"}, 3, 1, 64, "tokens the draft proposes per round"));
   s.add(fkey({"model", "draft", "accept_prob"}, 0.7, 0.0, 1.0,
              "chance that the target accepts each proposed token, when the draft read the right KV"));
+  s.add(skey({"model", "draft", "layer_types"}, {},
+             "hybrid targets: the draft's layer kinds, comma-separated full | swa | mamba repeated over its layers "
+             "(its SWA pages and states follow the target's ids)", "full"));
   s.add(skey({"model", "draft", "dtype"}, {"bf16", "fp16", "fp8"},
              "draft KV element type (the target's is bf16; packed needs the same)"));
 }

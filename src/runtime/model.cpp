@@ -60,7 +60,8 @@ std::uint64_t ModelGeometry::layer_id(LayerKind k, std::size_t i) const {
 
 ModelGeometry ModelGeometry::draft_for_rank(const ExperimentConfig& exp, const GridCoord& c, const GridShape& s) {
   ExperimentConfig d = exp;
-  d.model.layer_types = "full";
+  d.model.layer_types = exp.model.draft.layer_types;  // (a hybrid draft keeps the target's window and grid)
+  d.model.sidecars.clear();
   d.model.layers = exp.model.draft.layers;
   d.model.kv_heads = exp.model.draft.kv_heads;
   d.model.head_dim = exp.model.draft.head_dim;

@@ -156,9 +156,19 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   has_draft = exp.model.draft.enabled() && grid.is_last_stage();
   if (has_draft) {
     draft_geo = ModelGeometry::draft_for_rank(exp, c, shape);
-    draft_pool = std::make_unique<cache::KvPool>(cache::KvPoolConfig{capacity, exp.cache.page_size, draft_geo.layer_begin,
-                                                                     draft_geo.local_layers(), draft_geo.kv_heads,
+    draft_pool = std::make_unique<cache::KvPool>(cache::KvPoolConfig{capacity, exp.cache.page_size,
+                                                                     draft_geo.layer_id(LayerKind::Full, 0),
+                                                                     draft_geo.local_of(LayerKind::Full), draft_geo.kv_heads,
                                                                      draft_geo.head_dim, pool->payload(), placement, shard->rank});
+    // A hybrid draft's SWA layers and states: indexed by the target's SWA page ids and state slots
+    // (their tree moves them with the target's: poisoned when freed, copied when a state is).
+    if (const std::size_t n = draft_geo.local_of(LayerKind::Swa); n > 0)
+      draft_swa_pool = std::make_unique<cache::KvPool>(cache::KvPoolConfig{
+          exp.cache.swa_pages, exp.cache.page_size, draft_geo.layer_id(LayerKind::Swa, 0), n, draft_geo.kv_heads,
+          exp.engine.payload == "full" ? draft_geo.head_dim : 1, cache::Payload::Full});
+    if (const std::size_t n = draft_geo.local_of(LayerKind::Mamba); n > 0)
+      draft_states = std::make_unique<cache::StatePool>(static_cast<std::size_t>(exp.cache.mamba_slots),
+                                                        n * draft_geo.kv_heads.size() * draft_geo.mamba_state);
   }
   // The host tier (L2): its pool, the transfer engine on this rank's modelled clock, and the
   // stage's agreement on ACK consumption (protocol.tp_sync). Declared before the cache that uses them.
@@ -185,10 +195,20 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   if (geo.hybrid()) dcc.hybrid = hybrid_config(exp);
   dc = std::make_unique<cache::DeviceCache>(dcc, log);
   if (auto* h = dc->hybrid()) {
-    if (swa_pool) h->set_on_swa_free([this](std::span<const PageId> pages) { swa_pool->poison(pages, /*always=*/true); });
+    if (swa_pool)
+      h->set_on_swa_free([this](std::span<const PageId> pages) {
+        swa_pool->poison(pages, /*always=*/true);
+        if (draft_swa_pool) draft_swa_pool->poison(pages, /*always=*/true);
+      });
     if (states) {
-      h->set_on_state_free([this](std::span<const std::uint32_t> s) { states->poison(s); });
-      h->set_copy_state([this](std::uint32_t src, std::uint32_t dst) { states->copy(src, dst); });
+      h->set_on_state_free([this](std::span<const std::uint32_t> s) {
+        states->poison(s);
+        if (draft_states) draft_states->poison(s);
+      });
+      h->set_copy_state([this](std::uint32_t src, std::uint32_t dst) {
+        states->copy(src, dst);
+        if (draft_states) draft_states->copy(src, dst);  // the draft's recurrent state moves with the target's
+      });
     }
   }
   dc->set_on_free([this](std::span<const PageId> pages) {  // a freed page's old KV must not pass for a copy's

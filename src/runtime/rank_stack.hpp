@@ -51,6 +51,9 @@ struct RankStack {
   bool has_draft = false;
   ModelGeometry draft_geo;
   std::unique_ptr<cache::KvPool> draft_pool;
+  // A hybrid draft's SWA layers' pool and states (model.draft.layer_types), indexed like the target's.
+  std::unique_ptr<cache::KvPool> draft_swa_pool;
+  std::unique_ptr<cache::StatePool> draft_states;
   std::unique_ptr<cache::DraftState> draft;
   std::unique_ptr<transfer::TransferEngine> engine;
   std::unique_ptr<cache::AckAgreement> agreement;  // protocol.tp_sync over the stage

@@ -89,7 +89,7 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
                          (n > 1 ? ", or lower cache.gather_pages" : "") + ")");
       // Nothing holds anything (no request, no backup in flight): eviction freed all it could.
       const bool writing = cache_.write_acks() && cache_.write_acks()->unpublished() > 0;
-      if (running_.empty() && cache_.hybrid() && !writing)
+      if (running_.empty() && cache_.hybrid() && !writing && !cache_.hybrid()->last_refusal_injected())
         throw RunFailure("request " + std::to_string(w.spec.id.value()) + " (" + std::to_string(w.kv_len()) +
                          " tokens) cannot be admitted even with nothing running: " + cache_.hybrid()->last_refusal() +
                          " (raise cache.swa_pages, cache.mamba_slots or cache.device_pages, or lower engine.chunk_size)");

@@ -70,6 +70,7 @@ SpecDecodeStep::SpecDecodeStep(Context ctx)
       Ld_(ctx.draft_geo ? ctx.draft_geo->local_layers() : 0) {
   if (ctx.draft_geo) {
     model_ = std::make_unique<SyntheticModel>(*ctx.draft_geo, *draft_pool_, exp_.cache.page_size);
+    if (ctx.draft_geo->hybrid()) model_->attach_hybrid(ctx.draft_swa_pool, ctx.draft_states);
     oracle_ = std::make_unique<Oracle>(*ctx.draft_geo, exp_.cache.page_size);
   }
 }
@@ -102,7 +103,9 @@ void SpecDecodeStep::scheduled(ServeStep& /*s*/) {
 void SpecDecodeStep::forward_entry(ServeStep& s, std::size_t i, std::span<std::uint64_t> partials) {
   if (!model_) return;
   auto& e = s.batch[i];  // the draft reads its own pages (restored with the target's, or not)
-  model_->forward(e.req->draft, e.req->tokens, e.start, e.end, e.req->res.pages, partials);
+  HybridTables ht;  // a hybrid draft: its SWA pages and states sit at the target's ids
+  if (const auto* h = e.req->res.hybrid.get()) ht = {h->swa_table, h->mamba, h->mamba_ckpt};
+  model_->forward(e.req->draft, e.req->tokens, e.start, e.end, e.req->res.pages, partials, {}, ht);
 }
 
 std::uint64_t SpecDecodeStep::forward_ns(const ServeStep& s, const StepWork& work) const {

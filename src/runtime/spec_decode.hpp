@@ -58,6 +58,9 @@ class SpecDecodeStep : public StepPlugin {
     // The draft's geometry and pool on this rank (the last stage), else null.
     const ModelGeometry* draft_geo;
     cache::KvPool* draft_pool;
+    // A hybrid draft's SWA pool and states (null: none of that kind), indexed like the target's.
+    cache::KvPool* draft_swa_pool = nullptr;
+    cache::StatePool* draft_states = nullptr;
     Emit emit;
   };
   explicit SpecDecodeStep(Context ctx);

@@ -1153,7 +1153,6 @@ def hybrid_runs():
            (["--set", "topology.pp=2", "--set", "cache.host_pages=64", "--set", "cache.write_policy=write_back"],
             r'cache\.write_policy = "write_back" over pp = 2 \(a write-back is agreed inside the eviction'),
            (["--set", "cache.mamba_slots=2"], r"cache\.mamba_slots = 2: .* give at least 3"),
-           (["--set", "faults.device.alloc.fail.probability=0.1"], r'faults\."device\.alloc\.fail"'),
            (["--set", "model.layer_types=full,mamba"], r'\[\[model\.sidecar\]\] #2 \("compressor"\): source = "swa" but'),
            (["--set", "model.sidecar.words=3"], r"'model\.sidecar' is an array of tables \(\[\[model\.sidecar\]\]\): set it in the experiment file")]
     dup = write("hybrid-dup.toml", text.replace('name = "compressor"', 'name = "indexer"'))
@@ -1161,6 +1160,10 @@ def hybrid_runs():
     for path, pattern in ((dup, r'#2 \("indexer"\): the name is taken by sidecar #1'),
                           (typo, r"hybrid-typo\.toml:\d+:\d+: unknown key 'wrods' in \[\[model\.sidecar\]\]; did you mean 'model\.sidecar\.words'")):
         bad.append(([], pattern, path))
+    rc, so, se = run_single(HYBRID, "--out", out("hybrid-alloc-fail"), "--set", "faults.device.alloc.fail.probability=0.3")
+    fired = json.loads(tool("report", out("hybrid-alloc-fail"), "--json")[1])["faults"].get("device.alloc.fail", 0)
+    expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "32 finished of 32" in so and fired > 0,
+           "device.alloc.fail: refused admissions wait and run later", so, se, fired)
     rc, so, se = run_single(HYBRID, "--out", out("hybrid-small-swa"), "--set", "cache.swa_pages=8")
     expect(rc != 0 and "its SWA footprint of 16 pages" in so + se and "exceed cache.swa_pages = 8" in so + se,
            "an SWA pool that can never hold one request fails the run naming the key", rc, so, se)
@@ -1346,15 +1349,17 @@ def hybrid_pd():
 
 
 def hybrid_spec():
-    """Speculative decoding with a hybrid model (experiments/hybrid_spec.toml at TP2xPP2): rounds run,
-    draft tokens are accepted (decode steps of several tokens), the history is reused, oracle OK
-    and ranks agreeing; the #21 variant under multi-token acceptance (mtp_state_at_floor) is
+    """Speculative decoding with a hybrid model (experiments/hybrid_spec.toml at TP2xPP2, a full + SWA
+    + MAMBA draft): rounds run, draft tokens are accepted (decode steps of several tokens), the
+    draft's own window and state read right (no draft checksum mismatch), the history is reused,
+    oracle OK and ranks agreeing; the #21 variant under multi-token acceptance (mtp_state_at_floor) is
     caught by the oracle; with the host tier it is refused by name."""
     exp = os.path.join(SRC, "experiments", "hybrid_spec.toml")
     rc, so, se = run(4, exp, "--out", out("hsp"))
     expect(rc == 0 and "# verdict: OK" in so and "# rank divergences: 0 OK" in so, "hybrid_spec", so, se)
-    m = re.search(r"# speculative decoding: (\d+) rounds, (\d+) of (\d+) proposed tokens accepted", so)
-    expect(m and int(m.group(1)) > 0 and 0 < int(m.group(2)) < int(m.group(3)), "draft rounds with acceptances", so)
+    m = re.search(r"# speculative decoding: (\d+) rounds, (\d+) of (\d+) proposed tokens accepted.*, 0 draft checksum mismatches", so)
+    expect(m and int(m.group(1)) > 0 and 0 < int(m.group(2)) < int(m.group(3)),
+           "draft rounds with acceptances, the hybrid draft reading the right window and state", so)
     j = json.loads(tool("report", out("hsp"), "--json")[1])
     expect(j["hit_rate"]["device"] > 0.3 and j["hybrid"]["mamba_states_saved"] > 0, "history reused", j["hit_rate"], j["hybrid"])
     rc, so, se = run(4, exp, "--out", out("hsp-bug"), "--set", "cache.component_bugs=mtp_state_at_floor")
@@ -1365,6 +1370,11 @@ def hybrid_spec():
     rc, so, se = run_single(os.path.join(SRC, "experiments", "component_bugs.toml"), "--out", out("hsp-bad"),
                             "--set", "cache.component_bugs=mtp_state_at_floor")
     expect(rc == 2 and 'model.draft.mode = "none" (it would change nothing)' in se, "mtp bug without a draft refused", so, se)
+    for sets, why in ((["--set", "model.layer_types=full,swa"], 'has mamba layers, but model.layer_types = "full,swa" has none'),
+                      (["--set", "model.draft.layer_types=swa"], "has no full layer"),
+                      (["--set", "model.draft.layer_types=full,bogus"], '"bogus" is not a layer type')):
+        rc, so, se = run_single(exp, "--out", out("hsp-bad"), "--set", "topology.tp=1", "--set", "topology.pp=1", *sets)
+        expect(rc == 2 and "model.draft.layer_types" in se and why in se, f"{sets} refused", so, se)
 
 
 def hybrid_storage():

@@ -53,6 +53,8 @@ TEST(HybridHost, LoadBacksOfEveryComponentAreCorrectUnderEveryTierFailpointAtEve
       {"faults.transfer.fail.probability=0.2", "faults.transfer.fail.ranks=[0]"},
       {"faults.host.alloc.fail.probability=0.2", "faults.host.alloc.fail.ranks=[0]"},
       {"faults.request.abort.probability=0.05"},
+      // agreed over the stage; across stages PP0's outcomes are relayed (protocol.pp_sync)
+      {"faults.device.alloc.fail.probability=0.2", "faults.device.alloc.fail.ranks=[0]"},
       {"cache.write_policy=write_back", "cache.host_pages=200", "faults.transfer.fail.probability=0.1",
        "faults.transfer.fail.ranks=[0]"},  // PP = 1 only (refused across stages)
   };

@@ -14,6 +14,7 @@
 
 #include "core/check.hpp"
 #include "core/decision_log.hpp"
+#include "layouts.hpp"
 #include "mpi_util.hpp"
 #include "runtime/experiment.hpp"
 #include "runtime/serve.hpp"
@@ -96,6 +97,37 @@ TEST(Pd, BrokenTransfersFailExactlyTheirRequestsUnderFaults) {
     EXPECT_GT(r.pd_failed, 0);
     EXPECT_EQ(r.pd_sent_tokens, r.pd_received_tokens);
   }
+}
+
+// Hybrid models (FULL + SWA + MAMBA) at the device tier: decode_prefix_len is decode's hybrid
+// match; the suffix's FULL pages, the prompt's tail window of SWA pages and the state at its end
+// arrive intact (oracle OK) under broken transfers, device allocation failures, link delays,
+// aborts and stage skew; full_transfer sends every prompt whole.
+TEST(Pd, HybridModelsReceiveTheSuffixTheTailWindowAndTheStateUnderFaults) {
+  if (layouts().empty()) GTEST_SKIP() << "needs an even world";
+  const std::vector<std::string> hybrid = {"model.layers=8", "model.layer_types=full,swa,full,mamba", "model.swa_window=10", "model.mamba_chunk=8",
+                                           "model.mamba_state=2", "cache.host_pages=0", "cache.swa_pages=60",
+                                           "cache.mamba_slots=24", "workload.gsp.output_len=9"};
+  for (const auto& [tp, pp] : layouts())
+    for (const char* pd : {"decode_reuse", "full_transfer"})
+      for (std::int64_t seed = 21; seed < 21 + testing::suite_seeds(2); ++seed) {
+        SCOPED_TRACE("TP" + std::to_string(tp) + " PP" + std::to_string(pp) + " " + pd + " seed " + std::to_string(seed));
+        auto sets = hybrid;
+        for (const char* f : {"faults.pd.transfer.fail.probability=0.1", "faults.device.alloc.fail.probability=0.1",
+                              "faults.p2p.delay.probability=0.1", "faults.request.abort.probability=0.03", "cost.stage_skew=0.5"})
+          sets.push_back(f);
+        sets.push_back(std::string("protocol.pd=") + pd);
+        DecisionLog log;
+        auto r = serve(pd_world(tp, pp, sets, seed), log);
+        EXPECT_EQ(r.oracle_mismatches, 0) << "a window page or a state arrived wrong, or a broken transfer was decoded";
+        EXPECT_EQ(r.divergences(), 0);
+        EXPECT_EQ(r.verify_failures, 0);
+        EXPECT_EQ(r.pd_sent_tokens, r.pd_received_tokens);
+        EXPECT_GT(r.finished, 0);
+        if (std::string(pd) == "decode_reuse") {
+          EXPECT_LT(r.pd_sent_tokens, r.prompt_tokens) << "decode reused its own history";
+        }
+      }
 }
 
 TEST(Pd, AbortsReleaseTheRequestOnBothSidesMidTransfer) {

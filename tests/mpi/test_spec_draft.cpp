@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "core/decision_log.hpp"
+#include "layouts.hpp"
 #include "mpi_util.hpp"
 #include "runtime/experiment.hpp"
 #include "runtime/serve.hpp"
@@ -50,6 +51,41 @@ const std::vector<std::string> kFaults = {
     "faults.host.alloc.fail.probability=0.03",    "faults.storage.read.fail.probability=0.1",
     "faults.storage.object.corrupt.probability=0.05", "faults.storage.write.fail.probability=0.05",
     "faults.storage.read.slow.probability=0.1",   "faults.p2p.delay.probability=0.05"};
+
+// A hybrid target (FULL + SWA + MAMBA) and a hybrid draft (its SWA pages and states at the
+// target's ids) at the device tier: verify steps of several tokens move SWA windows and pass MAMBA
+// checkpoint depths mid-step; no draft checksum mismatch; the history is reused, oracle OK, ranks
+// agreeing, under device allocation failures, aborts and link delays; the #21 variant under
+// multi-token acceptance (cache.component_bugs = mtp_state_at_floor) is caught by the oracle.
+TEST(SpecDraft, HybridTargetsVerifySeveralTokensAStepThroughWindowsAndCheckpoints) {
+  const std::vector<std::string> hybrid = {"model.layers=8", "model.layer_types=full,swa,full,mamba", "model.swa_window=10", "model.mamba_chunk=8",
+                                           "model.mamba_state=2", "cache.host_pages=0", "cache.storage=none",
+                                           "cache.device_pages=120", "cache.swa_pages=60", "cache.mamba_slots=24",
+                                           "model.draft.mode=packed", "model.draft.layers=3",
+                                           "model.draft.layer_types=full,swa,mamba"};
+  for (const auto& [tp, pp] : layouts()) {
+    SCOPED_TRACE("TP" + std::to_string(tp) + " PP" + std::to_string(pp));
+    for (std::int64_t seed = 3; seed < 3 + testing::suite_seeds(2); ++seed) {
+      auto sets = hybrid;
+      for (const char* f : {"faults.device.alloc.fail.probability=0.1", "faults.request.abort.probability=0.03",
+                            "faults.p2p.delay.probability=0.1"})
+        sets.push_back(f);
+      DecisionLog log;
+      auto r = serve(history(tp, pp, "", sets, seed), log);
+      EXPECT_EQ(r.oracle_mismatches, 0) << "seed " << seed;
+      EXPECT_EQ(r.divergences(), 0);
+      EXPECT_EQ(r.verify_failures, 0);
+      EXPECT_EQ(r.draft_mismatches, 0);
+      EXPECT_GT(r.spec_accepted, 0);
+      EXPECT_GT(r.cached_tokens, 0) << "the history is reused";
+    }
+    auto bug = hybrid;
+    bug.push_back("cache.component_bugs=mtp_state_at_floor");
+    DecisionLog log;
+    auto b = serve(history(tp, pp, "", bug), log);
+    EXPECT_GT(b.oracle_mismatches, 0) << "mtp_state_at_floor: a verify step's final state registered at the depth it passed";
+  }
+}
 
 TEST(SpecDraft, PackedAndSidecarKeepTheAcceptanceOfHiCacheOffWhileTargetOnlyCollapses) {
   for (const auto& [tp, pp] : layouts()) {
