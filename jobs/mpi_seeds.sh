@@ -6,6 +6,7 @@
 #   LoadBack.FailedLoadBacksAreRecomputedAtEveryLayout        transfer.load.fail (+ aborts) at every layout of the world
 #   HybridHost.* / HybridStorage.*                             hybrid models (FULL + SWA + MAMBA) with host and storage
 #                                                             tiers, every tier failpoint, at every layout of the world
+#   Pd.HybridModels* / SpecDraft.HybridTargets*               hybrid P/D and speculative decoding under their faults
 #   jobs/mpi_seeds.sh [SEEDS] [RANKS...]     (default: 20 seeds at 2 and 4 ranks)
 # Exit status non-zero when any case fails.
 set -euo pipefail
@@ -16,7 +17,7 @@ seeds=${1:-20}
 shift || true
 ranks=("$@")
 [ ${#ranks[@]} -gt 0 ] || ranks=(2 4)
-filter='PpSync.HostTierAcrossStagesAgreesOverManySeedsAndFaults:Storage.*:LoadBack.FailedLoadBacksAreRecomputedAtEveryLayout:HybridHost.*:HybridStorage.*'
+filter='PpSync.HostTierAcrossStagesAgreesOverManySeedsAndFaults:Storage.*:LoadBack.FailedLoadBacksAreRecomputedAtEveryLayout:HybridHost.*:HybridStorage.*:Pd.HybridModels*:SpecDraft.HybridTargets*'
 rc=0
 for np in "${ranks[@]}"; do
   echo "# $np ranks, $seeds seeds per case"

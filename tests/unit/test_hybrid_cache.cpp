@@ -3,7 +3,8 @@
 // over tiny FULL, SWA and MAMBA pools, with the tree's and every pool's invariants verified after
 // every call — the checkpoint slot's eviction must never take what an insert just made, and no
 // page or slot may leak or be freed twice. Randomized over pools, windows and chunks (seed
-// printed; KVGRID_TEST_SEED overrides).
+// printed; KVGRID_TEST_SEED overrides). And P/D decode's receive path by hand (the tail window's
+// pages, the received state as the checkpoint, the commit's tombstones).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -117,6 +118,59 @@ TEST(HybridCache, PoolPressureKeepsEveryInvariant) {
               static_cast<long long>(hits));
   EXPECT_GT(finished, 100);
   EXPECT_GT(hits, 20) << "the workload must reuse prefixes to test anything";
+}
+
+}  // namespace
+}  // namespace kvgrid::cache
+
+namespace kvgrid::cache {
+namespace {
+
+// P/D decode by hand (page 4, window 10, grid 8): where the received SWA pages start, the pages a
+// receive takes, the received state made the checkpoint at a prompt on the grid, and the commit
+// leaving [matched, tail) as SWA tombstones while the tail window stays live.
+TEST(HybridCache, PdDecodeTakesTheTailWindowAndCheckpointsTheReceivedState) {
+  // pd_swa_from: the page holding prompt - W, or the match's end if later.
+  EXPECT_EQ(pd_swa_from(Tokens(0), Tokens(24), Tokens(10), Tokens(4)), Tokens(12));  // 24 - 10 = 14 -> page at 12
+  EXPECT_EQ(pd_swa_from(Tokens(16), Tokens(24), Tokens(10), Tokens(4)), Tokens(16));  // the match ends later
+  EXPECT_EQ(pd_swa_from(Tokens(0), Tokens(6), Tokens(10), Tokens(4)), Tokens(0));     // a prompt shorter than W
+  EXPECT_EQ(pd_swa_from(Tokens(0), Tokens(26), Tokens(8), Tokens(4)), Tokens(16));    // 26 - 8 = 18 -> 16
+
+  HybridCacheConfig hc;
+  hc.page_size = Tokens(4);
+  hc.swa = true;
+  hc.window = Tokens(10);
+  hc.swa_pages = Pages(40);
+  hc.mamba = true;
+  hc.mamba_chunk = Tokens(8);
+  hc.mamba_slots = 8;
+  hc.chunk_tokens = Tokens(16);
+  DecisionLog log;
+  DeviceCache dc(DeviceCacheConfig{Tokens(4), Pages(40), 1, hc}, log);
+  std::vector<std::uint32_t> copies;  // (src, dst) of every state copy
+  dc.hybrid()->set_copy_state([&](std::uint32_t src, std::uint32_t dst) { copies.insert(copies.end(), {src, dst}); });
+  std::vector<TokenId> t(25);
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<TokenId>(i + 1);
+  const std::span<const TokenId> prompt = std::span<const TokenId>(t).first(24);
+  auto r = dc.reserve(RequestId(1), prompt, Tokens(25));  // prompt 24 + the first output token
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->matched, Tokens(0));
+  ASSERT_TRUE(dc.hybrid()->expect_suffix(RequestId(1), *r, Tokens(24)));
+  const HybridHold& h = *r->hybrid;
+  EXPECT_EQ(h.swa.own_from, Tokens(12)) << "pages 3..5 only: positions 12..23";
+  ASSERT_EQ(h.swa.own.size(), 3u);
+  for (std::size_t pg = 0; pg < 7; ++pg) EXPECT_EQ(h.swa_table[pg] != 0, pg >= 3 && pg < 6) << "SWA page of page " << pg;
+  dc.hybrid()->suffix_received(*r, Tokens(24));  // 24 is on the grid of 8: the received state is the checkpoint
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_EQ(copies[0], h.mamba);
+  EXPECT_EQ(copies[1], h.mamba_ckpt);
+  EXPECT_EQ(h.ckpt_at, Tokens(24));
+  dc.hybrid()->verify();
+  dc.commit(RequestId(1), *r, t);  // (no decode step here: the partial page 6 is not inserted)
+  // The tree: FULL over [0, 24), SWA live only in the window before the end, the state at 24.
+  EXPECT_EQ(dc.peek_hit(t), Tokens(24)) << "a later request reuses through the received state and tail window";
+  dc.hybrid()->verify();
+  EXPECT_EQ(dc.hybrid()->counters().tombstones_made, 3) << "pages 0..2 were never held on decode";
 }
 
 }  // namespace
