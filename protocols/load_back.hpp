@@ -19,6 +19,11 @@
 // trace: `load_fail`). An abort landing meanwhile — the copies still in flight — waits for them
 // before it frees anything (DeviceCache::abort).
 //
+// Hybrid models (one stage, HybridCache::set_agreed_loads): the outcome is agreed inside the
+// admission instead — the copies land, one MIN over the stage, a broken load-back taken back whole
+// on every rank (the nodes stay host-only, the request computes those positions) — so nothing is
+// private; across stages that would make a stage wait for the others inside the step: refused.
+//
 // When no load can fail (transfer.load.fail not configured) the outcome is known to be intact,
 // so loads are published at once and read in the step that loaded them, layer by layer — the
 // decisions of such runs are those of the plain tiers.

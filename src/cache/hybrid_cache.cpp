@@ -108,6 +108,7 @@ void HybridCache::attach_host_tier(HybridHostConfig cfg, HybridBytes bytes, tran
   if (cfg_.swa) kinds[swa_.value()] = ComponentKind::Swa;
   if (cfg_.mamba) kinds[mamba_.value()] = ComponentKind::Mamba;
   host_ = std::make_unique<HybridHostTier>(std::move(cfg), tree_, std::move(kinds), bytes, sidecars_, engine, agreement, log_);
+  agreement_ = &agreement;
 }
 
 std::optional<std::vector<Slot>> HybridCache::alloc_device(ComponentId c, std::int64_t n, Pages* evicted) {
@@ -156,6 +157,38 @@ void HybridCache::load_back(RequestId id, std::span<const TokenId> view, unified
     // copies land before anyone can evict them and reuse their slots.
     for (auto& e : r.load_events) e.synchronize();
     for (auto& e : h.state_events) e.synchronize();
+  }
+  if (agreed_loads_ && done > 0) {
+    // protocol.load_back = agreed with transfer.load.fail (PP = 1): the copies land and their
+    // outcome — none failed on any rank of the stage — is agreed before anyone can read them. A
+    // broken load-back is taken back whole on every rank: the nodes stay host-only, the request
+    // computes those positions itself.
+    bool ok = true;
+    for (auto& e : r.load_events) {
+      e.synchronize();
+      ok = ok && !e.failed();
+    }
+    for (auto& e : h.state_events) {
+      e.synchronize();
+      ok = ok && !e.failed();
+    }
+    const bool agreed = agreement_->agree_allocation(ok);
+    KVGRID_CONSENSUS(log_, "load_outcome", {static_cast<std::int64_t>(id.value()), n_of(done)}, {agreed ? 1 : 0});  // (this rank's own outcome is not a decision)
+    if (!agreed) {
+      const Tokens loaded = tree_.peek_prefix(view).matched - device;
+      unified::EvictResult back;
+      back.freed.resize(tree_.components());
+      for (std::size_t i = done; i-- > 0;) {
+        auto slots = tree_.uncommit_load(items[i]);
+        auto& f = back.freed[items[i].component.value()];
+        f.insert(f.end(), slots.begin(), slots.end());
+      }
+      release(back, nullptr);
+      r.load_events.clear();
+      h.state_events.clear();
+      ++counters_.load_failed;
+      counters_.load_recomputed_tokens += std::max<std::int64_t>(0, loaded.value());
+    }
   }
   tree_.unlock(path);
   tree_.unlock(start);

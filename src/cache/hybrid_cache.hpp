@@ -103,6 +103,8 @@ struct HybridCounters {
   std::int64_t states_copied = 0;      // MAMBA states copied into a request's private slot
   std::int64_t states_saved = 0;       // MAMBA checkpoints the tree took
   std::int64_t swa_waits = 0;          // steps a request sat out for lack of SWA pages
+  std::int64_t load_failed = 0;            // load-backs agreed broken and taken back (transfer.load.fail)
+  std::int64_t load_recomputed_tokens = 0;  // the positions they would have brought, computed instead
   // What each rule cost at admission, summed over admitted requests: the prefix FULL alone would
   // have reused, and per component how much of it that component's rule (with FULL's) would cut —
   // the two may overlap (both reject the same boundary).
@@ -147,6 +149,10 @@ class HybridCache {
   // Adds the host tier (hybrid_host_tier.hpp): backups after inserts, load-backs in reserve().
   void attach_host_tier(HybridHostConfig cfg, HybridBytes bytes, transfer::TransferEngine& engine, AckAgreement& agreement);
   HybridHostTier* host_tier() { return host_.get(); }
+  // Load-backs that can fail (transfer.load.fail, protocol.load_back = agreed; one stage): each
+  // load-back's copies land and their outcome is agreed over the stage inside the admission; a
+  // broken one is taken back whole (the request computes those positions).
+  void set_agreed_loads(bool on) { agreed_loads_ = on; }
   // A storage tier over this cache's tree and host tier (hybrid_storage_site.hpp; needs the host
   // tier): objects per component, written when backups publish, prefetched as host copies.
   std::unique_ptr<StorageTier> make_storage_tier(StorageTierConfig cfg, AckAgreement& agreement);
@@ -208,6 +214,8 @@ class HybridCache {
   std::function<void(std::span<const std::uint32_t>)> on_state_free_;
   std::function<void(std::uint32_t, std::uint32_t)> copy_state_;
   std::function<bool(RequestId, bool)> decide_allocation_;
+  bool agreed_loads_ = false;            // load-backs agreed before they are read (set_agreed_loads)
+  AckAgreement* agreement_ = nullptr;    // the stage's (the host tier's)
   std::unique_ptr<HybridHostTier> host_;
   std::string window_breach_;  // the first load-back that restored more SWA pages than a window (none: empty)
 };

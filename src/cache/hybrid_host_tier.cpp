@@ -287,6 +287,8 @@ void HybridHostTier::load(const unified::LoadItem& item, std::span<const Slot> d
     stats_.h2d_ns += e.modelled_ns();
     transfers_.push_back({"h2d", load, e.complete_ns() - e.modelled_ns(), e.complete_ns(), e.bytes()});
   };
+  // transfer.load.fail: a FULL copy fails from a drawn layer on, an SWA or MAMBA copy whole.
+  auto fails_from = [&](std::size_t layers) { return cfg_.tier.load_fault ? cfg_.tier.load_fault(layers).value_or(layers) : layers; };
   switch (kinds_[c]) {
     case ComponentKind::Full: {
       const std::size_t base = layer_events.size();
@@ -294,7 +296,9 @@ void HybridHostTier::load(const unified::LoadItem& item, std::span<const Slot> d
       if (bytes_.full_device) {
         auto copies = layer_copies_at(*bytes_.full_device, page_ids(device), 0, *bytes_.full_host, page_ids(item.host), 0,
                                       bytes_.full_device->layers());
+        const std::size_t fail_from = fails_from(copies.size());
         for (std::size_t l = 0; l < copies.size(); ++l) {
+          if (l >= fail_from) engine_.inject(0, true);
           layer_events[base + l] = engine_.submit(kLoadStream, std::move(copies[l]));
           record(layer_events[base + l]);
         }
@@ -304,6 +308,7 @@ void HybridHostTier::load(const unified::LoadItem& item, std::span<const Slot> d
     }
     case ComponentKind::Swa:
       if (bytes_.swa_device) {
+        if (fails_from(1) == 0) engine_.inject(0, true);
         state_events.push_back(engine_.submit(kLoadStream, flat(layer_copies_at(*bytes_.swa_device, page_ids(device), 0,
                                                                                 *bytes_.swa_host, page_ids(item.host), 0,
                                                                                 bytes_.swa_device->layers()))));
@@ -314,6 +319,7 @@ void HybridHostTier::load(const unified::LoadItem& item, std::span<const Slot> d
       if (bytes_.state_device) {
         auto src = bytes_.state_host->slot(item.host[0].value());
         auto dst = bytes_.state_device->slot(device[0].value());
+        if (fails_from(1) == 0) engine_.inject(0, true);
         state_events.push_back(engine_.submit(kLoadStream, {{dst.data(), src.data(), src.size() * sizeof(std::uint64_t)}}));
         record(state_events.back());
       }

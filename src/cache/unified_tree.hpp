@@ -401,6 +401,9 @@ class UnifiedTree {
   std::vector<LoadItem> plan_load(MatchResult& m);
   // A load-back's copy landed: `device` (one slot per host slot) becomes the item's value.
   void commit_load(const LoadItem& item, std::vector<Slot> device);
+  // The load-back's outcome was agreed broken: the committed value goes again (the node keeps its
+  // host copy) and its device slots are returned to the caller, who frees them.
+  std::vector<Slot> uncommit_load(const LoadItem& item);
   // A storage prefetch landed: host copies for tokens[below->end, tokens.size()) under `below` (a
   // node on the key's path that the caller holds locked, or the root). `host` has one offer per
   // component: paged, slots for the pages of [from, key end) (InsertValue::pages, from >=

@@ -104,6 +104,17 @@ void UnifiedTree::commit_load(const LoadItem& item, std::vector<Slot> device) {
   components_[item.component.value()]->loaded(*item.node);
 }
 
+std::vector<Slot> UnifiedTree::uncommit_load(const LoadItem& item) {
+  const ComponentData& d = item.node->at(item.component);
+  KVGRID_CHECK(d.live() && d.backed(), components_[item.component.value()]->name(), " load-back of node ", item.node->id,
+               " taken back, but the node holds no loaded value");
+  std::vector<Slot> slots = *d.value;
+  for (const auto& sc : sidecars_)
+    if (sc->source() == item.component) sc->drop(slots);
+  set_value(item.node, item.component, std::nullopt);
+  return slots;
+}
+
 void UnifiedTree::mark_writing(Node* node, std::uint64_t write) {
   KVGRID_CHECK(node != root_.get(), "a write of the root");
   node->pending_write = write;

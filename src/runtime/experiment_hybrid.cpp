@@ -156,8 +156,11 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
       refuse(name != "swa_load_whole_node",
              "cache.component_bugs = \"" + name + "\" (the record's device-tier bugs run without a host tier)");
     for (const auto& f : e.faults)
-      refuse(f.name == "transfer.load.fail",
-             "faults.\"transfer.load.fail\" (load-backs whose outcome is agreed: the hybrid host tier publishes at once)");
+      for (const auto& g : e.topology.groups)
+        refuse(f.name == "transfer.load.fail" && g.shape.pp > 1,
+               "faults.\"transfer.load.fail\" over pp = " + std::to_string(g.shape.pp) +
+                   " (a hybrid load-back's outcome is agreed inside the admission that needs it, and a stage cannot wait "
+                   "there for the others)");
   }
   refuse(m.draft.enabled() && e.cache.host_pages.value() > 0,
          "model.draft.mode = \"" + m.draft.mode + "\" and cache.host_pages > 0 (speculative decoding: the draft's KV does "

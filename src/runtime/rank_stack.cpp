@@ -275,6 +275,10 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   private_loads = pd_role(exp, grid) != PdRole::Decode &&
                   protocols::private_load_backs(protocols::parse_load_back(exp.protocol.load_back),
                                                 faults.configured("transfer.load.fail"));
+  if (private_loads && dc->hybrid()) {  // hybrid models (one stage): agreed inside the admission
+    dc->hybrid()->set_agreed_loads(true);
+    private_loads = false;
+  }
   if (private_loads) dc->set_private_restores(true);
   // device.alloc.fail across stages under pp_sync: PP0's stage decides, later stages follow.
   pp_sync = protocols::make_pp_sync(exp.protocol.pp_sync);

@@ -1285,8 +1285,19 @@ def hybrid_host():
     expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so, "write_back at TP4", so, se)
     rep = json.loads(tool("report", out("ht-wb"), "--json")[1])
     expect(rep["cached_tokens"]["host"] > 0, "write_back: reuse from the host", rep["cached_tokens"])
+    # transfer.load.fail inside one stage: a broken load-back is agreed and taken back on every rank
+    # (the request computes those positions), oracle OK; protocol.load_back = unchecked reads it.
+    lf = ["--set", "topology.pp=1", "--set", "topology.tp=4", "--set", "faults.transfer.load.fail.probability=0.01",
+          "--set", "faults.transfer.load.fail.ranks=[1]"]
+    rc, so, se = run(4, exp, "--out", out("ht-lf"), *lf)
+    expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so, "transfer.load.fail at TP4", so, se)
+    rep = json.loads(tool("report", out("ht-lf"), "--json")[1])
+    expect(rep["load_back"]["failed_requests"] >= 1 and rep["load_back"]["recomputed_tokens"] > 0 and
+           rep["cached_tokens"]["host"] > 0, "broken load-backs taken back, the others kept", rep["load_back"], rep["cached_tokens"])
+    rc, so, se = run(4, exp, "--out", out("ht-lf-bug"), *lf, "--set", "protocol.load_back=unchecked")
+    expect(rc != 0 and re.search(r"# oracle mismatches: [1-9]\d* FAILED", so), "load_back = unchecked caught", so, se)
     for key, value, why in (("cache.write_policy", "write_back", "write_through or write_through_selective across stages"),
-                            ("faults.transfer.load.fail.probability", "0.1", "transfer.load.fail")):
+                            ("faults.transfer.load.fail.probability", "0.1", "transfer.load.fail\" over pp = 2")):
         rc, so, se = run_single(exp, "--out", out("ht-refused"), "--set", f"{key}={value}")
         expect(rc == 2 and why in se and "hybrid_tiers.toml" in se, f"{key} = {value} refused", so, se)
         expect(not os.path.exists(out("ht-refused")), "nothing written for a refused run")

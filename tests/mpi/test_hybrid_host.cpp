@@ -3,7 +3,8 @@
 // back from the host — FULL pages, the rounded SWA window and the boundary's MAMBA state —, and
 // backups are slow enough (a slow host link) that ranks see their ACKs finish at different steps.
 // With every tier failpoint: oracle OK, zero divergences and verify failures, every request
-// finished (aborted ones excepted). The buggy protocol.tp_sync = per_rank is caught at TP > 1
+// finished (aborted ones excepted); under transfer.load.fail (one stage) broken load-backs are
+// agreed and taken back. The buggy protocol.tp_sync = per_rank is caught at TP > 1
 // exactly as with full attention (the write ACK queue is the same).
 #include <gtest/gtest.h>
 
@@ -53,16 +54,20 @@ TEST(HybridHost, LoadBacksOfEveryComponentAreCorrectUnderEveryTierFailpointAtEve
       {"faults.transfer.fail.probability=0.2", "faults.transfer.fail.ranks=[0]"},
       {"faults.host.alloc.fail.probability=0.2", "faults.host.alloc.fail.ranks=[0]"},
       {"faults.request.abort.probability=0.05"},
+      // PP = 1 only: each load-back's outcome agreed inside its admission, a broken one taken back
+      {"faults.transfer.load.fail.probability=0.03", "faults.transfer.load.fail.ranks=[0]"},
       // agreed over the stage; across stages PP0's outcomes are relayed (protocol.pp_sync)
       {"faults.device.alloc.fail.probability=0.2", "faults.device.alloc.fail.ranks=[0]"},
       {"cache.write_policy=write_back", "cache.host_pages=200", "faults.transfer.fail.probability=0.1",
        "faults.transfer.fail.ranks=[0]"},  // PP = 1 only (refused across stages)
   };
-  std::int64_t loaded = 0, backed = 0, host_tokens = 0;
+  std::int64_t loaded = 0, backed = 0, host_tokens = 0, broken_loads = 0;
   for (const auto& l : testing::every_layout(testing::world_size()))
     for (const auto& c : cases)
       for (std::int64_t seed = 900; seed < 900 + testing::suite_seeds(testing::world_size() <= 2 ? 3 : 2); ++seed) {
-        if (l.pp > 1 && std::find(c.begin(), c.end(), "cache.write_policy=write_back") != c.end()) continue;
+        if (l.pp > 1 && (std::find(c.begin(), c.end(), "cache.write_policy=write_back") != c.end() ||
+                         std::find(c.begin(), c.end(), "faults.transfer.load.fail.ranks=[0]") != c.end()))
+          continue;
         std::string what = l.str() + " seed " + std::to_string(seed);
         for (const auto& s : c) what += " " + s;
         SCOPED_TRACE(what);
@@ -78,13 +83,16 @@ TEST(HybridHost, LoadBacksOfEveryComponentAreCorrectUnderEveryTierFailpointAtEve
         loaded += r.mine.h2d_pages;
         backed += r.mine.d2h_pages;
         host_tokens += r.host_tokens;
+        broken_loads += r.mine.load_failed;
       }
   if (testing::world_rank() == 0)
-    std::printf("[ hybrid host ] %zu layouts x %zu cases: %lld FULL pages loaded back, %lld backed up (rank 0)\n",
+    std::printf("[ hybrid host ] %zu layouts x %zu cases: %lld FULL pages loaded back, %lld backed up, %lld load-backs "
+                "agreed broken and taken back (rank 0)\n",
                 testing::every_layout(testing::world_size()).size(), cases.size(), static_cast<long long>(loaded),
-                static_cast<long long>(backed));
+                static_cast<long long>(backed), static_cast<long long>(broken_loads));
   EXPECT_GT(loaded, 0) << "the histories came back from the host";
   EXPECT_GT(host_tokens, 0) << "and were reused from it";
+  EXPECT_GT(broken_loads, 0) << "transfer.load.fail broke load-backs (taken back, oracle OK)";
 }
 
 TEST(HybridHost, PerRankAckConsumptionIsCaught) {
