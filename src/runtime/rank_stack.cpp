@@ -267,8 +267,12 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   }
   // P/D decode reads a restore steps after it started: its restores stay private until agreed.
   // protocol.pd_restore = unchecked (the bug): published at once, their outcome never looked at.
-  if (pd_role(exp, grid) == PdRole::Decode && protocols::private_restores(protocols::parse_pd_restore(exp.protocol.pd_restore)))
-    dc->set_private_restores(true);
+  // Hybrid models (decode PP = 1): the restore's outcome is agreed inside the admission instead,
+  // before decode_prefix_len is answered — a broken restore is taken back and the suffix grows.
+  if (pd_role(exp, grid) == PdRole::Decode && protocols::private_restores(protocols::parse_pd_restore(exp.protocol.pd_restore))) {
+    if (dc->hybrid()) dc->hybrid()->set_agreed_loads(true);
+    else dc->set_private_restores(true);
+  }
   // Load-backs that can fail (transfer.load.fail) stay private until their outcome is agreed
   // (protocols/load_back.hpp); protocol.load_back = unchecked (the bug): read at once.
   // (P/D decode: its restores are private anyway, and fail with pd.restore.fail.)

@@ -1310,7 +1310,9 @@ def hybrid_pd():
     state per request — counted by hand below; full_transfer sends every prompt whole (the tail
     windows are the same); TP2 x PP2 on both sides and prefill TP2 x PP2 into decode TP1 agree on
     the counts; multi-turn conversations with broken transfers fail exactly those requests, oracle
-    OK; what hybrid P/D does not do yet is refused by name (exit code 2)."""
+    OK; with decode's host tier request 3 restores B (every component) and a broken restore is
+    taken back before decode_prefix_len is answered (the unchecked variant is caught); what hybrid
+    P/D does not do yet is refused by name (exit code 2)."""
     exp = os.path.join(SRC, "experiments", "hybrid_pd.toml")
     # Requests (prompt, decode_prefix_len): A (4096, 0), A+B (8192, 4096), X (12288, 0), A+B+C
     # (12288, 8192). FULL: (prompt - dpl) / 16 pages; SWA: the 1024-token window before each
@@ -1339,6 +1341,29 @@ def hybrid_pd():
         moved = (h["pd_sent_full_pages"], h["pd_sent_swa_pages"], h["pd_sent_states"])
         print(name, "request 3 (dpl, received):", got, "FULL pages, SWA pages, states sent:", moved)
         expect(moved == counts, f"{name}: pages and states moved", moved, counts)
+    # The article's own Figure 5 state with decode's host tier: X evicts B to decode's host; request
+    # 3 restores B — FULL pages, the SWA window before 8K and the state at 8K — and receives C. A
+    # broken restore (pd.restore.fail) is agreed inside decode's admission and taken back before
+    # decode_prefix_len is answered: the suffix grows instead (oracle OK); pd_restore = unchecked
+    # decodes on it and is caught.
+    host = mamba + ["--set", "cache.device_pages=1024", "--set", "cache.host_pages=2048", "--set", "cache.host_swa_pages=1024",
+                    "--set", "cache.host_mamba_slots=32"]
+    for name, sets, want, ok in (("host", [], (8192, 4096, 4096), True),
+                                 ("host-broken", ["--set", "faults.pd.restore.fail.probability=0.3"], (4096, 0, 8192), True),
+                                 ("host-unchecked", ["--set", "faults.pd.restore.fail.probability=0.3", "--set",
+                                                     "protocol.pd_restore=unchecked"], (8192, 4096, 4096), False)):
+        rc, so, se = run(2, exp, "--out", out("hpd-" + name), *host, *sets)
+        if not ok:
+            expect(rc != 0 and re.search(r"# oracle mismatches: [1-9]\d* FAILED", so), f"{name}: caught", so, se)
+            continue
+        expect(rc == 0 and "# oracle mismatches: 0 OK" in so, f"hybrid P/D {name}", so, se)
+        with h5py.File(out(f"hpd-{name}/run.h5"), "r") as f:
+            t = [f["ranks"][r]["requests"][:] for r in f["ranks"] if int(f["ranks"][r].attrs["group"]) == 1]
+            t = [x for x in t if len(x)][0]
+        last = t[t["request"] == 3][0]
+        got = (int(last["cached_tokens"]), int(last["host_tokens"]), int(last["pd_transferred_tokens"]))
+        print(name, "request 3 (dpl, of it restored from host, received):", got)
+        expect(got == want, f"{name}: request 3", got, want)
     # Conversations (FULL + SWA, TP2 on both sides) with broken transfers: decode reuses its own
     # history, each broken transfer fails its request, the rest decode oracle-OK.
     pdmt = ["--set", "cache.host_pages=0", "--set", "model.layer_types=full,swa", "--set", "model.swa_window=256",
@@ -1353,7 +1378,8 @@ def hybrid_pd():
            j["failed_by_reason"], fired)
     with open(exp) as f:
         sidecar = write("hpd-sidecar.toml", f.read().replace("[cache]", '[[model.sidecar]]\nname = "indexer"\nsource = "full"\nwords = 2\n\n[cache]'))
-    for path, sets, why in ((exp, ["--set", "cache.host_pages=256"], r"cache\.host_pages > 0 in a P/D world"),
+    for path, sets, why in ((exp, ["--set", "cache.host_pages=256", "--set", "topology.decode.pp=2", "--set", "model.layers=4"],
+                             r"cache\.host_pages > 0 in a P/D world whose decode group has pp = 2"),
                             (sidecar, [], r"\[\[model\.sidecar\]\] in a P/D world")):
         rc, so, se = run(2, path, "--out", out("hpd-bad"), *sets)
         expect(rc == 2 and re.search(why, se) and not os.path.exists(out("hpd-bad")), f"{sets} refused", so, se)

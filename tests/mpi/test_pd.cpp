@@ -102,17 +102,28 @@ TEST(Pd, BrokenTransfersFailExactlyTheirRequestsUnderFaults) {
 // Hybrid models (FULL + SWA + MAMBA) at the device tier: decode_prefix_len is decode's hybrid
 // match; the suffix's FULL pages, the prompt's tail window of SWA pages and the state at its end
 // arrive intact (oracle OK) under broken transfers, device allocation failures, link delays,
-// aborts and stage skew; full_transfer sends every prompt whole.
+// aborts and stage skew; full_transfer sends every prompt whole; with decode's host tier (one
+// stage) restores of every component, broken ones agreed and taken back inside the admission.
 TEST(Pd, HybridModelsReceiveTheSuffixTheTailWindowAndTheStateUnderFaults) {
   if (layouts().empty()) GTEST_SKIP() << "needs an even world";
   const std::vector<std::string> hybrid = {"model.layers=8", "model.layer_types=full,swa,full,mamba", "model.swa_window=10", "model.mamba_chunk=8",
                                            "model.mamba_state=2", "cache.host_pages=0", "cache.swa_pages=60",
                                            "cache.mamba_slots=24", "workload.gsp.output_len=9"};
+  std::int64_t restored = 0;
   for (const auto& [tp, pp] : layouts())
-    for (const char* pd : {"decode_reuse", "full_transfer"})
+    for (const char* pd : {"decode_reuse", "full_transfer", "decode_reuse+host"})
       for (std::int64_t seed = 21; seed < 21 + testing::suite_seeds(2); ++seed) {
+        const bool host = std::string(pd) == "decode_reuse+host";
+        if (host && pp > 1) continue;  // decode's hybrid restores are agreed inside its admission: one stage
         SCOPED_TRACE("TP" + std::to_string(tp) + " PP" + std::to_string(pp) + " " + pd + " seed " + std::to_string(seed));
         auto sets = hybrid;
+        if (host) {  // decode restores from its host tier, and some restores break (taken back: the suffix grows)
+          for (const char* s : {"cache.host_pages=400", "cache.host_swa_pages=200", "cache.host_mamba_slots=60",
+                                "cache.device_pages=60", "faults.pd.restore.fail.probability=0.2",
+                                "faults.transfer.fail.probability=0.05"})
+            sets.push_back(s);
+          pd = "decode_reuse";
+        }
         for (const char* f : {"faults.pd.transfer.fail.probability=0.1", "faults.device.alloc.fail.probability=0.1",
                               "faults.p2p.delay.probability=0.1", "faults.request.abort.probability=0.03", "cost.stage_skew=0.5"})
           sets.push_back(f);
@@ -127,7 +138,9 @@ TEST(Pd, HybridModelsReceiveTheSuffixTheTailWindowAndTheStateUnderFaults) {
         if (std::string(pd) == "decode_reuse") {
           EXPECT_LT(r.pd_sent_tokens, r.prompt_tokens) << "decode reused its own history";
         }
+        if (host) restored += r.host_tokens;
       }
+  EXPECT_GT(restored, 0) << "decode restored history from its host tier";
 }
 
 TEST(Pd, AbortsReleaseTheRequestOnBothSidesMidTransfer) {
