@@ -73,10 +73,10 @@ struct HybridCacheConfig {
 };
 
 // P/D: where the SWA pages prefill sends for a prompt of `prompt` tokens start, when decode
-// matched `matched` — the page holding position prompt - W (the window its first decode query
-// reads), or the match's end if that is later.
+// matched `matched` — the page holding position prompt - W + 1 (the first of the window
+// (prompt - W, prompt] its first decode query reads), or the match's end if that is later.
 inline Tokens pd_swa_from(Tokens matched, Tokens prompt, Tokens window, Tokens page) {
-  const std::int64_t tail = std::max<std::int64_t>(0, prompt.value() - window.value()) / page.value() * page.value();
+  const std::int64_t tail = std::max<std::int64_t>(0, prompt.value() - window.value() + 1) / page.value() * page.value();
   return std::max(matched, Tokens(tail));
 }
 

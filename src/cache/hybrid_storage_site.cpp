@@ -234,7 +234,12 @@ void HybridStorageSite::pin(Job& j) {
   auto& job = static_cast<HybridJob&>(j);
   std::vector<unified::LockHandle> group;
   if (job.pin_at != tree_.root()) group.push_back(tree_.lock_node(job.pin_at));
-  if (has(ComponentKind::Swa) && job.anchor != tree_.root()) group.push_back(tree_.lock(job.anchor));
+  if (has(ComponentKind::Swa) && job.anchor != tree_.root()) {  // the anchor's SWA window only
+    unified::LockHandle h = tree_.lock(job.anchor);
+    for (std::size_t c = 0; c < host_.kinds().size(); ++c)
+      if (host_.kinds()[c] != ComponentKind::Swa) tree_.release_component_lock(h, unified::ComponentId(static_cast<std::uint32_t>(c)));
+    group.push_back(std::move(h));
+  }
   job.pins.push_back(std::move(group));
 }
 

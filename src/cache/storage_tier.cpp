@@ -304,6 +304,7 @@ void StorageTier::abort(RequestId id) {
   queries_.erase(std::remove_if(queries_.begin(), queries_.end(), [&](const Query& q) { return q.id == id.value(); }),
                  queries_.end());
   stopping_.erase(id.value());
+  finished_.erase(id.value());  // (a refused request's range, kept for its retry)
   auto it = active_.find(id.value());
   if (it == active_.end()) return;
   release(it->second, 0);

@@ -80,12 +80,16 @@ PdLink::PdLink(const ExperimentConfig& exp, const RankGrid& grid, cache::KvPool&
   leader_peer_ = role_ == PdRole::Prefill ? grid.spec().groups[0].shape.size() : 0;
   link_ = transfer::make_mpi_transport(grid.world());
   for (std::int64_t s = exp.engine.max_running; s-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(s));
-  // Zeros for a broken leg: as large as the largest block (a FULL or SWA page's layer, a state).
-  std::size_t words = pool.layer_block_bytes() / sizeof(std::uint64_t);
-  if (geo_.hybrid()) {
-    const std::size_t sw = geo_.local_of(LayerKind::Swa) > 0 ? geo_.kv_heads.size() * (exp.engine.payload == "full" ? geo_.head_dim : 1) : 0;
-    words = std::max({words, sw, static_cast<std::size_t>(geo_.kv_heads.size() * geo_.mamba_state)});
-  }
+  zeros_.assign(pool.layer_block_bytes() / sizeof(std::uint64_t), 0);  // a broken leg's bytes (attach_hybrid: more)
+}
+
+void PdLink::attach_hybrid(cache::KvPool* swa_pool, cache::StatePool* states) {
+  swa_pool_ = swa_pool;
+  states_ = states;
+  // Zeros for a broken leg: as large as its largest block (an SWA page's layer, a layer's state).
+  std::size_t words = zeros_.size();
+  if (swa_pool) words = std::max(words, swa_pool->layer_block_bytes() / sizeof(std::uint64_t));
+  if (states) words = std::max(words, states->words_per_slot());
   zeros_.assign(words, 0);
 }
 
@@ -259,6 +263,7 @@ std::vector<PdRecord> PdLink::post_receives(const std::vector<ServeRequest*>& ad
   for (ServeRequest* r : admitted) {
     KVGRID_CHECK(!free_slots_.empty(), "no P/D transfer slot left (engine.max_running bounds the requests in flight)");
     r->pd_slot = free_slots_.back();
+    r->pd_slot_held = true;
     free_slots_.pop_back();
     const auto dpl = static_cast<std::size_t>(r->res.matched.value());
     for (const auto& leg : legs_) r->pd_events.push_back(link_->recv(leg.peer, tag(r->pd_slot, leg.layer), leg_blocks(leg, *r, dpl)));
@@ -267,18 +272,27 @@ std::vector<PdRecord> PdLink::post_receives(const std::vector<ServeRequest*>& ad
   return out;
 }
 
+void PdLink::release_slot(ServeRequest& r) {
+  // Once only: a slot freed twice would be handed to two requests, whose receives then share tags
+  // (one request's suffix landing in the other's pages, or a size mismatch).
+  if (!r.pd_slot_held) return;
+  r.pd_slot_held = false;
+  KVGRID_CHECK(std::find(free_slots_.begin(), free_slots_.end(), r.pd_slot) == free_slots_.end(), "P/D transfer slot ",
+               r.pd_slot, " of request ", r.spec.id, " is free already");
+  free_slots_.push_back(r.pd_slot);
+  std::sort(free_slots_.begin(), free_slots_.end(), std::greater<>());  // the smallest free slot is taken next
+}
+
 void PdLink::cancel_receive(ServeRequest& r) {
   for (auto& ev : r.pd_events) ev.cancel();
   r.pd_events.clear();
-  free_slots_.push_back(r.pd_slot);
-  std::sort(free_slots_.begin(), free_slots_.end(), std::greater<>());
+  release_slot(r);
 }
 
 void PdLink::finish_receive(ServeRequest& r) {
   for (auto& ev : r.pd_events) ev.synchronize();
   r.pd_events.clear();
-  free_slots_.push_back(r.pd_slot);
-  std::sort(free_slots_.begin(), free_slots_.end(), std::greater<>());  // the smallest free slot is taken next
+  release_slot(r);
 }
 
 }  // namespace kvgrid

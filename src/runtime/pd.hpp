@@ -89,10 +89,7 @@ class PdLink {
   PdRole role() const { return role_; }
   // Hybrid models: the SWA layers' pool and the MAMBA layers' states (null: none of that kind
   // here). Their legs move the prompt's tail window (pd_swa_from) and the state at its end.
-  void attach_hybrid(cache::KvPool* swa_pool, cache::StatePool* states) {
-    swa_pool_ = swa_pool;
-    states_ = states;
-  }
+  void attach_hybrid(cache::KvPool* swa_pool, cache::StatePool* states);
 
   // Leaders' control messages (blocking, watchdog included).
   void send_control(const StepMessage& m);
@@ -153,6 +150,7 @@ class PdLink {
     std::uint64_t breaks_at = ~0ULL;  // global layer
   };
   int tag(std::uint32_t slot, std::size_t local_layer) const;
+  void release_slot(ServeRequest& r);
   std::uint64_t global_layer(std::size_t local_layer) const;
   // The blocks leg `leg` moves for request r with decode_prefix_len `dpl`: FULL pages of
   // [dpl, prompt), SWA pages of [pd_swa_from, prompt) or the slice of the MAMBA state.

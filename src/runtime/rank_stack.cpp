@@ -195,18 +195,19 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   if (geo.hybrid()) dcc.hybrid = hybrid_config(exp);
   dc = std::make_unique<cache::DeviceCache>(dcc, log);
   if (auto* h = dc->hybrid()) {
-    if (swa_pool)
+    // (the last stage may hold a hybrid draft's kind without a target layer of it)
+    if (swa_pool || draft_swa_pool)
       h->set_on_swa_free([this](std::span<const PageId> pages) {
-        swa_pool->poison(pages, /*always=*/true);
+        if (swa_pool) swa_pool->poison(pages, /*always=*/true);
         if (draft_swa_pool) draft_swa_pool->poison(pages, /*always=*/true);
       });
-    if (states) {
+    if (states || draft_states) {
       h->set_on_state_free([this](std::span<const std::uint32_t> s) {
-        states->poison(s);
+        if (states) states->poison(s);
         if (draft_states) draft_states->poison(s);
       });
       h->set_copy_state([this](std::uint32_t src, std::uint32_t dst) {
-        states->copy(src, dst);
+        if (states) states->copy(src, dst);
         if (draft_states) draft_states->copy(src, dst);  // the draft's recurrent state moves with the target's
       });
     }

@@ -47,6 +47,7 @@ struct ServeRequest {
   // not scheduled until `restore_decided`.
   bool awaiting_restore = false;
   std::uint32_t pd_slot = 0;
+  bool pd_slot_held = false;  // P/D decode: pd_slot is this request's until its receive ends
   std::vector<transfer::Event> pd_events;  // the suffix's receives, one per transfer leg (runtime/pd.hpp)
   // metrics, on this rank's modelled clock (ns) and wall clock (ns since the run started)
   std::uint64_t admit_ns = 0, first_token_ns = 0, finish_ns = 0, forward_ns = 0;

@@ -62,6 +62,7 @@ TEST(HybridHost, LoadBacksOfEveryComponentAreCorrectUnderEveryTierFailpointAtEve
        "faults.transfer.fail.ranks=[0]"},  // PP = 1 only (refused across stages)
   };
   std::int64_t loaded = 0, backed = 0, host_tokens = 0, broken_loads = 0;
+  bool load_fail_ran = false;  // (a one-stage layout only: not at 8 ranks, whose layouts all have PP > 1)
   for (const auto& l : testing::every_layout(testing::world_size()))
     for (const auto& c : cases)
       for (std::int64_t seed = 900; seed < 900 + testing::suite_seeds(testing::world_size() <= 2 ? 3 : 2); ++seed) {
@@ -84,6 +85,7 @@ TEST(HybridHost, LoadBacksOfEveryComponentAreCorrectUnderEveryTierFailpointAtEve
         backed += r.mine.d2h_pages;
         host_tokens += r.host_tokens;
         broken_loads += r.mine.load_failed;
+        load_fail_ran |= std::find(c.begin(), c.end(), "faults.transfer.load.fail.ranks=[0]") != c.end();
       }
   if (testing::world_rank() == 0)
     std::printf("[ hybrid host ] %zu layouts x %zu cases: %lld FULL pages loaded back, %lld backed up, %lld load-backs "
@@ -92,7 +94,9 @@ TEST(HybridHost, LoadBacksOfEveryComponentAreCorrectUnderEveryTierFailpointAtEve
                 static_cast<long long>(backed), static_cast<long long>(broken_loads));
   EXPECT_GT(loaded, 0) << "the histories came back from the host";
   EXPECT_GT(host_tokens, 0) << "and were reused from it";
-  EXPECT_GT(broken_loads, 0) << "transfer.load.fail broke load-backs (taken back, oracle OK)";
+  if (load_fail_ran) {
+    EXPECT_GT(broken_loads, 0) << "transfer.load.fail broke load-backs (taken back, oracle OK)";
+  }
 }
 
 TEST(HybridHost, PerRankAckConsumptionIsCaught) {

@@ -130,11 +130,12 @@ namespace {
 // receive takes, the received state made the checkpoint at a prompt on the grid, and the commit
 // leaving [matched, tail) as SWA tombstones while the tail window stays live.
 TEST(HybridCache, PdDecodeTakesTheTailWindowAndCheckpointsTheReceivedState) {
-  // pd_swa_from: the page holding prompt - W, or the match's end if later.
-  EXPECT_EQ(pd_swa_from(Tokens(0), Tokens(24), Tokens(10), Tokens(4)), Tokens(12));  // 24 - 10 = 14 -> page at 12
+  // pd_swa_from: the page holding prompt - W + 1, or the match's end if later.
+  EXPECT_EQ(pd_swa_from(Tokens(0), Tokens(24), Tokens(10), Tokens(4)), Tokens(12));  // 24 - 10 + 1 = 15 -> page at 12
+  EXPECT_EQ(pd_swa_from(Tokens(0), Tokens(23), Tokens(8), Tokens(4)), Tokens(16));   // 16: reads (15, 23], from 16
   EXPECT_EQ(pd_swa_from(Tokens(16), Tokens(24), Tokens(10), Tokens(4)), Tokens(16));  // the match ends later
   EXPECT_EQ(pd_swa_from(Tokens(0), Tokens(6), Tokens(10), Tokens(4)), Tokens(0));     // a prompt shorter than W
-  EXPECT_EQ(pd_swa_from(Tokens(0), Tokens(26), Tokens(8), Tokens(4)), Tokens(16));    // 26 - 8 = 18 -> 16
+  EXPECT_EQ(pd_swa_from(Tokens(0), Tokens(26), Tokens(8), Tokens(4)), Tokens(16));    // 26 - 8 + 1 = 19 -> 16
 
   HybridCacheConfig hc;
   hc.page_size = Tokens(4);

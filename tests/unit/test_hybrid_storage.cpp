@@ -264,8 +264,8 @@ TEST(HybridStorage, DamageFailpointsHitEveryKindOfObjectAnItemReadsInTurn) {
   const char* suffixes[] = {"", ".swa", ".mamba"};
   std::vector<std::uintmax_t> size;
   for (const char* sfx : suffixes) size.push_back(std::filesystem::file_size(dir.object(ts, 5, sfx)));
-  Stack s(dir.path, [](const char* failpoint, std::size_t) -> std::optional<std::size_t> {
-    static std::size_t batch = 0;  // batches of 2 items: the third one holds item 5
+  std::size_t batch = 0;  // batches of 2 items: the third one of each prefetch holds item 5
+  Stack s(dir.path, [&batch](const char* failpoint, std::size_t) -> std::optional<std::size_t> {
     if (std::string(failpoint) != "storage.read.short") return std::nullopt;
     return ++batch % 3 == 0 ? std::optional<std::size_t>(1) : std::nullopt;
   });
