@@ -129,6 +129,53 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
   return sc;
 }
 
+// The draft's device pools on the last stage: its FULL layers' KV at the target's page ids and, for
+// a hybrid draft, its SWA pages and states at the target's SWA pages and state slots.
+void RankStack::make_draft_pools(const ExperimentConfig& exp, const GridCoord& c, const GridShape& shape,
+                                 const cache::CpPlacement& placement) {
+  draft_geo = ModelGeometry::draft_for_rank(exp, c, shape);
+  draft_pool = std::make_unique<cache::KvPool>(cache::KvPoolConfig{capacity, exp.cache.page_size,
+                                                                   draft_geo.layer_id(LayerKind::Full, 0),
+                                                                   draft_geo.local_of(LayerKind::Full), draft_geo.kv_heads,
+                                                                   draft_geo.head_dim, pool->payload(), placement, shard->rank});
+  // A hybrid draft's SWA layers and states: indexed by the target's SWA page ids and state slots
+  // (their tree moves them with the target's: poisoned when freed, copied when a state is).
+  if (const std::size_t n = draft_geo.local_of(LayerKind::Swa); n > 0)
+    draft_swa_pool = std::make_unique<cache::KvPool>(cache::KvPoolConfig{
+        exp.cache.swa_pages, exp.cache.page_size, draft_geo.layer_id(LayerKind::Swa, 0), n, draft_geo.kv_heads,
+        exp.engine.payload == "full" ? draft_geo.head_dim : 1, cache::Payload::Full});
+  if (const std::size_t n = draft_geo.local_of(LayerKind::Mamba); n > 0)
+    draft_states = std::make_unique<cache::StatePool>(static_cast<std::size_t>(exp.cache.mamba_slots),
+                                                      n * draft_geo.kv_heads.size() * draft_geo.mamba_state);
+}
+
+// What the cache frees or copies, the pools follow: freed pages and states are poisoned (their
+// old KV must not pass for a copy's), a copied state moves with the draft's.
+void RankStack::hook_pools() {
+  if (auto* h = dc->hybrid()) {
+    // (the last stage may hold a hybrid draft's kind without a target layer of it)
+    if (swa_pool || draft_swa_pool)
+      h->set_on_swa_free([this](std::span<const PageId> pages) {
+        if (swa_pool) swa_pool->poison(pages, /*always=*/true);
+        if (draft_swa_pool) draft_swa_pool->poison(pages, /*always=*/true);
+      });
+    if (states || draft_states) {
+      h->set_on_state_free([this](std::span<const std::uint32_t> s) {
+        if (states) states->poison(s);
+        if (draft_states) draft_states->poison(s);
+      });
+      h->set_copy_state([this](std::uint32_t src, std::uint32_t dst) {
+        if (states) states->copy(src, dst);
+        if (draft_states) draft_states->copy(src, dst);  // the draft's recurrent state moves with the target's
+      });
+    }
+  }
+  dc->set_on_free([this](std::span<const PageId> pages) {  // a freed page's old KV must not pass for a copy's
+    pool->poison(pages);
+    if (draft_pool) draft_pool->poison(pages);
+  });
+}
+
 RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults, DecisionLog& log)
     : fault_rng(rank_stream(exp.engine.seed, grid.world_rank()).fork("storage.fault.target")),
       restore_fault_rng(rank_stream(exp.engine.seed, grid.world_rank()).fork("pd.restore.fail.layer")) {
@@ -154,22 +201,7 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   };
   pool = std::make_unique<cache::KvPool>(kv_config(capacity));
   has_draft = exp.model.draft.enabled() && grid.is_last_stage();
-  if (has_draft) {
-    draft_geo = ModelGeometry::draft_for_rank(exp, c, shape);
-    draft_pool = std::make_unique<cache::KvPool>(cache::KvPoolConfig{capacity, exp.cache.page_size,
-                                                                     draft_geo.layer_id(LayerKind::Full, 0),
-                                                                     draft_geo.local_of(LayerKind::Full), draft_geo.kv_heads,
-                                                                     draft_geo.head_dim, pool->payload(), placement, shard->rank});
-    // A hybrid draft's SWA layers and states: indexed by the target's SWA page ids and state slots
-    // (their tree moves them with the target's: poisoned when freed, copied when a state is).
-    if (const std::size_t n = draft_geo.local_of(LayerKind::Swa); n > 0)
-      draft_swa_pool = std::make_unique<cache::KvPool>(cache::KvPoolConfig{
-          exp.cache.swa_pages, exp.cache.page_size, draft_geo.layer_id(LayerKind::Swa, 0), n, draft_geo.kv_heads,
-          exp.engine.payload == "full" ? draft_geo.head_dim : 1, cache::Payload::Full});
-    if (const std::size_t n = draft_geo.local_of(LayerKind::Mamba); n > 0)
-      draft_states = std::make_unique<cache::StatePool>(static_cast<std::size_t>(exp.cache.mamba_slots),
-                                                        n * draft_geo.kv_heads.size() * draft_geo.mamba_state);
-  }
+  if (has_draft) make_draft_pools(exp, c, shape, placement);
   // The host tier (L2): its pool, the transfer engine on this rank's modelled clock, and the
   // stage's agreement on ACK consumption (protocol.tp_sync). Declared before the cache that uses them.
   // cost.kv_bytes = "full": a digest page stands for page_size × head_dim times more bytes.
@@ -194,28 +226,7 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   cache::DeviceCacheConfig dcc{exp.cache.page_size, capacity, shard->size, std::nullopt};
   if (geo.hybrid()) dcc.hybrid = hybrid_config(exp);
   dc = std::make_unique<cache::DeviceCache>(dcc, log);
-  if (auto* h = dc->hybrid()) {
-    // (the last stage may hold a hybrid draft's kind without a target layer of it)
-    if (swa_pool || draft_swa_pool)
-      h->set_on_swa_free([this](std::span<const PageId> pages) {
-        if (swa_pool) swa_pool->poison(pages, /*always=*/true);
-        if (draft_swa_pool) draft_swa_pool->poison(pages, /*always=*/true);
-      });
-    if (states || draft_states) {
-      h->set_on_state_free([this](std::span<const std::uint32_t> s) {
-        if (states) states->poison(s);
-        if (draft_states) draft_states->poison(s);
-      });
-      h->set_copy_state([this](std::uint32_t src, std::uint32_t dst) {
-        if (states) states->copy(src, dst);
-        if (draft_states) draft_states->copy(src, dst);  // the draft's recurrent state moves with the target's
-      });
-    }
-  }
-  dc->set_on_free([this](std::span<const PageId> pages) {  // a freed page's old KV must not pass for a copy's
-    pool->poison(pages);
-    if (draft_pool) draft_pool->poison(pages);
-  });
+  hook_pools();
   restore = protocols::make_restore_placement(exp.cache.cp_sharding);
   if (shard->size > 1) dc->set_restore_placement(restore.get());
   if (shard->size > 1)

@@ -70,6 +70,9 @@ struct RankStack {
 
  private:
   cache::HybridCacheConfig hybrid_config(const ExperimentConfig& exp);  // (fills swa_pool, states, sidecars)
+  void make_draft_pools(const ExperimentConfig& exp, const GridCoord& c, const GridShape& shape,
+                        const cache::CpPlacement& placement);
+  void hook_pools();
   cache::StorageTierConfig storage_config(const ExperimentConfig& exp, const RankGrid& grid, FailpointRegistry& faults,
                                           DecisionLog& log);  // (needs geo, shard, has_draft, kv_bytes_scale)
 };
