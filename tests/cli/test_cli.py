@@ -1308,8 +1308,8 @@ def hybrid_pd():
     SWA): decode reuses A+B (8K) and receives C; per layer of each kind the prefill ranks send
     exactly the suffixes' FULL pages, the prompts' tail-window SWA pages and (with MAMBA layers) one
     state per request — counted by hand below; full_transfer sends every prompt whole (the tail
-    windows are the same); TP2 x PP2 on both sides and prefill TP2 x PP2 into decode TP1 agree on
-    the counts; multi-turn conversations with broken transfers fail exactly those requests, oracle
+    windows are the same); prefill TP2 x PP2 into decode TP1 agrees on
+    the counts (equal TP2 x PP2 layouts: the MPI test Pd.HybridModels*); multi-turn conversations with broken transfers fail exactly those requests, oracle
     OK; with decode's host tier request 3 restores B (every component) and a broken restore is
     taken back before decode_prefix_len is answered (the unchecked variant is caught); what hybrid
     P/D does not do yet is refused by name (exit code 2)."""
@@ -1324,8 +1324,6 @@ def hybrid_pd():
             ("fullswa", 2, [], (8192, 4096), (reuse_full, 256, 0)),
             ("mamba", 2, mamba, (8192, 4096), (reuse_full, 256, 4)),
             ("whole", 2, ["--set", "protocol.pd=full_transfer"], (0, 12288), (whole_full, 256, 0)),
-            ("tp2pp2", 8, mamba + tp2pp2 + ["--set", "topology.decode.tp=2", "--set", "topology.decode.pp=2"],
-             (8192, 4096), (reuse_full, 256, 4)),
             ("hetero", 5, mamba + tp2pp2, (8192, 4096), (reuse_full, 256, 4))):
         rc, so, se = run(np_, exp, "--out", out("hpd-" + name), *sets)
         expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, f"hybrid P/D {name}", so, se)
