@@ -69,6 +69,8 @@ class SwaComponent final : public Component {
   std::string_view name() const override { return "swa"; }
   bool paged() const override { return true; }
   Tokens window() const { return window_; }
+  // sessions: the tail window before the frontier's end.
+  Tokens session_from(const Node& f) const override { return std::max(Tokens(0), f.end - window_); }
   std::unique_ptr<MatchValidator> make_validator(bool with_host) const override;
   void finalize_match(std::span<Node* const> path, Tokens boundary, ComponentMatch& out) const override;
   void redistribute_on_split(ComponentData& parent, ComponentData& child, std::size_t prefix_pages) const override;
@@ -110,6 +112,8 @@ class MambaComponent final : public Component {
   std::string_view name() const override { return "mamba"; }
   bool paged() const override { return false; }
   Tokens chunk() const { return chunk_; }
+  // sessions: the frontier's state alone (no ancestor ends deeper than its end - 1).
+  Tokens session_from(const Node& f) const override { return f.end - Tokens(1); }
   void attached() override;
   std::unique_ptr<MatchValidator> make_validator(bool with_host) const override;
   void finalize_match(std::span<Node* const> path, Tokens boundary, ComponentMatch& out) const override;

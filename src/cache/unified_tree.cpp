@@ -69,8 +69,14 @@ ComponentId UnifiedTree::add_component(std::unique_ptr<Component> c) {
   root_->comp.emplace_back();
   root_->in_evictable.push_back(false);
   root_->filed_at.push_back(0);
+  root_->filed_rank.push_back(0);
   root_->in_host_evictable.push_back(false);
   root_->host_filed_at.push_back(0);
+  root_->host_filed_rank.push_back(0);
+  session_stats_.forced_slots.push_back(0);
+  session_stats_.forced_tokens.push_back(0);
+  session_stats_.forced_host_slots.push_back(0);
+  session_stats_.forced_host_tokens.push_back(0);
   return id;
 }
 
@@ -88,8 +94,10 @@ std::unique_ptr<Node> UnifiedTree::new_node() {
   n->comp.resize(components_.size());
   n->in_evictable.assign(components_.size(), false);
   n->filed_at.assign(components_.size(), 0);
+  n->filed_rank.assign(components_.size(), 0);
   n->in_host_evictable.assign(components_.size(), false);
   n->host_filed_at.assign(components_.size(), 0);
+  n->host_filed_rank.assign(components_.size(), 0);
   return n;
 }
 
@@ -172,6 +180,14 @@ Node* UnifiedTree::split(Node* child, std::size_t split_tokens) {
                  " (host copy: ", host_before, " into ", count(md.host), " + ", count(cd.host), ")");
     if (md.lock_ref > 0) protected_[c] += a;
     if (cd.lock_ref > 0) protected_[c] += b;
+    // Session regions: the upper fragment lies on the same frontier paths; it is covered by each
+    // mark whose region reaches above its end.
+    mid->comp[c].marks.clear();
+    for (const SessionMark& m : cd.marks)
+      if (mid->end > m.from) mid->comp[c].marks.push_back(m);
+    mid->comp[c].session_ref = 0;
+    for (std::size_t i = 0; i < mid->comp[c].marks.size(); ++i)
+      if (i == 0 || mid->comp[c].marks[i].session != mid->comp[c].marks[i - 1].session) ++mid->comp[c].session_ref;
   }
   std::unique_ptr<Node> owned = std::move(it->second);
   owned->key.erase(owned->key.begin(), owned->key.begin() + static_cast<std::ptrdiff_t>(split_tokens));
@@ -235,14 +251,16 @@ bool UnifiedTree::is_host_candidate(const Node* node, ComponentId c) const {
   return comp.host_eviction_candidate(*node) && cascade_unlocked(node, comp.eviction_priority(node->is_leaf()));
 }
 
+// A node filed under a stale rank moves at once (ranks change with references and leafness, not
+// with accesses); its access stamp stays the one it was filed with.
 void UnifiedTree::file(std::vector<std::set<EvictKey>>& sets, std::vector<bool>& in, std::vector<std::uint64_t>& at,
-                       Node* node, std::size_t c, bool want) {
-  if (want == in[c]) return;
+                       std::vector<std::int64_t>& rank_at, Node* node, std::size_t c, bool want, std::int64_t rank) {
+  if (want == in[c] && (!want || rank == rank_at[c])) return;
+  if (in[c]) sets[c].erase(EvictKey{rank_at[c], at[c], node->id, node});
   if (want) {
-    sets[c].insert(EvictKey{node->last_access, node->id, node});
-    at[c] = node->last_access;
-  } else {
-    sets[c].erase(EvictKey{at[c], node->id, node});
+    if (!in[c]) at[c] = node->last_access;
+    sets[c].insert(EvictKey{rank, at[c], node->id, node});
+    rank_at[c] = rank;
   }
   in[c] = want;
 }
@@ -251,8 +269,10 @@ void UnifiedTree::refresh(Node* node) {
   if (node == root_.get()) return;
   for (std::size_t c = 0; c < components_.size(); ++c) {
     const ComponentId id(static_cast<std::uint32_t>(c));
-    file(evictable_, node->in_evictable, node->filed_at, node, c, is_candidate(node, id));
-    file(host_evictable_, node->in_host_evictable, node->host_filed_at, node, c, is_host_candidate(node, id));
+    const std::int64_t rank = session_rank(node, c);
+    file(evictable_, node->in_evictable, node->filed_at, node->filed_rank, node, c, is_candidate(node, id), rank);
+    file(host_evictable_, node->in_host_evictable, node->host_filed_at, node->host_filed_rank, node, c,
+         is_host_candidate(node, id), rank);
   }
 }
 
@@ -298,8 +318,9 @@ Node* UnifiedTree::front(std::vector<std::set<EvictKey>>& sets, std::size_t c, b
   while (!set.empty()) {
     Node* n = set.begin()->node;
     if (set.begin()->last_access == n->last_access) return n;
+    const std::int64_t rank = set.begin()->rank;
     set.erase(set.begin());  // accessed since it was filed: file it under its stamp now
-    set.insert(EvictKey{n->last_access, n->id, n});
+    set.insert(EvictKey{rank, n->last_access, n->id, n});
     (host ? n->host_filed_at : n->filed_at)[c] = n->last_access;
   }
   return nullptr;
@@ -525,6 +546,7 @@ void UnifiedTree::give_up(Node* node, ComponentId c, EvictResult& out) {
   ComponentData& d = node->at(c);
   if (!d.value) return;
   const std::vector<Slot> slots = *d.value;
+  count_forced(node, c, slots.size(), /*host=*/false);
   auto& f = out.freed[c.value()];
   f.insert(f.end(), slots.begin(), slots.end());
   for (std::size_t s = 0; s < sidecars_.size(); ++s)
@@ -540,9 +562,11 @@ void UnifiedTree::delete_leaf(Node* node) {
   KVGRID_CHECK(node != root_.get() && node->is_leaf() && all_tombstone(node) && unlocked(node), "delete of node ",
                node->id, " that is not an unlocked, empty leaf");
   for (std::size_t c = 0; c < components_.size(); ++c) {
-    if (node->in_evictable[c]) evictable_[c].erase(EvictKey{node->filed_at[c], node->id, node});
-    if (node->in_host_evictable[c]) host_evictable_[c].erase(EvictKey{node->host_filed_at[c], node->id, node});
+    if (node->in_evictable[c]) evictable_[c].erase(EvictKey{node->filed_rank[c], node->filed_at[c], node->id, node});
+    if (node->in_host_evictable[c])
+      host_evictable_[c].erase(EvictKey{node->host_filed_rank[c], node->host_filed_at[c], node->id, node});
   }
+  recede_frontiers(node);
   Node* parent = node->parent;
   parent->children.erase(entry_of(node));
   --node_count_;

@@ -63,12 +63,32 @@
 // Used by the serving loop for hybrid models (cache/hybrid_cache.hpp); full-attention-only
 // models still use RadixTree, which the differential test holds this core's FULL to.
 // Storage (L3) keeps no per-node state: objects are named by the page hash chain, and a prefetch
-// lands as host copies (`insert_host`). Not yet: sessions.
+// lands as host copies (`insert_host`).
+//
+// Sessions (session-aware eviction; unified_tree_sessions.cpp): a request of a session that
+// finishes registers, per component, the region a next turn of that session can reuse — a
+// *frontier* node (`Component::session_frontier`: the nearest node at or above the request's end
+// holding the component's data) and the depth its region starts at (`Component::session_from`:
+// FULL the whole path, SWA the tail window, MAMBA the frontier's state alone). Every node of the
+// frontier's path ending deeper than that depth carries a counted `SessionMark`; a component's
+// `session_ref` on a node is the number of distinct sessions marking it. A deeper frontier of a
+// session replaces the frontiers above it; a deleted frontier recedes to its nearest ancestor
+// holding data; closing a session removes its marks and nothing else (recency kept). With
+// `SessionPolicy::order` the eviction sets (device and host) order candidates by rank — the
+// references of the component and of every component of equal priority its eviction would
+// cascade to — before LRU: unreferenced first, then fewer references. References are soft: a
+// referenced node is still evicted when nothing else is left (counted as a forced eviction).
+// Generations: opening a session gives it a new generation; a finisher whose generation is not
+// its session's current one, or whose session closed (a bounded set of closed ids), registers
+// nothing. `verify()` recomputes every mark from the frontiers and checks that no closed session
+// holds references.
 // Not thread-safe: one tree per rank, used from the scheduler thread.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -93,12 +113,25 @@ class Component;
 class Sidecar;
 class UnifiedTree;
 
+using SessionId = std::uint64_t;  // 0: no session
+
+// A session's claim on a node for one component: the region of one of its frontiers starts at
+// depth `from` (a node on the frontier's path is covered iff it ends deeper than `from`);
+// `count` frontiers of the session claim it so.
+struct SessionMark {
+  SessionId session = 0;
+  Tokens from{0};
+  std::int32_t count = 0;
+};
+
 // One component's state on one node.
 struct ComponentData {
   std::optional<std::vector<Slot>> value;  // absent: tombstone
   std::int64_t lock_ref = 0;
   std::uint64_t meta = 0;  // owned by the component (MAMBA: the depth its state was taken at)
   std::optional<std::vector<Slot>> host;   // the host copy (host index space); absent: none
+  std::vector<SessionMark> marks;          // sessions whose reusable region covers this node
+  std::int64_t session_ref = 0;            // distinct sessions in `marks`
   bool live() const { return value.has_value(); }
   bool backed() const { return host.has_value(); }
   // Readable now, or after a load-back (`with_host`).
@@ -116,8 +149,10 @@ struct Node {
   std::vector<ComponentData> comp;  // indexed by ComponentId
   std::vector<bool> in_evictable;   // per component: filed in its eviction set
   std::vector<std::uint64_t> filed_at;  // per component: the last_access it is filed under (<= last_access)
+  std::vector<std::int64_t> filed_rank;  // per component: the session rank it is filed under
   std::vector<bool> in_host_evictable;       // per component: filed in its host eviction set
   std::vector<std::uint64_t> host_filed_at;  // per component: the last_access it is filed under there
+  std::vector<std::int64_t> host_filed_rank;  // per component: the session rank it is filed under there
   std::uint64_t pending_write = 0;  // id of an unpublished device→host backup (0: none; a split copies it)
   std::uint64_t hit_count = 0;      // accounted matches whose device boundary reached this node (write_through_selective)
 
@@ -235,6 +270,28 @@ struct EvictResult {
 struct PoolCounts {
   std::int64_t capacity = 0, free = 0, held_by_requests = 0;
 };
+// ---- sessions -------------------------------------------------------------------------------
+
+struct SessionPolicy {
+  bool order = false;              // cache.eviction = session: references order eviction
+  std::size_t tombstones = 8192;   // closed session ids remembered (late finishers register nothing)
+  // Planted bugs (bug-catalogue #24, #25): closing a session stamps its nodes as just used (its
+  // cold KV looks hot); finishers register whatever their generation or their session's state.
+  bool close_resets_recency = false;
+  bool no_generation = false;
+};
+
+enum class SessionRegistration : std::uint8_t { Registered, NoSession, Stale, Closed, Root };
+const char* registration_name(SessionRegistration r);
+
+struct SessionStats {
+  std::int64_t opened = 0, closed = 0;
+  std::int64_t registered = 0, stale_finishes = 0, closed_finishes = 0;
+  // Values of referenced (session_ref > 0) nodes that eviction took, by ComponentId: slots, and
+  // tokens (paged: pages × page size; point: the node's length). Device and host separately.
+  std::vector<std::int64_t> forced_slots, forced_tokens, forced_host_slots, forced_host_tokens;
+};
+
 struct VerifyAccounts {
   std::vector<PoolCounts> components;           // by ComponentId (empty: not checked)
   std::vector<std::int64_t> sidecar_requests;   // by sidecar: entries held by requests (empty: not checked)
@@ -315,6 +372,13 @@ class Component {
 
   // verify: this component's invariants on one node (InternalError naming the node otherwise).
   virtual void verify_node(const UnifiedTree& tree, const Node& node) const = 0;
+
+  // sessions: the frontier a request ending at `last` registers — the nearest node at or above it
+  // holding this component's data (a value or a host copy; null: none below the root).
+  virtual Node* session_frontier(Node* last) const;
+  // sessions: where the region of `frontier` starts (nodes of its path ending deeper are
+  // covered). FULL: 0, the whole path.
+  virtual Tokens session_from(const Node& /*frontier*/) const { return Tokens(0); }
 
  private:
   friend class UnifiedTree;
@@ -452,14 +516,56 @@ class UnifiedTree {
 
   void verify(const VerifyAccounts* accounts = nullptr) const;
 
+  // ---- sessions (unified_tree_sessions.cpp) ----
+  void set_session_policy(const SessionPolicy& p);
+  const SessionPolicy& session_policy() const { return session_policy_; }
+  // Opens `s` (or reopens it: a new generation; a closed id is open again); returns its generation.
+  std::uint64_t open_session(SessionId s);
+  // The generation a request of `s` arriving now carries: an open session's; an id never seen is
+  // opened; a closed one gives 0 (its finish registers nothing).
+  std::uint64_t session_arrival(SessionId s);
+  // Closes `s`: its references go, its nodes keep their recency. False: it was not open.
+  bool close_session(SessionId s);
+  // A request of session `s` with `generation` finished at `last` (the node ending its inserted
+  // key): each component registers its frontier there.
+  SessionRegistration register_session(SessionId s, std::uint64_t generation, Node* last);
+  bool session_open(SessionId s) const { return sessions_.count(s) != 0; }
+  bool session_closed(SessionId s) const { return closed_.count(s) != 0; }
+  std::size_t open_sessions() const { return sessions_.size(); }
+  std::size_t closed_sessions_remembered() const { return closed_.size(); }
+  const SessionStats& session_stats() const { return session_stats_; }
+  // The frontiers of `s` for component c (nodes and the depths their regions start at).
+  std::vector<std::pair<const Node*, Tokens>> session_frontiers(SessionId s, ComponentId c) const;
+
  private:
+  // Eviction sets order by (rank, last_access, id); rank is 0 unless SessionPolicy::order.
   struct EvictKey {
+    std::int64_t rank;
     std::uint64_t last_access, id;
     Node* node;
     bool operator<(const EvictKey& o) const {
+      if (rank != o.rank) return rank < o.rank;
       return last_access != o.last_access ? last_access < o.last_access : id < o.id;
     }
   };
+  struct SessionFrontier {
+    Node* node;
+    Tokens from;
+  };
+  struct SessionState {
+    std::uint64_t generation = 0;
+    std::vector<std::vector<SessionFrontier>> frontiers;  // by ComponentId
+  };
+  // The rank component c's candidate on `node` is filed under: the most references among c and
+  // the components of equal priority its eviction would cascade to (0 without SessionPolicy::order).
+  std::int64_t session_rank(const Node* node, std::size_t c) const;
+  // Adds `delta` to session s's mark (from) on the frontier's path for component c.
+  void adjust_marks(Node* frontier, Tokens from, SessionId s, std::size_t c, std::int32_t delta);
+  void add_frontier(SessionState& st, SessionId s, std::size_t c, Node* f);
+  // `node` (a leaf being deleted) is a frontier: its sessions recede to the nearest ancestor with data.
+  void recede_frontiers(Node* node);
+  void count_forced(const Node* node, ComponentId c, std::size_t slots, bool host);
+  void verify_sessions() const;
 
   MatchResult match_up_to(std::span<const TokenId> tokens, std::size_t max_tokens, bool account);
   std::unique_ptr<Node> new_node();
@@ -476,8 +582,8 @@ class UnifiedTree {
   void touch(Node* node);
   bool is_candidate(const Node* node, ComponentId c) const;
   bool is_host_candidate(const Node* node, ComponentId c) const;
-  void file(std::vector<std::set<EvictKey>>& sets, std::vector<bool>& in, std::vector<std::uint64_t>& at, Node* node,
-            std::size_t c, bool want);
+  void file(std::vector<std::set<EvictKey>>& sets, std::vector<bool>& in, std::vector<std::uint64_t>& at,
+            std::vector<std::int64_t>& rank_at, Node* node, std::size_t c, bool want, std::int64_t rank);
   Node* front(std::vector<std::set<EvictKey>>& sets, std::size_t c, bool host) const;
   std::vector<Node*> path_to(Node* node) const;  // root excluded, top-down
   bool cascade_unlocked(const Node* node, int priority) const;
@@ -503,6 +609,12 @@ class UnifiedTree {
   std::vector<std::int64_t> host_held_;         // host slots, by ComponentId
   std::uint64_t clock_ = 0, next_id_ = 1, splits_ = 0;
   std::size_t node_count_ = 0;
+  SessionPolicy session_policy_;
+  std::map<SessionId, SessionState> sessions_;  // open sessions
+  std::list<SessionId> closed_order_;           // closed ids, oldest first (bounded)
+  std::unordered_map<SessionId, std::list<SessionId>::iterator> closed_;
+  std::uint64_t generations_ = 0;
+  SessionStats session_stats_;
   bool frozen_ = false;  // components registered and the first insert done
 };
 

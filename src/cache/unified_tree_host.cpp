@@ -42,6 +42,7 @@ void UnifiedTree::set_host(Node* node, ComponentId c, std::vector<Slot> host) {
 void UnifiedTree::give_up_host(Node* node, ComponentId c, EvictResult& out) {
   ComponentData& d = node->at(c);
   if (!d.host) return;
+  count_forced(node, c, d.host->size(), /*host=*/true);
   auto& f = out.freed[c.value()];
   f.insert(f.end(), d.host->begin(), d.host->end());
   host_held_[c.value()] -= static_cast<std::int64_t>(d.host->size());

@@ -62,6 +62,7 @@ std::uint64_t UnifiedTree::digest() const {
       h = hash_combine(h, d.live() ? d.value->size() + 1 : 0);
       if (d.live())
         for (Slot s : *d.value) h = hash_combine(h, s.value());
+      if (d.session_ref != 0) h = hash_combine(h, 0x73657373ULL + static_cast<std::uint64_t>(d.session_ref));  // only when referenced
       if (d.backed()) {  // folded only when present: trees without host copies digest as before
         h = hash_combine(h, 0x686f7374ULL + d.host->size());
         for (Slot s : *d.host) h = hash_combine(h, s.value());
@@ -145,15 +146,16 @@ void UnifiedTree::verify(const VerifyAccounts* accounts) const {
                      " eviction-candidate flag is stale");
         if (c->in_evictable[k]) {
           ++candidates[k];
-          KVGRID_CHECK(c->filed_at[k] <= c->last_access && evictable_[k].count(EvictKey{c->filed_at[k], c->id, nullptr}) == 1,
-                       "candidate node ", c->id, " missing from the ", comp.name(), " eviction set");
+          KVGRID_CHECK(c->filed_at[k] <= c->last_access && c->filed_rank[k] == session_rank(c, k) &&
+                           evictable_[k].count(EvictKey{c->filed_rank[k], c->filed_at[k], c->id, nullptr}) == 1,
+                       "candidate node ", c->id, " missing from the ", comp.name(), " eviction set (or filed under a stale rank)");
         }
         KVGRID_CHECK(c->in_host_evictable[k] == is_host_candidate(c, id), "node ", c->id, " ", comp.name(),
                      " host-eviction-candidate flag is stale");
         if (c->in_host_evictable[k]) {
           ++host_candidates[k];
-          KVGRID_CHECK(c->host_filed_at[k] <= c->last_access &&
-                           host_evictable_[k].count(EvictKey{c->host_filed_at[k], c->id, nullptr}) == 1,
+          KVGRID_CHECK(c->host_filed_at[k] <= c->last_access && c->host_filed_rank[k] == session_rank(c, k) &&
+                           host_evictable_[k].count(EvictKey{c->host_filed_rank[k], c->host_filed_at[k], c->id, nullptr}) == 1,
                        "host candidate node ", c->id, " missing from the ", comp.name(), " host eviction set");
         }
         comp.verify_node(*this, *c);
@@ -168,6 +170,7 @@ void UnifiedTree::verify(const VerifyAccounts* accounts) const {
                        n->comp[k].lock_ref, " < its children's ", child_locks[k]);
   }
   KVGRID_CHECK(nodes == node_count_, "node count ", node_count_, " but ", nodes, " reachable");
+  verify_sessions();
   for (std::size_t k = 0; k < nc; ++k) {
     const auto name = components_[k]->name();
     KVGRID_CHECK(held[k] == held_[k] && prot[k] == protected_[k], name, " counters: held ", held_[k], "/", held[k],
