@@ -260,8 +260,8 @@ std::vector<PageId> DeviceCache::drop_restore(RequestId id, Reservation& r, std:
   return pages;
 }
 
-void DeviceCache::commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens) {
-  if (hybrid_) return hybrid_->commit(id, r, kv_tokens);
+void DeviceCache::commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens, SessionTag session) {
+  if (hybrid_) return hybrid_->commit(id, r, kv_tokens, session);
   KVGRID_CHECK(static_cast<std::int64_t>(kv_tokens.size()) == r.kv_tokens.value(), "commit of ", kv_tokens.size(),
                " tokens for a reservation of ", r.kv_tokens);
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());

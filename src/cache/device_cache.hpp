@@ -83,7 +83,17 @@ class DeviceCache {
   // table (ours are freed); the lock moves to the new end of the prefix.
   void insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens);
   // The request finished: insert its page-aligned KV, free the partial tail page, unlock.
-  void commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens);
+  // `session`: the finished request's session and the generation it arrived with (hybrid models
+  // with sessions tracked register its reusable regions; otherwise ignored).
+  void commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens, SessionTag session = {});
+  // Sessions (hybrid models; cache/unified_tree.hpp "Sessions"): an open or close the step's
+  // inputs carry, and the generation a request of `session` arriving now carries (0: none).
+  void session_event(bool open, std::uint64_t session) {
+    if (hybrid_) hybrid_->session_event(open, session);
+  }
+  std::uint64_t session_arrival(RequestId id, std::uint64_t session) {
+    return hybrid_ ? hybrid_->session_arrival(id, session) : 0;
+  }
   // Private restores (P/D decode: the request reads its restored pages only steps later, once its
   // KV arrived): reserve() leaves the restored nodes host-only and their new device pages the
   // request's; `confirm_restore` publishes them after the restore's outcome was agreed (every rank

@@ -29,6 +29,7 @@ HybridCache::HybridCache(const HybridCacheConfig& cfg, DevicePool& full_pool, De
       mamba_pool_(cfg.mamba ? cfg.mamba_slots : 0),
       log_(log) {
   KVGRID_CHECK(full_pool.shards() == 1, "hybrid models over a sharded pool");
+  tree_.set_session_policy(cfg.sessions);
   full_ = tree_.add_component(std::make_unique<unified::FullComponent>());
   if (cfg.swa) {
     auto s = std::make_unique<unified::SwaComponent>(cfg.window, cfg.bugs);
@@ -402,11 +403,37 @@ void HybridCache::insert_computed(RequestId id, Reservation& r, std::span<const 
   debug_verify();
 }
 
-void HybridCache::commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens) {
+void HybridCache::commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens, SessionTag session) {
   KVGRID_CHECK(static_cast<std::int64_t>(kv_tokens.size()) == r.kv_tokens.value(), "commit of ", kv_tokens.size(),
                " tokens for a reservation of ", r.kv_tokens);
   insert_computed(id, r, kv_tokens, /*last=*/true);
+  if (cfg_.track_sessions && session.session != 0 && r.hybrid) {
+    const auto out = tree_.register_session(session.session, session.generation, r.hybrid->lock.node);
+    log_.record("session_register", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(session.session),
+                                     static_cast<std::int64_t>(session.generation)},
+                {static_cast<std::int64_t>(out)});
+  }
   abort(id, r);  // what is still private (the partial last page, own SWA pages, states) goes back
+}
+
+void HybridCache::session_event(bool open, std::uint64_t session) {
+  if (!cfg_.track_sessions) return;
+  if (open) {
+    const auto g = tree_.open_session(session);
+    log_.record("session_open", {static_cast<std::int64_t>(session)}, {static_cast<std::int64_t>(g)});
+  } else {
+    const bool was = tree_.close_session(session);
+    log_.record("session_close", {static_cast<std::int64_t>(session)}, {was ? 1 : 0});
+  }
+  debug_verify();
+}
+
+std::uint64_t HybridCache::session_arrival(RequestId id, std::uint64_t session) {
+  if (!cfg_.track_sessions || session == 0) return 0;
+  const auto g = tree_.session_arrival(session);
+  log_.record("session_arrival", {static_cast<std::int64_t>(id.value()), static_cast<std::int64_t>(session)},
+              {static_cast<std::int64_t>(g)});
+  return g;
 }
 
 void HybridCache::abort(RequestId id, Reservation& r) {

@@ -53,6 +53,11 @@ namespace kvgrid::cache {
 
 struct Reservation;
 
+// A finished request's session (0: none) and the generation it arrived with.
+struct SessionTag {
+  std::uint64_t session = 0, generation = 0;
+};
+
 struct HybridCacheConfig {
   Tokens page_size{16};
   bool swa = false;
@@ -70,6 +75,11 @@ struct HybridCacheConfig {
   };
   std::vector<Sidecar> sidecars;
   ComponentBugs bugs;  // planted bugs (cache.component_bugs; empty: the correct code)
+  // Sessions: tracked (references registered, for eviction order or only for the forced-eviction
+  // count) unless off (P/D prefill: decode holds the references); `sessions.order` when
+  // cache.eviction is session-aware.
+  bool track_sessions = true;
+  unified::SessionPolicy sessions;
 };
 
 // P/D: where the SWA pages prefill sends for a prompt of `prompt` tokens start, when decode
@@ -122,8 +132,13 @@ class HybridCache {
   void advance(Reservation& r, Tokens start, Tokens computed, bool decode = false);
   // `last`: the commit's insert (no fresh checkpoint slot is taken for a request that ends).
   void insert_computed(RequestId id, Reservation& r, std::span<const TokenId> computed_tokens, bool last = false);
-  void commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens);
+  // `session`: a finished request of a tracked session registers, per component, the region its
+  // next turn can reuse (before its lock goes).
+  void commit(RequestId id, Reservation& r, std::span<const TokenId> kv_tokens, SessionTag session = {});
   void abort(RequestId id, Reservation& r);
+  // Sessions (decisions in the log: session_open, session_close, session_arrival, session_register).
+  void session_event(bool open, std::uint64_t session);
+  std::uint64_t session_arrival(RequestId id, std::uint64_t session);
 
   // P/D decode (protocol.pd = decode_reuse): the request's prompt KV beyond its match comes from
   // prefill — FULL pages of [matched, prompt), SWA pages of the prompt's tail window only

@@ -18,6 +18,18 @@ void check_relations(const ExperimentConfig& e, const std::string& src) {
   check_hybrid_model(e, src);
   const auto& d = e.model.draft;
   const auto& w = e.workload;
+  if (w.kind == "agentic") {
+    const auto& ag = w.agentic;
+    if (ag.turns_min > ag.turns_max)
+      throw InputError(src + ": workload.agentic.turns_min = " + std::to_string(ag.turns_min) + " exceeds turns_max = " +
+                       std::to_string(ag.turns_max));
+    if (ag.tool_output_min > ag.tool_output_max)
+      throw InputError(src + ": workload.agentic.tool_output_min = " + std::to_string(ag.tool_output_min) +
+                       " exceeds tool_output_max = " + std::to_string(ag.tool_output_max));
+    if (ag.system_prompt_len + ag.task_len >= ag.max_context)
+      throw InputError(src + ": workload.agentic.max_context = " + std::to_string(ag.max_context) +
+                       " leaves no room after the system prompt and task (" + std::to_string(ag.system_prompt_len + ag.task_len) + " tokens)");
+  }
   for (const auto& g : e.topology.groups) {
     // CP sharding: the two gather slots are charged to every rank's device budget.
     if (e.cache.cp_sharding != "replicated" && protocols::shard_group_size(g.shape, e.model.attention == "mla") > 1 &&
@@ -170,6 +182,8 @@ void read_cache(const Config& c, ExperimentConfig& e) {
   e.cache.host_swa_pages = Pages(c.get_int("cache.host_swa_pages"));
   e.cache.host_mamba_slots = c.get_int("cache.host_mamba_slots");
   e.cache.component_bugs = c.get_string_array("cache.component_bugs");
+  e.cache.eviction = c.get_string("cache.eviction");
+  e.cache.session_tombstones = c.get_int("cache.session_tombstones");
   e.cache.storage_dir = c.get_string("cache.storage_dir");
   e.cache.storage_capacity_mb = c.get_int("cache.storage_capacity_mb");
   e.cache.prefetch_threshold = Tokens(c.get_int("cache.prefetch_threshold"));
@@ -227,6 +241,24 @@ void read_workload(const Config& c, ExperimentConfig& e) {
   w.cold_prefix = {c.get_int("workload.cold_prefix.groups"), c.get_int("workload.cold_prefix.requests"),
                    c.get_int("workload.cold_prefix.prefix_len"), c.get_int("workload.cold_prefix.suffix_len"),
                    c.get_int("workload.cold_prefix.output_len")};
+  w.sessions = c.get_bool("workload.sessions");
+  auto& ag = w.agentic;
+  ag.sessions = c.get_int("workload.agentic.sessions");
+  ag.max_active = c.get_int("workload.agentic.max_active");
+  ag.system_prompt_len = c.get_int("workload.agentic.system_prompt_len");
+  ag.task_len = c.get_int("workload.agentic.task_len");
+  ag.turns_min = c.get_int("workload.agentic.turns_min");
+  ag.turns_max = c.get_int("workload.agentic.turns_max");
+  ag.tool_output_min = c.get_int("workload.agentic.tool_output_min");
+  ag.tool_output_max = c.get_int("workload.agentic.tool_output_max");
+  ag.tool_output_alpha = c.get_float("workload.agentic.tool_output_alpha");
+  ag.output_len = c.get_int("workload.agentic.output_len");
+  ag.tool_time_ms = c.get_float("workload.agentic.tool_time_ms");
+  ag.subagent_prob = c.get_float("workload.agentic.subagent_prob");
+  ag.subagent_turns = c.get_int("workload.agentic.subagent_turns");
+  ag.abandon_prob = c.get_float("workload.agentic.abandon_prob");
+  ag.abandon_after_ms = c.get_float("workload.agentic.abandon_after_ms");
+  ag.max_context = c.get_int("workload.agentic.max_context");
   w.mooncake.trace = c.get_string("workload.mooncake.trace");
   w.mooncake.first_n = c.get_int("workload.mooncake.first_n");
   w.mooncake.time_scale = c.get_float("workload.mooncake.time_scale");

@@ -81,6 +81,10 @@ struct CacheConfig {
   Pages host_swa_pages{0};                // hybrid host tier: SWA host pages (0: scaled like host_pages)
   std::int64_t host_mamba_slots = 0;      // hybrid host tier: MAMBA host states (0: scaled like host_pages)
   std::vector<std::string> component_bugs;  // planted component bugs (hybrid models; cache/component_bugs.hpp)
+  // lru | session (session-aware eviction, hybrid models) | the planted bugs
+  // session_close_resets_recency, session_no_generation (cache/unified_tree.hpp "Sessions")
+  std::string eviction = "lru";
+  std::int64_t session_tombstones = 8192;  // closed session ids remembered
   bool gather_overlap = true;
   std::string storage_dir;                // empty: <run dir>/storage
   std::int64_t storage_capacity_mb = 1024;  // per rank
@@ -123,6 +127,26 @@ struct ColdPrefixConfig {
   std::int64_t groups = 2, requests = 4, prefix_len = 1024, suffix_len = 64, output_len = 16;
 };
 
+// Agent trajectories in the shape of SWE-bench agent runs: every session starts with the shared
+// system prompt and its own task, each turn resends the whole context plus the previous turn's
+// output and a tool result of heavy-tailed length, after a think/tool pause; a turn may spawn a
+// sub-agent session that starts from the parent's context and closes when done (the parent waits
+// for it); a session closes after its last turn, or (abandon_prob) while its last turn runs.
+struct AgenticConfig {
+  std::int64_t sessions = 16, max_active = 8;      // trajectories; at most this many at once
+  std::int64_t system_prompt_len = 2048, task_len = 512;
+  std::int64_t turns_min = 4, turns_max = 16;
+  std::int64_t tool_output_min = 32, tool_output_max = 8192;
+  double tool_output_alpha = 1.2;                  // Pareto shape of a tool result's length
+  std::int64_t output_len = 64;                    // generated tokens per turn
+  double tool_time_ms = 200.0;                     // mean pause between turns (exponential), modelled
+  double subagent_prob = 0.1;                      // per turn
+  std::int64_t subagent_turns = 3;
+  double abandon_prob = 0.0;                       // the client closes the session while its last turn runs
+  double abandon_after_ms = 5.0;                   // ... this long after sending it
+  std::int64_t max_context = 65536;                // a session ends when its context would pass this
+};
+
 struct MooncakeConfig {
   std::string trace;
   std::int64_t first_n = 0;  // 0: all
@@ -138,7 +162,9 @@ struct WorkloadConfig {
   MultiturnConfig multiturn;
   AbaConfig aba;
   ColdPrefixConfig cold_prefix;
+  AgenticConfig agentic;
   MooncakeConfig mooncake;
+  bool sessions = false;  // gsp / multiturn / aba: each conversation is a session (agentic always)
 };
 
 struct EngineConfig {

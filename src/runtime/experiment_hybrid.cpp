@@ -78,6 +78,10 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
         throw InputError(at + " has " + layer_kind_name(k) + " layers, but model.layer_types = \"" + m.layer_types +
                          "\" has none (the draft's " + layer_kind_name(k) + " data sits at the target's ids)");
   }
+  if (!m.hybrid() && e.cache.eviction != "lru")
+    throw InputError(src + ": cache.eviction = \"" + e.cache.eviction + "\" orders eviction by session references on the "
+                     "unified tree, which serves hybrid models; model.layer_types = \"" + m.layer_types +
+                     "\" is a full-attention model (RadixTree, LRU only): give swa or mamba layers, or cache.eviction = \"lru\"");
   if (!m.hybrid()) {
     if (!e.cache.component_bugs.empty())
       throw InputError(src + ": cache.component_bugs = [\"" + e.cache.component_bugs.front() +

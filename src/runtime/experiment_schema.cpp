@@ -122,6 +122,10 @@ void add_cache_keys(Schema& s) {
              "hybrid models with a host tier: SWA host pages per rank (0: swa_pages scaled by host_pages / device_pages)"));
   s.add(ikey({"cache", "host_mamba_slots"}, 0, 0, 2147483647.0,
              "hybrid models with a host tier: MAMBA host states per rank (0: mamba_slots scaled by host_pages / device_pages)"));
+  s.add(skey({"cache", "eviction"}, {"lru", "session", "session_close_resets_recency", "session_no_generation"},
+             "device and host eviction order: LRU, or session-aware (hybrid models: referenced KV of open sessions last); "
+             "the last two plant bug-catalogue #24 and #25"));
+  s.add(ikey({"cache", "session_tombstones"}, 8192, 1, 1e9, "closed session ids remembered (their late finishers register nothing)"));
   {
     KeySpec k = key({"cache", "component_bugs"}, ValueType::StringArray, std::vector<std::string>{},
                     "hybrid models: production bugs of the components planted (bug-catalogue #14-#23; empty: the correct code)");
@@ -156,10 +160,11 @@ void add_protocol_keys(Schema& s) {
 }
 
 void add_workload_keys(Schema& s) {
-  s.add(skey({"workload", "kind"}, {"tree", "gsp", "multiturn", "mooncake", "aba", "cold_prefix"},
-             "tree: cache-only loop; gsp, multiturn, mooncake, aba, cold_prefix: the serving loop with the synthetic model"));
+  s.add(skey({"workload", "kind"}, {"tree", "gsp", "multiturn", "mooncake", "aba", "cold_prefix", "agentic"},
+             "tree: cache-only loop; gsp, multiturn, mooncake, aba, cold_prefix, agentic (agent sessions): the serving loop with the synthetic model"));
   s.add(ikey({"workload", "vocab"}, 32000, 2, 4294967295.0, "vocabulary size (prompt and generated token ids are < vocab)"));
-  s.add(fkey({"workload", "request_rate"}, 0.0, 0.0, 1e9, "gsp/multiturn/aba/cold_prefix: Poisson arrivals per modelled second (0: all at t = 0)"));
+  s.add(fkey({"workload", "request_rate"}, 0.0, 0.0, 1e9, "gsp/multiturn/aba/cold_prefix/agentic: Poisson arrivals (agentic: session starts) per modelled second (0: all at t = 0)"));
+  s.add(bkey({"workload", "sessions"}, false, "gsp / multiturn / aba / cold_prefix: each conversation is a session (opened at its first request, closed after its last)"));
   s.add(ikey({"workload", "tree", "steps"}, 200, 1, kBig, "scheduler steps"));
   s.add(ikey({"workload", "tree", "requests_per_step"}, 4, 1, 1e6, "requests arriving per step"));
   s.add(ikey({"workload", "tree", "prompt_tokens_min"}, 64, 1, 1e9, "shortest prompt, tokens"));
@@ -194,6 +199,22 @@ void add_workload_keys(Schema& s) {
   s.add(ikey({"workload", "cold_prefix", "prefix_len"}, 1024, 1, 1e8, "tokens of a group's prefix"));
   s.add(ikey({"workload", "cold_prefix", "suffix_len"}, 64, 1, 1e8, "tokens of each request's own suffix"));
   s.add(ikey({"workload", "cold_prefix", "output_len"}, 16, 1, 1e6, "generated tokens per request"));
+  s.add(ikey({"workload", "agentic", "sessions"}, 16, 1, 1e6, "agent trajectories (sessions)"));
+  s.add(ikey({"workload", "agentic", "max_active"}, 8, 1, 1e6, "trajectories running at once (sub-agents not counted)"));
+  s.add(ikey({"workload", "agentic", "system_prompt_len"}, 2048, 0, 1e8, "system prompt and tool definitions every session starts with, tokens"));
+  s.add(ikey({"workload", "agentic", "task_len"}, 512, 1, 1e8, "a session's own task (issue text), tokens"));
+  s.add(ikey({"workload", "agentic", "turns_min"}, 4, 1, 1e5, "fewest turns per session"));
+  s.add(ikey({"workload", "agentic", "turns_max"}, 16, 1, 1e5, "most turns per session"));
+  s.add(ikey({"workload", "agentic", "tool_output_min"}, 32, 1, 1e8, "shortest tool result, tokens"));
+  s.add(ikey({"workload", "agentic", "tool_output_max"}, 8192, 1, 1e8, "longest tool result (the heavy tail's cap), tokens"));
+  s.add(fkey({"workload", "agentic", "tool_output_alpha"}, 1.2, 0.1, 100.0, "Pareto shape of a tool result's length (smaller: heavier tail)"));
+  s.add(ikey({"workload", "agentic", "output_len"}, 64, 1, 1e6, "generated tokens per turn"));
+  s.add(fkey({"workload", "agentic", "tool_time_ms"}, 200.0, 0.0, 1e9, "mean think/tool pause between turns (exponential), modelled ms"));
+  s.add(fkey({"workload", "agentic", "subagent_prob"}, 0.1, 0.0, 1.0, "chance that a turn spawns a sub-agent (the parent waits for it)"));
+  s.add(ikey({"workload", "agentic", "subagent_turns"}, 3, 1, 1e5, "turns of a sub-agent"));
+  s.add(fkey({"workload", "agentic", "abandon_prob"}, 0.0, 0.0, 1.0, "chance that a client closes its session while the last turn still runs (a late finisher)"));
+  s.add(fkey({"workload", "agentic", "abandon_after_ms"}, 5.0, 0.0, 1e9, "an abandoned session closes this long after its last turn was sent, modelled ms"));
+  s.add(ikey({"workload", "agentic", "max_context"}, 65536, 1, 1e9, "a session ends before its context would pass this many tokens"));
   KeySpec trace = skey({"workload", "mooncake", "trace"}, {}, "Mooncake JSONL trace (relative paths: to the experiment file)");
   s.add(trace);
   s.add(ikey({"workload", "mooncake", "first_n"}, 0, 0, kBig, "replay only the first N requests (0: all)"));

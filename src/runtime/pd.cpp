@@ -193,6 +193,7 @@ void PdLink::send_requests(const StepMessage& in, std::vector<PdRecord>& to_peer
   p.exhausted = in.exhausted;
   p.total = in.total;
   p.specs = in.specs;
+  p.sessions = in.sessions;  // decode holds the session references
   p.pd = std::move(to_peer);
   for (const auto a : in.aborts) p.pd.push_back({kPdAbort, a, 0});
   p.pd_stop = in.pd_stop;

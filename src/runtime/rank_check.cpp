@@ -79,6 +79,13 @@ void add_tier_stats(RankSummaryRow& m, const cache::DeviceCache& dc) {
     m.load_recomputed_tokens = c.load_recomputed_tokens;
     m.tree_pages = h->tree().held_slots(cache::unified::ComponentId(0));
     m.tree_nodes = static_cast<std::int64_t>(h->tree().node_count());
+    const auto& ss = h->tree().session_stats();
+    m.sessions_opened = ss.opened;
+    m.sessions_closed = ss.closed;
+    m.session_registered = ss.registered;
+    m.session_stale_finishes = ss.stale_finishes + ss.closed_finishes;
+    m.forced_referenced_tokens = ss.forced_tokens.at(0);
+    m.forced_referenced_host_tokens = ss.forced_host_tokens.at(0);
   }
   if (const auto* hs = dc.host_stats()) {
     const auto& h = *hs;

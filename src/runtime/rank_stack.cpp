@@ -40,13 +40,20 @@ std::function<std::optional<std::size_t>(std::size_t)> load_fault(const Experime
 // Hybrid models: the unified tree's configuration for this stage, and the byte pools of its own
 // layers — the SWA layers' pool (per-token values in either payload: one word per head in digest
 // runs), the MAMBA layers' states, the sidecars it folds.
-cache::HybridCacheConfig RankStack::hybrid_config(const ExperimentConfig& exp) {
+cache::HybridCacheConfig RankStack::hybrid_config(const ExperimentConfig& exp, const RankGrid& grid) {
   // Which components this stage's tree keeps: protocol.component_boundary (every component of
   // the model, or — buggy — those of its own layers); the bytes only for its own layers.
   cache::HybridCacheConfig hc;
   hc.page_size = exp.cache.page_size;
   hc.chunk_tokens = Tokens(exp.engine.chunk_size);
   hc.bugs = cache::ComponentBugs::parse(exp.cache.component_bugs);
+  // Sessions: cache.eviction (its planted bugs included); P/D prefill tracks none (decode holds the references).
+  const std::string& ev = exp.cache.eviction;
+  hc.sessions.order = ev != "lru";
+  hc.sessions.tombstones = static_cast<std::size_t>(exp.cache.session_tombstones);
+  hc.sessions.close_resets_recency = ev == "session_close_resets_recency";
+  hc.sessions.no_generation = ev == "session_no_generation";
+  hc.track_sessions = pd_role(exp, grid) != PdRole::Prefill;
   const std::string& boundary = exp.protocol.component_boundary;
   hc.swa = protocols::stage_keeps_component(boundary, exp.model.has(LayerKind::Swa), geo.local_of(LayerKind::Swa) > 0);
   hc.window = Tokens(exp.model.swa_window);
@@ -224,7 +231,7 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
     agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
   }
   cache::DeviceCacheConfig dcc{exp.cache.page_size, capacity, shard->size, std::nullopt};
-  if (geo.hybrid()) dcc.hybrid = hybrid_config(exp);
+  if (geo.hybrid()) dcc.hybrid = hybrid_config(exp, grid);
   dc = std::make_unique<cache::DeviceCache>(dcc, log);
   hook_pools();
   restore = protocols::make_restore_placement(exp.cache.cp_sharding);

@@ -69,7 +69,7 @@ struct RankStack {
   Rng restore_fault_rng;          // pd.restore.fail's first failing layer
 
  private:
-  cache::HybridCacheConfig hybrid_config(const ExperimentConfig& exp);  // (fills swa_pool, states, sidecars)
+  cache::HybridCacheConfig hybrid_config(const ExperimentConfig& exp, const RankGrid& grid);  // (fills swa_pool, states, sidecars)
   void make_draft_pools(const ExperimentConfig& exp, const GridCoord& c, const GridShape& shape,
                         const cache::CpPlacement& placement);
   void hook_pools();

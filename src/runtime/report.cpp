@@ -91,6 +91,17 @@ void add_transfers(nlohmann::json& j, const RunTrace& run) {
         pd[1] = std::max(pd[1], r.pd_sent_swa_pages);
         pd[2] = std::max(pd[2], r.pd_sent_states);
       }
+      // Sessions: the rank holding them with the most opened (P/D: a decode rank; others agree).
+      const RankSummaryRow* sr = &h;
+      for (const auto& r : run.summary_ranks)
+        if (r.sessions_opened > sr->sessions_opened) sr = &r;
+      if (sr->sessions_opened > 0)
+        j["sessions"] = {{"opened", sr->sessions_opened},
+                         {"closed", sr->sessions_closed},
+                         {"registered", sr->session_registered},
+                         {"stale_finishes", sr->session_stale_finishes},
+                         {"forced_evictions_referenced", sr->forced_referenced_tokens},
+                         {"forced_evictions_referenced_host", sr->forced_referenced_host_tokens}};
       j["hybrid"]["pd_sent_full_pages"] = pd[0];
       j["hybrid"]["pd_sent_swa_pages"] = pd[1];
       j["hybrid"]["pd_sent_states"] = pd[2];

@@ -207,7 +207,7 @@ std::vector<std::unique_ptr<ServeRequest>> Scheduler::complete_step(const std::v
     if (!r->finished() || r->awaiting_kv || r->awaiting_restore) continue;
     KVGRID_CHECK(r->computed == r->kv_len() && r->tokens.size() == r->kv_len(), "request ", r->spec.id, " finished with ",
                  r->computed, " positions computed of ", r->kv_len());
-    cache_.commit(r->spec.id, r->res, r->tokens);
+    cache_.commit(r->spec.id, r->res, r->tokens, cache::SessionTag{r->spec.session, r->spec.session_gen});
     r->finish_ns = now_ns;
     done.push_back(std::move(r));
   }

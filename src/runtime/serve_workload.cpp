@@ -7,6 +7,7 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "core/check.hpp"
 #include "core/hash.hpp"
@@ -58,10 +59,11 @@ class ConversationWorkload : public ServeWorkload {
     bool resend_history = true;                     // false: a turn's prompt is its own tokens only
   };
 
+  // `sessions`: conversation i is session i + 1 (opened with its first turn, closed after its last).
   ConversationWorkload(std::vector<Conversation> convs, std::uint64_t vocab, double rate, std::uint64_t seed,
-                       std::int64_t max_in_flight, bool round_barrier)
+                       std::int64_t max_in_flight, bool round_barrier, bool sessions = false)
       : convs_(std::move(convs)), vocab_(vocab), rng_(shared_stream(seed, "arrivals")),
-        max_in_flight_(max_in_flight), round_barrier_(round_barrier) {
+        max_in_flight_(max_in_flight), round_barrier_(round_barrier), sessions_(sessions) {
     for (const auto& c : convs_) total_ += c.turn_tokens.size();
     std::uint64_t t = 0;
     for (std::size_t i = 0; i < convs_.size(); ++i) {
@@ -82,6 +84,10 @@ class ConversationWorkload : public ServeWorkload {
       r.arrival_ns = t;
       r.round = static_cast<std::uint32_t>(turn);
       r.output_len = c.output_len[turn];
+      if (sessions_) {
+        r.session = ci + 1;
+        if (turn == 0) events_.push_back(SessionEvent{SessionEvent::Open, r.session});
+      }
       if (c.resend_history) r.prompt = c.history;
       r.prompt.insert(r.prompt.end(), c.turn_tokens[turn].begin(), c.turn_tokens[turn].end());
       c.history = r.prompt;
@@ -112,6 +118,7 @@ class ConversationWorkload : public ServeWorkload {
     const std::size_t done_round = c.next_turn - 1;
     ++finished_in_round_[done_round];
     if (c.next_turn < c.turn_tokens.size()) held_.push_back({now_ns, ci});
+    else if (sessions_) events_.push_back(SessionEvent{SessionEvent::Close, ci + 1});
     // Without a barrier a follow-up is ready at once; with one, round r+1 waits for all of round r.
     std::deque<std::pair<std::uint64_t, std::size_t>> keep;
     for (auto& h : held_) {
@@ -136,6 +143,7 @@ class ConversationWorkload : public ServeWorkload {
   Rng rng_;
   std::int64_t max_in_flight_;
   bool round_barrier_;
+  bool sessions_;
   std::deque<std::pair<std::uint64_t, std::size_t>> ready_, held_;  // (ready time, conversation)
   std::map<std::uint64_t, std::size_t> owner_;
   std::map<std::size_t, std::uint64_t> issued_in_round_, finished_in_round_;
@@ -163,7 +171,7 @@ std::unique_ptr<ServeWorkload> make_gsp(const WorkloadConfig& w, std::uint64_t s
   if (!g.ordered) {
     for (std::size_t i = convs.size(); i > 1; --i) std::swap(convs[i - 1], convs[rng.below(i)]);  // Fisher-Yates
   }
-  return std::make_unique<ConversationWorkload>(std::move(convs), w.vocab, w.request_rate, seed, 0, false);
+  return std::make_unique<ConversationWorkload>(std::move(convs), w.vocab, w.request_rate, seed, 0, false, w.sessions);
 }
 
 // A lane: A, then B and A again `repeats` times; B starts with A's first shared_len tokens.
@@ -186,7 +194,7 @@ std::unique_ptr<ServeWorkload> make_aba(const WorkloadConfig& w, std::uint64_t s
     c.output_len.assign(c.turn_tokens.size(), static_cast<std::uint32_t>(a.output_len));
     convs.push_back(std::move(c));
   }
-  return std::make_unique<ConversationWorkload>(std::move(convs), w.vocab, w.request_rate, seed, 0, false);
+  return std::make_unique<ConversationWorkload>(std::move(convs), w.vocab, w.request_rate, seed, 0, false, w.sessions);
 }
 
 // Every request of a group arrives with the others; nobody has its prefix yet.
@@ -206,7 +214,7 @@ std::unique_ptr<ServeWorkload> make_cold_prefix(const WorkloadConfig& w, std::ui
       convs.push_back(std::move(c));
     }
   }
-  return std::make_unique<ConversationWorkload>(std::move(convs), w.vocab, w.request_rate, seed, 0, false);
+  return std::make_unique<ConversationWorkload>(std::move(convs), w.vocab, w.request_rate, seed, 0, false, w.sessions);
 }
 
 std::unique_ptr<ServeWorkload> make_multiturn(const WorkloadConfig& w, std::uint64_t seed) {
@@ -223,8 +231,180 @@ std::unique_ptr<ServeWorkload> make_multiturn(const WorkloadConfig& w, std::uint
     convs.push_back(std::move(conv));
   }
   return std::make_unique<ConversationWorkload>(std::move(convs), w.vocab, w.request_rate, seed, m.max_in_flight,
-                                                m.round_barrier);
+                                                m.round_barrier, w.sessions);
 }
+
+// Agent trajectories. Every random choice of a session comes from its own stream (seeded by the
+// workload seed and the session's id), so a session's tokens never depend on when other requests
+// finish; only arrival times do (a turn follows its previous one's finish, as a closed loop).
+class AgenticWorkload : public ServeWorkload {
+ public:
+  AgenticWorkload(const AgenticConfig& cfg, std::uint64_t vocab, double rate, std::uint64_t seed)
+      : cfg_(cfg), vocab_(vocab), seed_(seed) {
+    Rng shared = shared_stream(seed, "workload.agentic");
+    system_ = random_tokens(shared, cfg.system_prompt_len, vocab);
+    Rng arrivals = shared_stream(seed, "arrivals");
+    std::uint64_t t = 0;
+    for (std::int64_t i = 0; i < cfg.sessions; ++i) {
+      Agent a;
+      a.id = static_cast<SessionId>(i + 1);
+      a.rng = Rng(mix64(hash_combine(seed_, a.id)));
+      a.turns_left = a.rng.between(cfg.turns_min, cfg.turns_max);
+      a.context = system_;
+      auto task = random_tokens(a.rng, cfg.task_len, vocab);
+      a.context.insert(a.context.end(), task.begin(), task.end());
+      starts_.push_back({t, agents_.size()});
+      agents_.push_back(std::move(a));
+      if (rate > 0) t += static_cast<std::uint64_t>(-std::log(1.0 - arrivals.uniform()) / rate * 1e9);
+    }
+  }
+
+  std::vector<RequestSpec> arrivals(std::uint64_t now_ns) override {
+    std::vector<RequestSpec> out;
+    last_now_ = std::max(last_now_, now_ns);
+    // abandoned sessions whose client gave up by now
+    while (!timers_.empty() && timers_.begin()->first <= now_ns) {
+      close(timers_.begin()->second);
+      timers_.erase(timers_.begin());
+    }
+    while (!starts_.empty() && starts_.front().first <= now_ns && active_ < cfg_.max_active) {
+      auto [t, ai] = starts_.front();
+      starts_.pop_front();
+      ++active_;
+      events_.push_back(SessionEvent{SessionEvent::Open, agents_[ai].id});
+      ready_.insert({t, ai});
+    }
+    while (!ready_.empty() && ready_.begin()->first <= now_ns) {
+      auto [t, ai] = *ready_.begin();
+      ready_.erase(ready_.begin());
+      out.push_back(issue(ai, t));
+    }
+    return out;
+  }
+
+  std::optional<std::uint64_t> next_arrival_ns() const override {
+    std::optional<std::uint64_t> n;
+    auto take = [&](std::uint64_t t) { n = n ? std::min(*n, t) : t; };
+    if (!ready_.empty()) take(ready_.begin()->first);
+    if (!timers_.empty()) take(timers_.begin()->first);
+    if (!starts_.empty() && active_ < cfg_.max_active) take(starts_.front().first);
+    return n;
+  }
+  bool exhausted() const override { return starts_.empty() && ready_.empty() && timers_.empty() && in_flight_.empty(); }
+  // An estimate for progress rows until the trajectories are over (turns end early at max_context).
+  std::uint64_t total_requests() const override {
+    const auto expected = static_cast<std::uint64_t>(cfg_.sessions * (cfg_.turns_min + cfg_.turns_max) / 2);
+    return exhausted() ? issued_ : std::max(issued_ + 1, expected);
+  }
+
+  void finished(RequestId id, std::uint64_t now_ns) override {
+    auto it = in_flight_.find(id.value());
+    KVGRID_CHECK(it != in_flight_.end(), "finish of unknown request ", id);
+    last_now_ = std::max(last_now_, now_ns);
+    const std::size_t ai = it->second.first;
+    const std::vector<TokenId> prompt = std::move(it->second.second);
+    in_flight_.erase(it);
+    Agent& a = agents_[ai];
+    auto o = model_output(prompt, static_cast<std::uint32_t>(cfg_.output_len), vocab_);
+    a.context = prompt;
+    a.context.insert(a.context.end(), o.begin(), o.end());
+    a.last_output = o;
+    if (a.turns_left == 0) {  // the trajectory is over
+      if (!a.closed) close(ai);
+      return;
+    }
+    if (a.sub_ok && a.rng.uniform() < cfg_.subagent_prob) {  // a sub-agent forks from this context; we wait for it
+      Agent sub;
+      sub.id = (a.id << 16) | static_cast<SessionId>(++a.subs);
+      sub.rng = Rng(mix64(hash_combine(seed_, sub.id)));
+      sub.turns_left = cfg_.subagent_turns;
+      sub.context = a.context;
+      auto task = random_tokens(sub.rng, std::max<std::int64_t>(cfg_.task_len / 4, 1), vocab_);
+      sub.context.insert(sub.context.end(), task.begin(), task.end());
+      sub.parent = ai;
+      sub.sub_ok = false;
+      a.waiting = true;
+      agents_.push_back(std::move(sub));
+      events_.push_back(SessionEvent{SessionEvent::Open, agents_.back().id});
+      ready_.insert({now_ns, agents_.size() - 1});
+      return;
+    }
+    next_turn(ai, now_ns, {});
+  }
+
+ private:
+  struct Agent {
+    SessionId id = 0;
+    Rng rng{0};
+    std::int64_t turns_left = 0;
+    std::vector<TokenId> context, last_output;
+    std::size_t parent = static_cast<std::size_t>(-1);
+    std::uint64_t subs = 0;
+    bool sub_ok = true, waiting = false, closed = false, abandoned = false;
+  };
+
+  RequestSpec issue(std::size_t ai, std::uint64_t t) {
+    Agent& a = agents_[ai];
+    RequestSpec r;
+    r.id = RequestId(issued_++);
+    r.arrival_ns = t;
+    r.session = a.id;
+    r.output_len = static_cast<std::uint32_t>(cfg_.output_len);
+    r.prompt = a.context;
+    --a.turns_left;
+    if (a.turns_left == 0 && a.parent == static_cast<std::size_t>(-1) && a.rng.uniform() < cfg_.abandon_prob) {
+      a.abandoned = true;  // the client closes the session while this last turn still runs
+      timers_.insert({t + static_cast<std::uint64_t>(cfg_.abandon_after_ms * 1e6), ai});
+    }
+    in_flight_[r.id.value()] = {ai, r.prompt};
+    return r;
+  }
+
+  // The next turn of `ai`: its context, the extra result (a sub-agent's answer) and a tool
+  // result of heavy-tailed length, after a think/tool pause — unless the context is full.
+  void next_turn(std::size_t ai, std::uint64_t now_ns, std::span<const TokenId> extra) {
+    Agent& a = agents_[ai];
+    const double u = a.rng.uniform();
+    const double len = static_cast<double>(cfg_.tool_output_min) * std::pow(1.0 - u, -1.0 / cfg_.tool_output_alpha);
+    const auto tool_len = static_cast<std::int64_t>(std::min(len, static_cast<double>(cfg_.tool_output_max)));
+    const auto tool = random_tokens(a.rng, tool_len, vocab_);
+    const double pause = cfg_.tool_time_ms > 0 ? -std::log(1.0 - a.rng.uniform()) * cfg_.tool_time_ms * 1e6 : 0.0;
+    const auto next_len = static_cast<std::int64_t>(a.context.size() + extra.size() + tool.size()) + cfg_.output_len;
+    if (next_len > cfg_.max_context) {
+      a.turns_left = 0;
+      if (!a.closed) close(ai);
+      return;
+    }
+    a.context.insert(a.context.end(), extra.begin(), extra.end());
+    a.context.insert(a.context.end(), tool.begin(), tool.end());
+    ready_.insert({now_ns + static_cast<std::uint64_t>(pause), ai});
+  }
+
+  void close(std::size_t ai) {
+    Agent& a = agents_[ai];
+    if (a.closed) return;
+    a.closed = true;
+    events_.push_back(SessionEvent{SessionEvent::Close, a.id});
+    if (a.parent != static_cast<std::size_t>(-1)) {  // a sub-agent's answer resumes its parent
+      Agent& p = agents_[a.parent];
+      p.waiting = false;
+      const auto answer = a.last_output;
+      next_turn(a.parent, last_now_, answer);
+    } else {
+      --active_;
+    }
+  }
+
+  AgenticConfig cfg_;
+  std::uint64_t vocab_, seed_;
+  std::vector<TokenId> system_;
+  std::vector<Agent> agents_;
+  std::deque<std::pair<std::uint64_t, std::size_t>> starts_;
+  std::set<std::pair<std::uint64_t, std::size_t>> ready_, timers_;  // (time, agent)
+  std::map<std::uint64_t, std::pair<std::size_t, std::vector<TokenId>>> in_flight_;  // request -> (agent, prompt)
+  std::int64_t active_ = 0;
+  std::uint64_t issued_ = 0, last_now_ = 0;
+};
 
 // Mooncake replay: requests in file order (timestamps are non-decreasing), tokens made on demand.
 class MooncakeWorkload : public ServeWorkload {
@@ -233,8 +413,12 @@ class MooncakeWorkload : public ServeWorkload {
     std::uint64_t arrival_ns;
     std::uint32_t input_length, output_length;
     std::vector<std::uint64_t> hash_ids;
+    SessionId session = 0;
   };
-  MooncakeWorkload(std::vector<Line> lines, std::uint64_t vocab) : lines_(std::move(lines)), vocab_(vocab) {}
+  MooncakeWorkload(std::vector<Line> lines, std::uint64_t vocab) : lines_(std::move(lines)), vocab_(vocab) {
+    for (std::size_t i = 0; i < lines_.size(); ++i)
+      if (lines_[i].session) last_of_session_[lines_[i].session] = i;
+  }
 
   std::vector<RequestSpec> arrivals(std::uint64_t now_ns) override {
     std::vector<RequestSpec> out;
@@ -244,6 +428,8 @@ class MooncakeWorkload : public ServeWorkload {
       r.id = RequestId(next_);
       r.arrival_ns = l.arrival_ns;
       r.output_len = std::max<std::uint32_t>(l.output_length, 1);
+      r.session = l.session;
+      if (l.session && opened_.insert(l.session).second) events_.push_back(SessionEvent{SessionEvent::Open, l.session});
       r.prompt.resize(static_cast<std::size_t>(l.hash_ids.size()) * kBlock);
       for (std::size_t b = 0; b < l.hash_ids.size(); ++b)
         mooncake_block_tokens(l.hash_ids[b], std::span<TokenId>(r.prompt).subspan(b * kBlock, kBlock), vocab_);
@@ -259,6 +445,12 @@ class MooncakeWorkload : public ServeWorkload {
   }
   bool exhausted() const override { return next_ >= lines_.size(); }
   std::uint64_t total_requests() const override { return lines_.size(); }
+  // A session closes once its last line's request finished.
+  void finished(RequestId id, std::uint64_t) override {
+    const std::size_t i = static_cast<std::size_t>(id.value());
+    if (i < lines_.size() && lines_[i].session && last_of_session_[lines_[i].session] == i)
+      events_.push_back(SessionEvent{SessionEvent::Close, lines_[i].session});
+  }
 
   static constexpr std::size_t kBlock = 512;
 
@@ -266,6 +458,8 @@ class MooncakeWorkload : public ServeWorkload {
   std::vector<Line> lines_;
   std::uint64_t vocab_;
   std::size_t next_ = 0;
+  std::map<SessionId, std::size_t> last_of_session_;
+  std::set<SessionId> opened_;
 };
 
 std::unique_ptr<ServeWorkload> make_mooncake(const WorkloadConfig& w) {
@@ -273,6 +467,7 @@ std::unique_ptr<ServeWorkload> make_mooncake(const WorkloadConfig& w) {
   std::ifstream in(m.trace);
   if (!in) throw InputError(m.trace + ": cannot open Mooncake trace (workload.mooncake.trace)");
   std::vector<MooncakeWorkload::Line> lines;
+  std::map<std::string, SessionId> session_ids;  // the trace's ids, numbered in order of first appearance
   std::string text;
   std::uint64_t prev = 0;
   for (std::size_t lineno = 1; std::getline(in, text); ++lineno) {
@@ -302,6 +497,13 @@ std::unique_ptr<ServeWorkload> make_mooncake(const WorkloadConfig& w) {
       prev = l.arrival_ns;
       l.input_length = static_cast<std::uint32_t>(in_len);
       l.output_length = static_cast<std::uint32_t>(out_len);
+      if (auto sid = j.find("session_id"); sid != j.end() && !sid->is_null()) {  // optional: integer or string
+        std::string key;
+        if (sid->is_string()) key = "s:" + sid->get<std::string>();
+        else if (sid->is_number_integer() && sid->get<std::int64_t>() >= 0) key = "n:" + std::to_string(sid->get<std::int64_t>());
+        else throw InputError(where + "session_id must be a non-negative integer or a string");
+        l.session = session_ids.emplace(key, session_ids.size() + 1).first->second;
+      }
       lines.push_back(std::move(l));
     } catch (const nlohmann::json::exception& e) {
       throw InputError(where + "expected timestamp, input_length, output_length, hash_ids: " + e.what());
@@ -318,6 +520,7 @@ std::unique_ptr<ServeWorkload> make_serve_workload(const WorkloadConfig& cfg, st
   if (cfg.kind == "multiturn") return make_multiturn(cfg, seed);
   if (cfg.kind == "aba") return make_aba(cfg, seed);
   if (cfg.kind == "cold_prefix") return make_cold_prefix(cfg, seed);
+  if (cfg.kind == "agentic") return std::make_unique<AgenticWorkload>(cfg.agentic, cfg.vocab, cfg.request_rate, seed);
   KVGRID_CHECK(cfg.kind == "mooncake", "no serving workload '", cfg.kind, "'");
   return make_mooncake(cfg);
 }
@@ -327,7 +530,8 @@ std::vector<std::uint32_t> encode_specs(std::span<const RequestSpec> reqs) {
   for (const auto& r : reqs) {
     buf.insert(buf.end(), {static_cast<std::uint32_t>(r.id.value()), static_cast<std::uint32_t>(r.id.value() >> 32),
                            static_cast<std::uint32_t>(r.arrival_ns), static_cast<std::uint32_t>(r.arrival_ns >> 32),
-                           r.round, r.output_len, static_cast<std::uint32_t>(r.prompt.size())});
+                           r.round, r.output_len, static_cast<std::uint32_t>(r.session),
+                           static_cast<std::uint32_t>(r.session >> 32), static_cast<std::uint32_t>(r.prompt.size())});
     buf.insert(buf.end(), r.prompt.begin(), r.prompt.end());
   }
   return buf;
@@ -338,18 +542,34 @@ std::vector<RequestSpec> decode_specs(std::span<const std::uint32_t> buf) {
   std::vector<RequestSpec> out(buf[0]);
   std::size_t pos = 1;
   for (auto& r : out) {
-    KVGRID_CHECK(pos + 7 <= buf.size(), "truncated request buffer");
+    KVGRID_CHECK(pos + 9 <= buf.size(), "truncated request buffer");
     r.id = RequestId(buf[pos] | (static_cast<std::uint64_t>(buf[pos + 1]) << 32));
     r.arrival_ns = buf[pos + 2] | (static_cast<std::uint64_t>(buf[pos + 3]) << 32);
     r.round = buf[pos + 4];
     r.output_len = buf[pos + 5];
-    const std::size_t n = buf[pos + 6];
-    pos += 7;
+    r.session = buf[pos + 6] | (static_cast<std::uint64_t>(buf[pos + 7]) << 32);
+    const std::size_t n = buf[pos + 8];
+    pos += 9;
     KVGRID_CHECK(pos + n <= buf.size(), "truncated request buffer");
     r.prompt.assign(buf.begin() + static_cast<std::ptrdiff_t>(pos), buf.begin() + static_cast<std::ptrdiff_t>(pos + n));
     pos += n;
   }
   KVGRID_CHECK(pos == buf.size(), "request buffer has trailing words");
+  return out;
+}
+
+std::vector<std::pair<std::uint64_t, std::uint64_t>> encode_session_events(std::span<const SessionEvent> ev) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+  for (const auto& e : ev) out.emplace_back(static_cast<std::uint64_t>(e.kind), e.session);
+  return out;
+}
+
+std::vector<SessionEvent> decode_session_events(std::span<const std::pair<std::uint64_t, std::uint64_t>> ev) {
+  std::vector<SessionEvent> out;
+  for (const auto& [k, id] : ev) {
+    KVGRID_CHECK((k == SessionEvent::Open || k == SessionEvent::Close) && id != 0, "malformed session event (", k, ", ", id, ")");
+    out.push_back(SessionEvent{static_cast<SessionEvent::Kind>(k), id});
+  }
   return out;
 }
 

@@ -12,8 +12,18 @@
 //              in between, each sent when the lane's previous request finished
 //   cold_prefix concurrent cold prefills: groups of requests sharing a prefix nobody has computed,
 //              a group arriving together
+//   agentic    agent trajectories shaped like SWE-bench agent runs (experiment.hpp AgenticConfig):
+//              sessions of many turns, each resending its whole context plus a heavy-tailed tool
+//              result after a pause, sub-agents forking from a parent's context
 //   mooncake   replay of a Mooncake JSONL trace: each 512-token hash block maps to fixed token ids,
-//              timestamps (ms) are arrivals on the modelled clock, scaled by time_scale
+//              timestamps (ms) are arrivals on the modelled clock, scaled by time_scale; an optional
+//              session_id (integer or string) makes a line part of a session (opened at its first
+//              request, closed when its last one finished); lines without one belong to none
+//
+// Sessions (session-aware eviction): requests carry a session id (0: none); the workload also
+// emits session events — an open before a session's first request, a close after its last one
+// finished (agentic: or while it runs, abandon_prob) — which PP0's leader relays with the
+// arrivals, so that every rank applies them at the same step.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +31,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/ids.hpp"
@@ -28,8 +39,18 @@
 
 namespace kvgrid {
 
+using SessionId = std::uint64_t;  // 0: no session
+
+struct SessionEvent {
+  enum Kind : std::uint64_t { Open = 1, Close = 2 };
+  Kind kind = Open;
+  SessionId session = 0;
+};
+
 struct RequestSpec {
   RequestId id{0};
+  SessionId session = 0;          // 0: none
+  std::uint64_t session_gen = 0;  // set on each rank at arrival (the cache's generation; not sent)
   std::uint64_t arrival_ns = 0;  // modelled
   std::uint32_t round = 0;       // conversation turn (0 for single-turn workloads)
   std::uint32_t output_len = 1;  // tokens to generate (>= 1)
@@ -48,6 +69,11 @@ class ServeWorkload {
   // Closed-loop workloads release follow-ups when a request finishes.
   virtual void finished(RequestId /*id*/, std::uint64_t /*now_ns*/) {}
   virtual std::uint64_t total_requests() const = 0;
+  // Session opens and closes since the last call, in order (applied before that step's arrivals).
+  std::vector<SessionEvent> take_session_events() { return std::exchange(events_, {}); }
+
+ protected:
+  std::vector<SessionEvent> events_;
 };
 
 // Throws InputError for a bad trace (file, line).
@@ -63,5 +89,8 @@ void mooncake_block_tokens(std::uint64_t hash_id, std::span<TokenId> out, std::u
 // Flat uint32 encoding of request specs for the stage broadcast and the PP forwarding.
 std::vector<std::uint32_t> encode_specs(std::span<const RequestSpec> reqs);
 std::vector<RequestSpec> decode_specs(std::span<const std::uint32_t> buf);
+// Session events as (kind, id) pairs for the step message.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> encode_session_events(std::span<const SessionEvent> ev);
+std::vector<SessionEvent> decode_session_events(std::span<const std::pair<std::uint64_t, std::uint64_t>> ev);
 
 }  // namespace kvgrid

@@ -30,6 +30,7 @@ struct StepMessage {
   std::vector<Entry> entries;
   Words specs;  // encode_specs() of the arrivals; empty when none arrived
   std::vector<std::uint64_t> aborts;  // requests PP0's leader aborted at this step (request.abort)
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> sessions;  // session events (kind, id), before the arrivals
   std::vector<std::pair<std::uint64_t, std::uint64_t>> stops;  // prefetch_consensus: (request, ACKs) PP0 stopped
   std::vector<std::uint8_t> admits;  // pp_sync with device.alloc.fail: PP0's admission outcomes, in order
   // speculative decoding: (request, draft tokens accepted) the last stage verified at the step
@@ -54,6 +55,7 @@ void visit_fields(M& m, V& v) {
   v.list(m.entries);       // the activation
   v.list(m.specs);         // arrivals
   v.list(m.aborts);
+  v.list(m.sessions);      // session opens and closes
   v.list(m.stops);         // protocol.prefetch_consensus
   v.list(m.admits);        // pp_sync with device.alloc.fail
   v.list(m.accepts);       // speculative decoding

@@ -126,6 +126,12 @@ Handle rank_summary_type() {
   KVGRID_FIELD(mamba_cost_tokens, H5T_NATIVE_INT64);
   KVGRID_FIELD(pd_sent_full_pages, H5T_NATIVE_INT64);
   KVGRID_FIELD(pd_sent_swa_pages, H5T_NATIVE_INT64);
+  KVGRID_FIELD(sessions_opened, H5T_NATIVE_INT64);
+  KVGRID_FIELD(sessions_closed, H5T_NATIVE_INT64);
+  KVGRID_FIELD(session_registered, H5T_NATIVE_INT64);
+  KVGRID_FIELD(session_stale_finishes, H5T_NATIVE_INT64);
+  KVGRID_FIELD(forced_referenced_tokens, H5T_NATIVE_INT64);
+  KVGRID_FIELD(forced_referenced_host_tokens, H5T_NATIVE_INT64);
   KVGRID_FIELD(pd_sent_states, H5T_NATIVE_INT64);
 #undef KVGRID_FIELD
   return t;

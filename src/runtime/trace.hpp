@@ -134,6 +134,11 @@ struct RankSummaryRow {
   // P/D with a hybrid model: what this prefill rank sent, per layer of each kind — FULL pages, SWA
   // pages (the prompts' tail windows) and MAMBA states
   std::int64_t pd_sent_full_pages = 0, pd_sent_swa_pages = 0, pd_sent_states = 0;
+  // Sessions (hybrid models; cache/unified_tree.hpp "Sessions"): opened and closed, finishers
+  // that registered, that carried a stale generation or finished after their session closed, and
+  // the FULL tokens of referenced (open sessions') KV that device and host eviction took
+  std::int64_t sessions_opened = 0, sessions_closed = 0, session_registered = 0, session_stale_finishes = 0;
+  std::int64_t forced_referenced_tokens = 0, forced_referenced_host_tokens = 0;
 };
 
 struct RunMeta {

@@ -1412,6 +1412,37 @@ def hybrid_spec():
         expect(rc == 2 and "model.draft.layer_types" in se and why in se, f"{sets} refused", so, se)
 
 
+def agentic_sessions():
+    """Session-aware eviction on agent trajectories (experiments/agentic_sessions.toml, TP2, device +
+    host): sessions open and close, every finisher registers, and against cache.eviction = lru the
+    session order takes no open session's KV (LRU does) and its device hit rate is at least LRU's;
+    the planted session_no_generation with late finishers (abandoned sessions) is caught by
+    verify(); session-aware eviction on a full-attention model and a malformed session_id in a
+    trace are refused by name."""
+    exp = os.path.join(SRC, "experiments", "agentic_sessions.toml")
+    reps = {}
+    for ev in ("session", "lru"):
+        rc, so, se = run(2, exp, "--out", out(f"as-{ev}"), "--set", f"cache.eviction={ev}", "--set", "engine.debug_checks=true")
+        expect(rc == 0 and "# verdict: OK" in so and "# rank divergences: 0 OK" in so, f"agentic_sessions {ev}", so, se)
+        reps[ev] = json.loads(tool("report", out(f"as-{ev}"), "--json")[1])
+    s, l = reps["session"], reps["lru"]
+    expect(s["sessions"]["opened"] == s["sessions"]["closed"] > 12 and s["sessions"]["registered"] == s["requests"]
+           and s["sessions"]["stale_finishes"] == 0, "sessions opened, closed, registered", s["sessions"])
+    expect(s["sessions"]["forced_evictions_referenced"] < l["sessions"]["forced_evictions_referenced"],
+           "LRU takes open sessions' KV, session-aware eviction less", s["sessions"], l["sessions"])
+    expect(s["hit_rate"]["device"] >= l["hit_rate"]["device"], "device hit rate at least LRU's", s["hit_rate"], l["hit_rate"])
+    rc, so, se = run(2, exp, "--out", out("as-ng"), "--set", "cache.eviction=session_no_generation",
+                     "--set", "workload.agentic.abandon_prob=0.5", "--set", "engine.debug_checks=true")
+    expect(rc != 0 and "holds references after it was closed" in so + se, "session_no_generation caught by verify()", so, se)
+    rc, so, se = run_single(os.path.join(SRC, "experiments", "quickstart.toml"), "--out", out("as-bad"),
+                            "--set", "cache.eviction=session")
+    expect(rc == 2 and "cache.eviction" in se and "full-attention model" in se, "session eviction on RadixTree refused", so, se)
+    trace = write("sessions.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1], "session_id": 1.5}\n')
+    rc, so, se = run_single(exp, "--out", out("as-bad2"), "--set", "topology.tp=1", "--set", "workload.kind=mooncake",
+                            "--set", f"workload.mooncake.trace={trace}")
+    expect(rc == 2 and "sessions.jsonl:1" in se and "session_id" in se, "bad session_id refused", so, se)
+
+
 def hybrid_storage():
     """Hybrid models with all three tiers (experiments/hybrid_storage.toml at TP2xPP2): twelve
     conversations in a cycle that the device and host cannot keep come back from storage (objects

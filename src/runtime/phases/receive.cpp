@@ -52,6 +52,7 @@ void ServeLoop::leader_inputs(Step& s) {
     if (!ids.empty()) in.aborts.push_back(ids[abort_rng_.below(ids.size())].value());
   }
   auto specs = workload_->arrivals(clock_);
+  in.sessions = encode_session_events(workload_->take_session_events());
   in.clock_ns = clock_;
   in.exhausted = workload_->exhausted() ? 1 : 0;
   in.total = workload_->total_requests();
@@ -66,8 +67,13 @@ void ServeLoop::apply_inputs(Step& s) {
   // prefill sent at the previous step — receives, restores and their agreed outcome — broken
   // transfers, aborts).
   for (auto& p : plugins_) p->before_enqueue(s);
+  // Session opens and closes (PP0's leader's, in order), then the arrivals: each arrival carries
+  // its session's generation from this rank's cache (the same on every rank: the same events in
+  // the same order).
+  for (const SessionEvent& e : decode_session_events(in.sessions)) dc_.session_event(e.kind == SessionEvent::Open, e.session);
   if (!in.specs.empty()) {
     for (auto& sp : decode_specs(in.specs)) {
+      sp.session_gen = dc_.session_arrival(sp.id, sp.session);
       ++res_.requests;
       sched_.enqueue(std::move(sp), wall_ns());
     }

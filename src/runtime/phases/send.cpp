@@ -18,6 +18,7 @@ void ServeLoop::send(Step& s) {
   out.total = s.in.total;
   out.specs = std::move(s.in.specs);
   out.aborts = s.in.aborts;
+  out.sessions = s.in.sessions;
   out.write_acks = s.write_acks;
   if (auto* st = dc_.storage_tier()) out.stops = st->take_decisions();
   if (stack_.relay_admissions) out.admits = first_stage_ ? dc_.take_admissions() : s.in.admits;
