@@ -23,13 +23,15 @@ experiment[cp_sharding]=experiments/cp_sharding.toml; plot[cp_sharding]=results/
 experiment[spec_draft]=experiments/spec_draft.toml; plot[spec_draft]=results/plots/spec_draft.py
 experiment[pd]=experiments/pd_multiturn.toml; plot[pd]=results/plots/pd.py
 experiment[urc_tiers]=experiments/urc_swa.toml; plot[urc_tiers]=results/plots/urc_tiers.py
-order="hit-ttft tiers pp_sync cp_sharding spec_draft pd urc_tiers"
+experiment[sessions]=experiments/agentic_sessions.toml; plot[sessions]=results/plots/sessions.py
+order="hit-ttft tiers pp_sync cp_sharding spec_draft pd urc_tiers sessions"
 # Seeds of each variant where the figure's claim is statistical (KVGRID_FIGURE_SEEDS overrides);
 # the others are one run at the experiment's seed (hit-ttft; cp_sharding replays a recorded trace).
 declare -A seeds
 seeds[tiers]=1-3
 seeds[spec_draft]=1-3
 seeds[pd]=1-3
+seeds[sessions]=1-3
 seeds[pp_sync]=1-50
 # Figures drawn from a sweep (jobs/sweep.sh): its axes.
 declare -A sweeps
@@ -57,6 +59,14 @@ variants[urc_tiers]="device-only@experiments/urc_swa.toml:--set cache.storage=no
 device-only@experiments/urc_all.toml:--set cache.storage=none --set cache.host_pages=0
 +host@experiments/urc_all.toml:--set cache.storage=none
 +storage@experiments/urc_all.toml:"
+# The second article's Figure 6 (scaled): LRU against session-aware eviction per batch size (requests
+# running at once = agent sessions active at once).
+variants[sessions]="lru-b4:--set cache.eviction=lru --set engine.max_running=4 --set workload.agentic.max_active=4
+session-b4:--set cache.eviction=session --set engine.max_running=4 --set workload.agentic.max_active=4
+lru-b8:--set cache.eviction=lru --set engine.max_running=8 --set workload.agentic.max_active=8
+session-b8:--set cache.eviction=session --set engine.max_running=8 --set workload.agentic.max_active=8
+lru-b16:--set cache.eviction=lru --set engine.max_running=16 --set workload.agentic.max_active=16
+session-b16:--set cache.eviction=session --set engine.max_running=16 --set workload.agentic.max_active=16"
 # P/D: decode-side reuse against the full transfer of every prompt.
 variants[pd]="decode_reuse:--set protocol.pd=decode_reuse
 full_transfer:--set protocol.pd=full_transfer"

@@ -44,6 +44,8 @@ COLORS = {
     "hicache-off": GREY, "target_only": VERMILLION, "packed": BLUE, "sidecar": GREEN,
     # pd
     "full_transfer": GREY, "decode_reuse": BLUE,
+    # sessions
+    "lru": GREY, "session": BLUE,
 }
 _SPARE = [PURPLE, SKY, YELLOW, ORANGE, GREEN, VERMILLION, BLUE, GREY]
 # Tiers are told apart by hatching, so that colour stays the variant's.

@@ -9,6 +9,7 @@ RequestRow base_row(const ServeRequest& r) {
   RequestRow row;
   row.request = r.spec.id.value();
   row.round = r.spec.round;
+  row.session = r.spec.session;
   row.prompt_tokens = static_cast<std::uint32_t>(r.prompt_len());
   row.output_tokens = r.spec.output_len;
   row.arrival_ns = r.spec.arrival_ns;

@@ -164,6 +164,7 @@ Handle request_type() {
   KVGRID_FIELD(spec_accepted, H5T_NATIVE_UINT32);
   KVGRID_FIELD(draft_mismatches, H5T_NATIVE_UINT32);
   KVGRID_FIELD(pd_transferred_tokens, H5T_NATIVE_UINT32);
+  KVGRID_FIELD(session, H5T_NATIVE_UINT64);
 #undef KVGRID_FIELD
   return t;
 }

@@ -85,6 +85,7 @@ struct RequestRow {
   // did not match its oracle (a draft that read wrong KV)
   std::uint32_t spec_rounds = 0, spec_proposed = 0, spec_accepted = 0, draft_mismatches = 0;
   std::uint32_t pd_transferred_tokens = 0;  // P/D: prompt tokens whose KV came from prefill
+  std::uint64_t session = 0;                // its session (0: none)
 };
 
 // One serving step on one rank: where its modelled and wall time went, phase by phase (the

@@ -65,6 +65,9 @@ PD = ["topology.prefill.tp=1", "topology.decode.tp=1", "workload.gsp.groups=2", 
       "workload.gsp.turns=2", "workload.gsp.system_prompt_len=256", "workload.gsp.question_len=64",
       "workload.gsp.output_len=8"]
 
+AGENTIC = ["workload.agentic.sessions=4", "workload.agentic.max_active=4", "workload.agentic.turns_max=3",
+           "workload.agentic.system_prompt_len=256"]
+
 
 def pp_sync_sweep():
     env = dict(ENV, KVGRID_BIN=BIN, PATH=os.path.dirname(MPIEXEC) + ":" + os.environ.get("PATH", ""))
@@ -104,6 +107,7 @@ def main():
     mt = kvgrid_run(2, exp("multiturn_tiers"), "mt", *MULTITURN)
     spec = kvgrid_run(2, exp("spec_draft"), "spec", *SPEC)
     pd = kvgrid_run(2, exp("pd_multiturn"), "pd", *PD)
+    ag = kvgrid_run(2, exp("agentic_sessions"), "ag", *AGENTIC)
     sweep = pp_sync_sweep()
     print(f"runs: {time.time() - t0:.1f} s")
 
@@ -115,7 +119,9 @@ def main():
              f"packed={spec}", f"sidecar={spec}"),
             ("pd.py", "pd", f"decode_reuse={pd}", f"decode_reuse={pd}", f"full_transfer={pd}"),
             ("urc_tiers.py", "urc_tiers", f"device-only@urc_swa={mt}", f"+storage@urc_swa={mt}", f"+storage@urc_swa={mt}",
-             f"device-only@urc_all={mt}", f"+host@urc_all={mt}")]
+             f"device-only@urc_all={mt}", f"+host@urc_all={mt}"),
+            ("sessions.py", "sessions", f"lru-b4={ag}", f"session-b4={ag}", f"session-b4={ag}", f"lru-b8={ag}",
+             f"session-b8={ag}")]
     expect(sorted(j[0] for j in jobs) == scripts, "the test covers every plot script", scripts)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         for name, s in pool.map(lambda j: plot(*j), jobs):
