@@ -17,13 +17,13 @@ seeds=${1:-20}
 shift || true
 ranks=("$@")
 [ ${#ranks[@]} -gt 0 ] || ranks=(2 4)
-filter='PpSync.HostTierAcrossStagesAgreesOverManySeedsAndFaults:Storage.*:LoadBack.FailedLoadBacksAreRecomputedAtEveryLayout:HybridHost.*:HybridStorage.*:Pd.HybridModels*:SpecDraft.HybridTargets*'
+filter='PpSync.HostTierAcrossStagesAgreesOverManySeedsAndFaults:Storage.*:LoadBack.FailedLoadBacksAreRecomputedAtEveryLayout:HybridHost.*:HybridStorage.*:Pd.HybridModels*:SpecDraft.HybridTargets*:Sessions.*'
 rc=0
 for np in "${ranks[@]}"; do
   echo "# $np ranks, $seeds seeds per case"
   start=$(date +%s)
   KVGRID_SEEDS=$seeds mpirun -np "$np" -x KVGRID_SEEDS build/tests/kvgrid_mpi_tests --gtest_filter="$filter" --gtest_color=no \
-    | grep -E "^\[ (pp_sync|storage|storage faults|load_back|hybrid host|hybrid storage) \]|OK \]|FAILED" || rc=1
+    | grep -E "^\[ (pp_sync|storage|storage faults|load_back|hybrid host|hybrid storage|sessions) \]|OK \]|FAILED" || rc=1
   echo "# $np ranks: $(( $(date +%s) - start )) s"
 done
 exit "$rc"
