@@ -161,6 +161,7 @@ Node* UnifiedTree::split(Node* child, std::size_t split_tokens) {
   mid->end = child->start() + Tokens(static_cast<std::int64_t>(split_tokens));
   mid->first_page_hash = child->first_page_hash;  // same first page, so the same entry in the parent
   mid->last_access = child->last_access;
+  mid->last_used = child->last_used;
   mid->pending_write = child->pending_write;  // the write covers both fragments
   mid->hit_count = child->hit_count;          // every match that reached the child crossed the new parent
   auto count = [](const std::optional<std::vector<Slot>>& v) { return v ? static_cast<std::int64_t>(v->size()) : 0; };
@@ -196,6 +197,7 @@ Node* UnifiedTree::split(Node* child, std::size_t split_tokens) {
   add_child(mid_raw, std::move(owned));
   ++node_count_;
   ++splits_;
+  if (child->closed_idle) set_closed_idle(mid_raw, true);
   refresh(mid_raw);
   refresh(child);
   refresh(mid_raw->parent);
@@ -228,7 +230,11 @@ std::vector<Tokens> UnifiedTree::insert_splits(const InsertContext& ctx, const N
 // An access only stamps the node: its entries in the eviction sets keep the stamp they were filed
 // with (never newer than the node's), and lru_candidate re-files a stale entry when it reaches
 // the front — so the front is always the true (last_access, id) minimum, at O(1) per touched node.
-void UnifiedTree::touch(Node* node) { node->last_access = clock_; }
+void UnifiedTree::touch(Node* node) {
+  if (node->closed_idle) set_closed_idle(node, false);  // used again: no longer a closed session's idle KV
+  node->last_access = clock_;
+  node->last_used = clock_;
+}
 
 bool UnifiedTree::cascade_unlocked(const Node* node, int priority) const {
   const bool leaf = node->is_leaf();
@@ -482,7 +488,7 @@ InsertResult UnifiedTree::insert_below(Node* start, std::span<const TokenId> tok
     auto leaf = new_node();
     leaf->key.assign(tokens.begin() + static_cast<std::ptrdiff_t>(pos), tokens.end());
     leaf->end = ctx.end;
-    leaf->last_access = clock_;
+    leaf->last_access = leaf->last_used = clock_;
     Node* raw = leaf.get();
     add_child(node, std::move(leaf));
     ++node_count_;
@@ -567,6 +573,7 @@ void UnifiedTree::delete_leaf(Node* node) {
       host_evictable_[c].erase(EvictKey{node->host_filed_rank[c], node->host_filed_at[c], node->id, node});
   }
   recede_frontiers(node);
+  if (node->closed_idle) set_closed_idle(node, false);
   Node* parent = node->parent;
   parent->children.erase(entry_of(node));
   --node_count_;
@@ -605,6 +612,7 @@ EvictResult UnifiedTree::evict(ComponentId c, std::int64_t slots, const std::fun
   while (static_cast<std::int64_t>(r.freed[c.value()].size()) < slots) {
     Node* victim = comp.evict_next(*this);
     if (!victim) break;
+    count_inversion(victim, c);
     if (before_drop) before_drop(victim);
     evict_into(victim, c, r);
   }

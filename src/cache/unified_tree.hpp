@@ -146,6 +146,11 @@ struct Node {
   std::unordered_multimap<std::uint64_t, std::unique_ptr<Node>> children;  // by first-page hash
   std::uint64_t first_page_hash = 0;
   std::uint64_t last_access = 0;
+  // The access stamp of its last real use (last_access is what eviction orders by; they differ only
+  // under the planted bug session_close_resets_recency), and whether it sits in the tree's set of
+  // idle nodes a closed session left (for the recency-inversion count).
+  std::uint64_t last_used = 0;
+  bool closed_idle = false;
   std::vector<ComponentData> comp;  // indexed by ComponentId
   std::vector<bool> in_evictable;   // per component: filed in its eviction set
   std::vector<std::uint64_t> filed_at;  // per component: the last_access it is filed under (<= last_access)
@@ -287,6 +292,10 @@ const char* registration_name(SessionRegistration r);
 struct SessionStats {
   std::int64_t opened = 0, closed = 0;
   std::int64_t registered = 0, stale_finishes = 0, closed_finishes = 0;
+  // Recency inversions: tokens of unreferenced device values eviction took although a closed
+  // session's idle node, used less recently, was a candidate too (0 unless closing resets recency:
+  // a closed session's cold KV outliving KV used after it).
+  std::int64_t recency_inversion_tokens = 0;
   // Values of referenced (session_ref > 0) nodes that eviction took, by ComponentId: slots, and
   // tokens (paged: pages × page size; point: the node's length). Device and host separately.
   std::vector<std::int64_t> forced_slots, forced_tokens, forced_host_slots, forced_host_tokens;
@@ -565,6 +574,9 @@ class UnifiedTree {
   // `node` (a leaf being deleted) is a frontier: its sessions recede to the nearest ancestor with data.
   void recede_frontiers(Node* node);
   void count_forced(const Node* node, ComponentId c, std::size_t slots, bool host);
+  // Before a device eviction of component c on `victim`: counts a recency inversion.
+  void count_inversion(const Node* victim, ComponentId c);
+  void set_closed_idle(Node* node, bool idle);
   void verify_sessions() const;
 
   MatchResult match_up_to(std::span<const TokenId> tokens, std::size_t max_tokens, bool account);
@@ -615,6 +627,8 @@ class UnifiedTree {
   std::unordered_map<SessionId, std::list<SessionId>::iterator> closed_;
   std::uint64_t generations_ = 0;
   SessionStats session_stats_;
+  std::set<std::pair<std::uint64_t, std::uint64_t>> closed_idle_;  // (last_used, id) of closed sessions' idle nodes
+  std::unordered_map<std::uint64_t, Node*> closed_idle_nodes_;       // by id
   bool frozen_ = false;  // components registered and the first insert done
 };
 

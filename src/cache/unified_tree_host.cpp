@@ -206,13 +206,13 @@ std::vector<std::vector<Slot>> UnifiedTree::insert_host(Node* below, std::span<c
     auto leaf = new_node();
     leaf->key.assign(tokens.begin() + static_cast<std::ptrdiff_t>(pos), tokens.end());
     leaf->end = end;
-    leaf->last_access = clock_;
+    leaf->last_access = leaf->last_used = clock_;
     Node* raw = leaf.get();
     add_child(node, std::move(leaf));
     ++node_count_;
     Node* last = raw;
     for (Node* f : split_at(raw, cuts_in(Tokens(static_cast<std::int64_t>(pos)), end))) {
-      f->last_access = clock_;
+      f->last_access = f->last_used = clock_;
       offer(f);
       last = f;
     }

@@ -97,10 +97,16 @@ bool UnifiedTree::close_session(SessionId s) {
     ++clock_;
     for (const auto& fs : st.frontiers)
       for (const SessionFrontier& f : fs)
-        for (Node* n = f.node; n != root_.get() && n->end > f.from; n = n->parent) touch(n);
+        for (Node* n = f.node; n != root_.get() && n->end > f.from; n = n->parent) n->last_access = clock_;
   }
   for (std::size_t c = 0; c < st.frontiers.size(); ++c)
     for (const SessionFrontier& f : st.frontiers[c]) adjust_marks(f.node, f.from, s, c, -1);
+  // Its nodes no other session references are idle closed KV (for the recency-inversion count).
+  for (const auto& fs : st.frontiers)
+    for (const SessionFrontier& f : fs)
+      for (Node* n = f.node; n != root_.get() && n->end > f.from; n = n->parent)
+        if (!n->closed_idle && std::all_of(n->comp.begin(), n->comp.end(), [](const ComponentData& d) { return d.session_ref == 0; }))
+          set_closed_idle(n, true);
   closed_order_.push_back(s);
   closed_[s] = std::prev(closed_order_.end());
   while (closed_order_.size() > session_policy_.tombstones) {
@@ -185,6 +191,35 @@ void UnifiedTree::count_forced(const Node* node, ComponentId c, std::size_t slot
   (host ? st.forced_host_tokens : st.forced_tokens)[c.value()] += tokens;
 }
 
+void UnifiedTree::set_closed_idle(Node* node, bool idle) {
+  if (node->closed_idle == idle) return;
+  node->closed_idle = idle;
+  if (idle) {
+    closed_idle_.insert({node->last_used, node->id});
+    closed_idle_nodes_[node->id] = node;
+  } else {
+    closed_idle_.erase({node->last_used, node->id});
+    closed_idle_nodes_.erase(node->id);
+  }
+}
+
+// The victim is the least (rank, last_access) candidate; with last_access = last_used (every
+// correct run) no candidate of rank 0 was used less recently, so this counts nothing. The scan
+// looks at the few least recently used idle nodes only (an undercount, never a false count).
+void UnifiedTree::count_inversion(const Node* victim, ComponentId c) {
+  if (closed_idle_.empty() || victim->closed_idle || session_rank(victim, c.value()) != 0) return;
+  int looked = 0;
+  for (auto it = closed_idle_.begin(); it != closed_idle_.end() && it->first < victim->last_used && looked < 8; ++it, ++looked) {
+    const Node* u = closed_idle_nodes_.at(it->second);
+    if (u->in_evictable[c.value()] && session_rank(u, c.value()) == 0) {
+      const Component& comp = *components_[c.value()];
+      const auto n = static_cast<std::int64_t>(victim->at(c).value->size());
+      session_stats_.recency_inversion_tokens += comp.paged() ? n * page_size_.value() : victim->length().value();
+      return;
+    }
+  }
+}
+
 std::vector<std::pair<const Node*, Tokens>> UnifiedTree::session_frontiers(SessionId s, ComponentId c) const {
   std::vector<std::pair<const Node*, Tokens>> out;
   if (auto it = sessions_.find(s); it != sessions_.end())
@@ -233,6 +268,13 @@ void UnifiedTree::verify_sessions() const {
       KVGRID_CHECK(d.session_ref == static_cast<std::int64_t>(distinct.size()), "node ", n->id, " session_ref ",
                    d.session_ref, " for ", distinct.size(), " sessions");
     }
+  }
+  KVGRID_CHECK(closed_idle_.size() == closed_idle_nodes_.size(), "closed idle set of ", closed_idle_.size(), " for ",
+               closed_idle_nodes_.size(), " nodes");
+  for (const auto& [lu, id] : closed_idle_) {
+    auto it = closed_idle_nodes_.find(id);
+    KVGRID_CHECK(it != closed_idle_nodes_.end() && it->second->closed_idle && it->second->last_used == lu,
+                 "closed idle entry of node ", id, " is stale");
   }
   KVGRID_CHECK(marked == want.size(), "frontiers claim ", want.size(), " (node, component) marks but ", marked,
                " nodes carry them (a frontier off the tree?)");

@@ -259,6 +259,8 @@ void read_workload(const Config& c, ExperimentConfig& e) {
   ag.abandon_prob = c.get_float("workload.agentic.abandon_prob");
   ag.abandon_after_ms = c.get_float("workload.agentic.abandon_after_ms");
   ag.max_context = c.get_int("workload.agentic.max_context");
+  ag.session_fraction = c.get_float("workload.agentic.session_fraction");
+  ag.close_delay_ms = c.get_float("workload.agentic.close_delay_ms");
   w.mooncake.trace = c.get_string("workload.mooncake.trace");
   w.mooncake.first_n = c.get_int("workload.mooncake.first_n");
   w.mooncake.time_scale = c.get_float("workload.mooncake.time_scale");

@@ -144,7 +144,9 @@ struct AgenticConfig {
   std::int64_t subagent_turns = 3;
   double abandon_prob = 0.0;                       // the client closes the session while its last turn runs
   double abandon_after_ms = 5.0;                   // ... this long after sending it
+  double close_delay_ms = 0.0;                     // a finished trajectory's client closes its session this much later
   std::int64_t max_context = 65536;                // a session ends when its context would pass this
+  double session_fraction = 1.0;                   // trajectories whose client passes a session id (the rest: none)
 };
 
 struct MooncakeConfig {

@@ -214,6 +214,10 @@ void add_workload_keys(Schema& s) {
   s.add(ikey({"workload", "agentic", "subagent_turns"}, 3, 1, 1e5, "turns of a sub-agent"));
   s.add(fkey({"workload", "agentic", "abandon_prob"}, 0.0, 0.0, 1.0, "chance that a client closes its session while the last turn still runs (a late finisher)"));
   s.add(fkey({"workload", "agentic", "abandon_after_ms"}, 5.0, 0.0, 1e9, "an abandoned session closes this long after its last turn was sent, modelled ms"));
+  s.add(fkey({"workload", "agentic", "session_fraction"}, 1.0, 0.0, 1.0,
+             "share of trajectories whose client passes a session id (the others' requests belong to no session: plain LRU traffic beside the sessions)"));
+  s.add(fkey({"workload", "agentic", "close_delay_ms"}, 0.0, 0.0, 1e9,
+             "a finished trajectory's client closes its session this long after its last turn, modelled ms (an idle timeout)"));
   s.add(ikey({"workload", "agentic", "max_context"}, 65536, 1, 1e9, "a session ends before its context would pass this many tokens"));
   KeySpec trace = skey({"workload", "mooncake", "trace"}, {}, "Mooncake JSONL trace (relative paths: to the experiment file)");
   s.add(trace);

@@ -86,6 +86,7 @@ void add_tier_stats(RankSummaryRow& m, const cache::DeviceCache& dc) {
     m.session_stale_finishes = ss.stale_finishes + ss.closed_finishes;
     m.forced_referenced_tokens = ss.forced_tokens.at(0);
     m.forced_referenced_host_tokens = ss.forced_host_tokens.at(0);
+    m.recency_inversion_tokens = ss.recency_inversion_tokens;
   }
   if (const auto* hs = dc.host_stats()) {
     const auto& h = *hs;

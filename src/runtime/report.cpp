@@ -101,7 +101,8 @@ void add_transfers(nlohmann::json& j, const RunTrace& run) {
                          {"registered", sr->session_registered},
                          {"stale_finishes", sr->session_stale_finishes},
                          {"forced_evictions_referenced", sr->forced_referenced_tokens},
-                         {"forced_evictions_referenced_host", sr->forced_referenced_host_tokens}};
+                         {"forced_evictions_referenced_host", sr->forced_referenced_host_tokens},
+                         {"recency_inversions", sr->recency_inversion_tokens}};
       j["hybrid"]["pd_sent_full_pages"] = pd[0];
       j["hybrid"]["pd_sent_swa_pages"] = pd[1];
       j["hybrid"]["pd_sent_states"] = pd[2];

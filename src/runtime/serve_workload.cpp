@@ -250,6 +250,7 @@ class AgenticWorkload : public ServeWorkload {
       a.id = static_cast<SessionId>(i + 1);
       a.rng = Rng(mix64(hash_combine(seed_, a.id)));
       a.turns_left = a.rng.between(cfg.turns_min, cfg.turns_max);
+      a.sessioned = a.rng.uniform() < cfg.session_fraction;
       a.context = system_;
       auto task = random_tokens(a.rng, cfg.task_len, vocab);
       a.context.insert(a.context.end(), task.begin(), task.end());
@@ -271,7 +272,7 @@ class AgenticWorkload : public ServeWorkload {
       auto [t, ai] = starts_.front();
       starts_.pop_front();
       ++active_;
-      events_.push_back(SessionEvent{SessionEvent::Open, agents_[ai].id});
+      if (agents_[ai].sessioned) events_.push_back(SessionEvent{SessionEvent::Open, agents_[ai].id});
       ready_.insert({t, ai});
     }
     while (!ready_.empty() && ready_.begin()->first <= now_ns) {
@@ -310,7 +311,7 @@ class AgenticWorkload : public ServeWorkload {
     a.context.insert(a.context.end(), o.begin(), o.end());
     a.last_output = o;
     if (a.turns_left == 0) {  // the trajectory is over
-      if (!a.closed) close(ai);
+      end(ai, now_ns);
       return;
     }
     if (a.sub_ok && a.rng.uniform() < cfg_.subagent_prob) {  // a sub-agent forks from this context; we wait for it
@@ -323,9 +324,10 @@ class AgenticWorkload : public ServeWorkload {
       sub.context.insert(sub.context.end(), task.begin(), task.end());
       sub.parent = ai;
       sub.sub_ok = false;
+      sub.sessioned = a.sessioned;
       a.waiting = true;
       agents_.push_back(std::move(sub));
-      events_.push_back(SessionEvent{SessionEvent::Open, agents_.back().id});
+      if (sub.sessioned) events_.push_back(SessionEvent{SessionEvent::Open, agents_.back().id});
       ready_.insert({now_ns, agents_.size() - 1});
       return;
     }
@@ -340,7 +342,8 @@ class AgenticWorkload : public ServeWorkload {
     std::vector<TokenId> context, last_output;
     std::size_t parent = static_cast<std::size_t>(-1);
     std::uint64_t subs = 0;
-    bool sub_ok = true, waiting = false, closed = false, abandoned = false;
+    bool sub_ok = true, waiting = false, closed = false, abandoned = false, ended = false;
+    bool sessioned = true;  // its client passes its session id
   };
 
   RequestSpec issue(std::size_t ai, std::uint64_t t) {
@@ -348,11 +351,11 @@ class AgenticWorkload : public ServeWorkload {
     RequestSpec r;
     r.id = RequestId(issued_++);
     r.arrival_ns = t;
-    r.session = a.id;
+    r.session = a.sessioned ? a.id : 0;
     r.output_len = static_cast<std::uint32_t>(cfg_.output_len);
     r.prompt = a.context;
     --a.turns_left;
-    if (a.turns_left == 0 && a.parent == static_cast<std::size_t>(-1) && a.rng.uniform() < cfg_.abandon_prob) {
+    if (a.turns_left == 0 && a.parent == static_cast<std::size_t>(-1) && a.sessioned && a.rng.uniform() < cfg_.abandon_prob) {
       a.abandoned = true;  // the client closes the session while this last turn still runs
       timers_.insert({t + static_cast<std::uint64_t>(cfg_.abandon_after_ms * 1e6), ai});
     }
@@ -372,7 +375,7 @@ class AgenticWorkload : public ServeWorkload {
     const auto next_len = static_cast<std::int64_t>(a.context.size() + extra.size() + tool.size()) + cfg_.output_len;
     if (next_len > cfg_.max_context) {
       a.turns_left = 0;
-      if (!a.closed) close(ai);
+      end(ai, now_ns);
       return;
     }
     a.context.insert(a.context.end(), extra.begin(), extra.end());
@@ -380,18 +383,37 @@ class AgenticWorkload : public ServeWorkload {
     ready_.insert({now_ns + static_cast<std::uint64_t>(pause), ai});
   }
 
+  // The trajectory is over: a top-level session's client closes it close_delay_ms later (its slot
+  // is free at once); a sub-agent's closes now (its parent waits for the answer).
+  void end(std::size_t ai, std::uint64_t now_ns) {
+    Agent& a = agents_[ai];
+    if (a.closed) {  // abandoned: closed while its last turn ran
+      if (!a.ended && a.parent == static_cast<std::size_t>(-1)) --active_;
+      a.ended = true;
+      return;
+    }
+    if (a.parent == static_cast<std::size_t>(-1) && cfg_.close_delay_ms > 0) {
+      a.ended = true;
+      --active_;
+      timers_.insert({now_ns + static_cast<std::uint64_t>(cfg_.close_delay_ms * 1e6), ai});
+      return;
+    }
+    close(ai);
+  }
+
   void close(std::size_t ai) {
     Agent& a = agents_[ai];
     if (a.closed) return;
     a.closed = true;
-    events_.push_back(SessionEvent{SessionEvent::Close, a.id});
+    if (a.sessioned) events_.push_back(SessionEvent{SessionEvent::Close, a.id});
     if (a.parent != static_cast<std::size_t>(-1)) {  // a sub-agent's answer resumes its parent
       Agent& p = agents_[a.parent];
       p.waiting = false;
       const auto answer = a.last_output;
       next_turn(a.parent, last_now_, answer);
-    } else {
+    } else if (!a.ended && !a.abandoned) {
       --active_;
+      a.ended = true;
     }
   }
 

@@ -132,6 +132,7 @@ Handle rank_summary_type() {
   KVGRID_FIELD(session_stale_finishes, H5T_NATIVE_INT64);
   KVGRID_FIELD(forced_referenced_tokens, H5T_NATIVE_INT64);
   KVGRID_FIELD(forced_referenced_host_tokens, H5T_NATIVE_INT64);
+  KVGRID_FIELD(recency_inversion_tokens, H5T_NATIVE_INT64);
   KVGRID_FIELD(pd_sent_states, H5T_NATIVE_INT64);
 #undef KVGRID_FIELD
   return t;

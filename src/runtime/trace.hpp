@@ -140,6 +140,7 @@ struct RankSummaryRow {
   // the FULL tokens of referenced (open sessions') KV that device and host eviction took
   std::int64_t sessions_opened = 0, sessions_closed = 0, session_registered = 0, session_stale_finishes = 0;
   std::int64_t forced_referenced_tokens = 0, forced_referenced_host_tokens = 0;
+  std::int64_t recency_inversion_tokens = 0;  // device values evicted while a closed session's older idle KV stayed
 };
 
 struct RunMeta {

@@ -1416,6 +1416,8 @@ def agentic_sessions():
     """Session-aware eviction on agent trajectories (experiments/agentic_sessions.toml, TP2, device +
     host): sessions open and close, every finisher registers, and against cache.eviction = lru the
     session order takes no open session's KV (LRU does) and its device hit rate is at least LRU's;
+    the planted session_close_resets_recency shows in the report (recency inversions, a lower device
+    hit rate) with session-less traffic beside the sessions;
     the planted session_no_generation with late finishers (abandoned sessions) is caught by
     verify(); session-aware eviction on a full-attention model and a malformed session_id in a
     trace are refused by name."""
@@ -1431,6 +1433,18 @@ def agentic_sessions():
     expect(s["sessions"]["forced_evictions_referenced"] < l["sessions"]["forced_evictions_referenced"],
            "LRU takes open sessions' KV, session-aware eviction less", s["sessions"], l["sessions"])
     expect(s["hit_rate"]["device"] >= l["hit_rate"]["device"], "device hit rate at least LRU's", s["hit_rate"], l["hit_rate"])
+    # #24 shown by its metrics: with session-less traffic beside the sessions and clients closing a
+    # while after their last turn, closing that resets recency evicts KV used after the closed one
+    inv = {}
+    for ev in ("session", "session_close_resets_recency"):
+        rc, so, se = run(2, exp, "--out", out(f"as-{ev}-mix"), "--set", f"cache.eviction={ev}", "--seed", "3",
+                         "--set", "workload.agentic.session_fraction=0.5", "--set", "workload.agentic.close_delay_ms=50")
+        expect(rc == 0 and "# verdict: OK" in so, f"agentic_sessions {ev} with session-less traffic", so, se)
+        inv[ev] = json.loads(tool("report", out(f"as-{ev}-mix"), "--json")[1])
+    s2, b2 = inv["session"], inv["session_close_resets_recency"]
+    expect(s2["sessions"]["recency_inversions"] == 0 < b2["sessions"]["recency_inversions"]
+           and b2["hit_rate"]["device"] <= s2["hit_rate"]["device"], "close resetting recency shown by its metrics",
+           s2["sessions"], b2["sessions"], s2["hit_rate"], b2["hit_rate"])
     rc, so, se = run(2, exp, "--out", out("as-ng"), "--set", "cache.eviction=session_no_generation",
                      "--set", "workload.agentic.abandon_prob=0.5", "--set", "engine.debug_checks=true")
     expect(rc != 0 and "holds references after it was closed" in so + se, "session_no_generation caught by verify()", so, se)

@@ -170,6 +170,10 @@ TEST(UnifiedSessions, CloseKeepsRecencyAndThePlantedBugMakesAClosedSessionLookHo
     tree.verify();
     // Closed: a is cold and unreferenced, so it goes first — unless closing stamped it as just used.
     EXPECT_EQ(tree.lru_candidate(br.h.full), bug ? b : a);
+    // The metric that shows it: evicting b while a — idle, closed, used before b — stays.
+    tree.evict(br.h.full, 1);
+    tree.verify();
+    EXPECT_EQ(tree.session_stats().recency_inversion_tokens, bug ? 8 : 0);
   }
 }
 
@@ -453,6 +457,7 @@ TEST(UnifiedSessions, RandomOperationsAgreeWithTheReferenceModel) {
   }
   std::printf("registered %zu, closes %zu, evictions %zu (%zu ranked ahead of the LRU victim), nodes deleted %zu\n",
               registered, closes, evictions, ranked_out_of_lru, recessions);
+  EXPECT_EQ(h.tree.session_stats().recency_inversion_tokens, 0) << "the correct order never evicts past older closed KV";
   EXPECT_GT(registered, 200u);
   EXPECT_GT(ranked_out_of_lru, 20u);
   EXPECT_GT(recessions, 50u);
