@@ -1418,6 +1418,8 @@ def agentic_sessions():
     session order takes no open session's KV (LRU does) and its device hit rate is at least LRU's;
     the planted session_close_resets_recency shows in the report (recency inversions, a lower device
     hit rate) with session-less traffic beside the sessions;
+    without sessions in the workload (hybrid_tiers at TP2xPP2) session-aware eviction makes exactly
+    LRU's decisions (equal decision digests on every rank);
     the planted session_no_generation with late finishers (abandoned sessions) is caught by
     verify(); session-aware eviction on a full-attention model and a malformed session_id in a
     trace are refused by name."""
@@ -1445,6 +1447,15 @@ def agentic_sessions():
     expect(s2["sessions"]["recency_inversions"] == 0 < b2["sessions"]["recency_inversions"]
            and b2["hit_rate"]["device"] <= s2["hit_rate"]["device"], "close resetting recency shown by its metrics",
            s2["sessions"], b2["sessions"], s2["hit_rate"], b2["hit_rate"])
+    # Without sessions in the workload, session-aware eviction makes exactly LRU's decisions.
+    digests = {}
+    for ev in ("lru", "session"):
+        hx = os.path.join(SRC, "experiments", "hybrid_tiers.toml")
+        rc, so, se = run(4, hx, "--out", out(f"as-nosess-{ev}"), "--set", f"cache.eviction={ev}")
+        expect(rc == 0 and "# verdict: OK" in so, f"hybrid_tiers with cache.eviction={ev}", so, se)
+        with h5py.File(os.path.join(out(f"as-nosess-{ev}"), "run.h5"), "r") as f:
+            digests[ev] = sorted(int(d) for d in f["summary/ranks"]["decision_digest"])
+    expect(digests["lru"] == digests["session"], "no sessions: session = lru, decision by decision", digests)
     rc, so, se = run(2, exp, "--out", out("as-ng"), "--set", "cache.eviction=session_no_generation",
                      "--set", "workload.agentic.abandon_prob=0.5", "--set", "engine.debug_checks=true")
     expect(rc != 0 and "holds references after it was closed" in so + se, "session_no_generation caught by verify()", so, se)
