@@ -80,6 +80,8 @@ PdLink::PdLink(const ExperimentConfig& exp, const RankGrid& grid, cache::KvPool&
   leader_peer_ = role_ == PdRole::Prefill ? grid.spec().groups[0].shape.size() : 0;
   link_ = transfer::make_mpi_transport(grid.world());
   for (std::int64_t s = exp.engine.max_running; s-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(s));
+  next_slot_ = static_cast<std::uint32_t>(exp.engine.max_running);
+  slot_limit_ = static_cast<std::uint32_t>((32767 - kPdTagBase) / std::max<std::int64_t>(exp.model.layers, 1));
   zeros_.assign(pool.layer_block_bytes() / sizeof(std::uint64_t), 0);  // a broken leg's bytes (attach_hybrid: more)
 }
 
@@ -273,21 +275,21 @@ std::vector<PdRecord> PdLink::post_receives(const std::vector<ServeRequest*>& ad
   return out;
 }
 
-void PdLink::release_slot(ServeRequest& r) {
+void PdLink::release_slot(ServeRequest& r, bool withdrawn) {
   // Once only: a slot freed twice would be handed to two requests, whose receives then share tags
   // (one request's suffix landing in the other's pages, or a size mismatch).
   if (!r.pd_slot_held) return;
   r.pd_slot_held = false;
   KVGRID_CHECK(std::find(free_slots_.begin(), free_slots_.end(), r.pd_slot) == free_slots_.end(), "P/D transfer slot ",
                r.pd_slot, " of request ", r.spec.id, " is free already");
-  free_slots_.push_back(r.pd_slot);
+  free_slots_.push_back(withdrawn && next_slot_ < slot_limit_ ? next_slot_++ : r.pd_slot);
   std::sort(free_slots_.begin(), free_slots_.end(), std::greater<>());  // the smallest free slot is taken next
 }
 
 void PdLink::cancel_receive(ServeRequest& r) {
   for (auto& ev : r.pd_events) ev.cancel();
   r.pd_events.clear();
-  release_slot(r);
+  release_slot(r, /*withdrawn=*/true);
 }
 
 void PdLink::finish_receive(ServeRequest& r) {

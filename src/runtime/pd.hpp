@@ -150,7 +150,10 @@ class PdLink {
     std::uint64_t breaks_at = ~0ULL;  // global layer
   };
   int tag(std::uint32_t slot, std::size_t local_layer) const;
-  void release_slot(ServeRequest& r);
+  // `withdrawn`: its receives were cancelled — a message already on its way would match the next
+  // receive on those tags, so the slot is retired and a fresh one (new tags) joins the free list,
+  // as long as the tags stay under MPI's guaranteed bound.
+  void release_slot(ServeRequest& r, bool withdrawn = false);
   std::uint64_t global_layer(std::size_t local_layer) const;
   // The blocks leg `leg` moves for request r with decode_prefix_len `dpl`: FULL pages of
   // [dpl, prompt), SWA pages of [pd_swa_from, prompt) or the slice of the MAMBA state.
@@ -170,6 +173,7 @@ class PdLink {
   Sender sender_;
   std::map<std::uint64_t, Boot> boot_;
   std::vector<std::uint32_t> free_slots_;
+  std::uint32_t next_slot_ = 0, slot_limit_ = 0;  // fresh slots for retired ones, below the tag bound
   std::vector<std::uint64_t> zeros_;
   Rng fault_rng_;
   PdStats stats_;
