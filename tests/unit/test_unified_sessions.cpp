@@ -121,7 +121,9 @@ TEST(UnifiedSessions, EvictionTakesUnreferencedThenFewerReferencesThenLru) {
       tree.verify();
       // Forced evictions of referenced KV: LRU's first victim is a (two sessions), the session
       // order's is c (none); once nothing unreferenced is left both take referenced KV.
-      if (i == 0) EXPECT_EQ(tree.session_stats().forced_tokens[br.h.full.value()], order ? 0 : 8);
+      if (i == 0) {
+        EXPECT_EQ(tree.session_stats().forced_tokens[br.h.full.value()], order ? 0 : 8);
+      }
     }
     EXPECT_EQ(tree.node_count(), 0u);
     EXPECT_EQ(tree.session_stats().forced_tokens[br.h.full.value()], order ? 16 : 16);
@@ -266,7 +268,7 @@ struct RefSessions {
   std::map<SessionId, std::array<std::vector<Frontier>, 3>> open;
   std::map<SessionId, std::uint64_t> generation;
   std::list<SessionId> closed;
-  std::size_t limit;
+  std::size_t limit = 0;
   std::uint64_t gens = 0;
 
   std::int64_t refs(const Node* n, int c, const Key& path) const {
@@ -298,7 +300,8 @@ TEST(UnifiedSessions, RandomOperationsAgreeWithTheReferenceModel) {
   Hybrid h(kWindow, kChunk);
   h.tree.set_session_policy(SessionPolicy{.order = true, .tombstones = 4});
   const ComponentId ids[3] = {h.full, h.swa, h.mamba};
-  RefSessions ref{.limit = 4};
+  RefSessions ref;
+  ref.limit = 4;
   std::uint32_t next_slot[3] = {1, 1, 1};
   std::vector<Key> families;
   for (int f = 0; f < 4; ++f) families.push_back(toks(64, static_cast<TokenId>(1000 * (f + 1))));
@@ -447,7 +450,9 @@ TEST(UnifiedSessions, RandomOperationsAgreeWithTheReferenceModel) {
       const Slot first = want ? (*want->at(ids[c]).value)[0] : Slot(0);
       auto e = h.tree.evict(ids[c], 1);  // one victim: what receded is observable after the operation
       ASSERT_EQ(want != nullptr, !e.freed[static_cast<std::size_t>(c)].empty());
-      if (want) ASSERT_EQ(e.freed[static_cast<std::size_t>(c)][0], first) << "not the least (rank, access, id) candidate";
+      if (want) {
+        ASSERT_EQ(e.freed[static_cast<std::size_t>(c)][0], first) << "not the least (rank, access, id) candidate";
+      }
       evictions += want ? 1 : 0;
       recessions += e.nodes_deleted;
       recede();
