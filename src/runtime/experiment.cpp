@@ -184,6 +184,7 @@ void read_cache(const Config& c, ExperimentConfig& e) {
   e.cache.component_bugs = c.get_string_array("cache.component_bugs");
   e.cache.eviction = c.get_string("cache.eviction");
   e.cache.session_tombstones = c.get_int("cache.session_tombstones");
+  e.cache.pd_prefill_sessions = c.get_bool("cache.pd_prefill_sessions");
   e.cache.storage_dir = c.get_string("cache.storage_dir");
   e.cache.storage_capacity_mb = c.get_int("cache.storage_capacity_mb");
   e.cache.prefetch_threshold = Tokens(c.get_int("cache.prefetch_threshold"));

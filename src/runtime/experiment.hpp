@@ -85,6 +85,7 @@ struct CacheConfig {
   // session_close_resets_recency, session_no_generation (cache/unified_tree.hpp "Sessions")
   std::string eviction = "lru";
   std::int64_t session_tombstones = 8192;  // closed session ids remembered
+  bool pd_prefill_sessions = false;        // P/D: prefill tracks sessions too (default: decode only)
   bool gather_overlap = true;
   std::string storage_dir;                // empty: <run dir>/storage
   std::int64_t storage_capacity_mb = 1024;  // per rank

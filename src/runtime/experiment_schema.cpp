@@ -125,6 +125,7 @@ void add_cache_keys(Schema& s) {
   s.add(skey({"cache", "eviction"}, {"lru", "session", "session_close_resets_recency", "session_no_generation"},
              "device and host eviction order: LRU, or session-aware (hybrid models: referenced KV of open sessions last); "
              "the last two plant bug-catalogue #24 and #25"));
+  s.add(bkey({"cache", "pd_prefill_sessions"}, false, "P/D: prefill's cache holds session references too (default: decode holds them, prefill keeps LRU)"));
   s.add(ikey({"cache", "session_tombstones"}, 8192, 1, 1e9, "closed session ids remembered (their late finishers register nothing)"));
   {
     KeySpec k = key({"cache", "component_bugs"}, ValueType::StringArray, std::vector<std::string>{},

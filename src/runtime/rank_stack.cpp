@@ -47,13 +47,14 @@ cache::HybridCacheConfig RankStack::hybrid_config(const ExperimentConfig& exp, c
   hc.page_size = exp.cache.page_size;
   hc.chunk_tokens = Tokens(exp.engine.chunk_size);
   hc.bugs = cache::ComponentBugs::parse(exp.cache.component_bugs);
-  // Sessions: cache.eviction (its planted bugs included); P/D prefill tracks none (decode holds the references).
+  // Sessions: cache.eviction (its planted bugs included); P/D prefill tracks none (decode holds the
+  // references) unless cache.pd_prefill_sessions.
   const std::string& ev = exp.cache.eviction;
   hc.sessions.order = ev != "lru";
   hc.sessions.tombstones = static_cast<std::size_t>(exp.cache.session_tombstones);
   hc.sessions.close_resets_recency = ev == "session_close_resets_recency";
   hc.sessions.no_generation = ev == "session_no_generation";
-  hc.track_sessions = pd_role(exp, grid) != PdRole::Prefill;
+  hc.track_sessions = pd_role(exp, grid) != PdRole::Prefill || exp.cache.pd_prefill_sessions;
   const std::string& boundary = exp.protocol.component_boundary;
   hc.swa = protocols::stage_keeps_component(boundary, exp.model.has(LayerKind::Swa), geo.local_of(LayerKind::Swa) > 0);
   hc.window = Tokens(exp.model.swa_window);

@@ -5,9 +5,10 @@
 // divergence (decision logs and tree digests, which fold the references), verify() clean after
 // every operation (debug checks: every mark recomputed from the frontiers), the same session
 // counters on every rank; late finishers of abandoned sessions register nothing. In P/D the
-// decode ranks hold the references, prefill's none.
+// decode ranks hold the references, prefill's none — unless cache.pd_prefill_sessions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,23 @@ TEST(Sessions, DecodeHoldsTheReferencesInPd) {
   DecisionLog log;
   auto r = testing::serve(parse_experiment("[topology.prefill]\n" + g + "[topology.decode]\n" + g, "sessions-pd", sets, 4), log);
   expect_sessions_agree(r, true);
+  // Configured, prefill holds references too (its own finishers: every prompt at its first token).
+  sets.push_back("cache.pd_prefill_sessions=true");
+  DecisionLog log2;
+  auto r2 = testing::serve(parse_experiment("[topology.prefill]\n" + g + "[topology.decode]\n" + g, "sessions-pd", sets, 4), log2);
+  EXPECT_EQ(r2.oracle_mismatches, 0);
+  EXPECT_EQ(r2.divergences(), 0);
+  EXPECT_EQ(r2.verify_failures, 0);
+  if (testing::world_rank() == 0) {
+    std::int64_t opened[2] = {0, 0}, registered[2] = {0, 0};
+    for (const auto& row : r2.all) {
+      opened[row.group] = std::max(opened[row.group], row.sessions_opened);
+      registered[row.group] = std::max(registered[row.group], row.session_registered);
+    }
+    EXPECT_GT(opened[0], 8) << "prefill tracks sessions when configured";
+    EXPECT_EQ(opened[0], opened[1]) << "both groups apply the same session events";
+    EXPECT_GT(registered[0], 0);
+  }
 }
 
 }  // namespace
