@@ -58,10 +58,7 @@ void UnifiedTree::adjust_marks(Node* frontier, Tokens from, SessionId s, std::si
     it->count += delta;
     KVGRID_CHECK(it->count >= 0, "session ", s, " mark on node ", n->id, " went negative");
     if (it->count == 0) d.marks.erase(it);
-    std::int64_t distinct = 0;
-    for (std::size_t i = 0; i < d.marks.size(); ++i)
-      if (i == 0 || d.marks[i].session != d.marks[i - 1].session) ++distinct;
-    d.session_ref = distinct;
+    d.session_ref = distinct_sessions(d.marks);
     refresh(n);
   }
 }
@@ -93,20 +90,18 @@ bool UnifiedTree::close_session(SessionId s) {
   if (it == sessions_.end()) return false;
   SessionState st = std::move(it->second);
   sessions_.erase(it);
-  if (session_policy_.close_resets_recency) {  // planted bug #24: the closed session's nodes look just used
-    ++clock_;
-    for (const auto& fs : st.frontiers)
-      for (const SessionFrontier& f : fs)
-        for (Node* n = f.node; n != root_.get() && n->end > f.from; n = n->parent) n->last_access = clock_;
-  }
   for (std::size_t c = 0; c < st.frontiers.size(); ++c)
     for (const SessionFrontier& f : st.frontiers[c]) adjust_marks(f.node, f.from, s, c, -1);
-  // Its nodes no other session references are idle closed KV (for the recency-inversion count).
+  // Its nodes that no other session references are idle closed KV (the recency-inversion count);
+  // planted bug #24 stamps every node of its regions as just used (eviction sets re-file lazily).
+  if (session_policy_.close_resets_recency) ++clock_;
   for (const auto& fs : st.frontiers)
     for (const SessionFrontier& f : fs)
-      for (Node* n = f.node; n != root_.get() && n->end > f.from; n = n->parent)
+      for (Node* n = f.node; n != root_.get() && n->end > f.from; n = n->parent) {
+        if (session_policy_.close_resets_recency) n->last_access = clock_;
         if (!n->closed_idle && std::all_of(n->comp.begin(), n->comp.end(), [](const ComponentData& d) { return d.session_ref == 0; }))
           set_closed_idle(n, true);
+      }
   closed_order_.push_back(s);
   closed_[s] = std::prev(closed_order_.end());
   while (closed_order_.size() > session_policy_.tombstones) {
