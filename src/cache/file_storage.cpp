@@ -56,7 +56,8 @@ std::uint64_t payload_checksum(std::span<const std::uint8_t> bytes) {
   return mix64(h);
 }
 
-FileStorage::FileStorage(std::string dir, std::uint64_t capacity_bytes) : dir_(std::move(dir)), capacity_(capacity_bytes) {
+FileStorage::FileStorage(std::string dir, std::uint64_t capacity_bytes, bool evicts)
+    : dir_(std::move(dir)), capacity_(capacity_bytes), evicts_(evicts) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw InputError(dir_ + ": cannot create the storage directory: " + ec.message());
@@ -93,7 +94,7 @@ bool FileStorage::set(const std::string& key, std::span<const std::uint8_t> payl
       return true;
     }
     // Make room (never evicting more than the whole store).
-    while (used_ + bytes > capacity_ && !lru_.empty()) {
+    while (evicts_ && used_ + bytes > capacity_ && !lru_.empty()) {
       const std::string victim = lru_.front();
       lru_.pop_front();
       used_ -= index_[victim].bytes;
@@ -102,7 +103,7 @@ bool FileStorage::set(const std::string& key, std::span<const std::uint8_t> payl
       fs::remove(path_of(victim), ec);
       ++stats_.evicted;
     }
-    if (bytes > capacity_) {
+    if (evicts_ && bytes > capacity_) {
       ++stats_.set_failed;
       return false;
     }

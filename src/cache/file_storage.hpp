@@ -6,7 +6,7 @@
 // object; an existing key only refreshes its LRU position. `get` validates everything: a missing,
 // short, corrupt or foreign object is a miss with a reason (counted, and the caller recomputes),
 // never data. Capacity: an LRU limit in bytes per instance (per rank); eviction deletes the least
-// recently set or read objects. `batch_exists` answers how many leading keys of a batch exist.
+// recently set or read objects (not in a shared store: see the constructor). `batch_exists` answers how many leading keys of a batch exist.
 // Thread-safe: the index is under a mutex; file I/O happens outside it.
 #pragma once
 
@@ -33,7 +33,9 @@ class FileStorage {
  public:
   // `dir` is created if missing. Objects already in it are adopted (oldest first in LRU order) so
   // that a directory set explicitly can be reused across runs.
-  FileStorage(std::string dir, std::uint64_t capacity_bytes);
+  // `evicts` = false: a store shared with other ranks and jobs (unified keys) — this instance
+  // never deletes an object for its own LRU; capacity belongs to the store as a whole.
+  FileStorage(std::string dir, std::uint64_t capacity_bytes, bool evicts = true);
 
   // false when the write failed (disk full, injected failure): nothing partial is left behind.
   bool set(const std::string& key, std::span<const std::uint8_t> payload);
@@ -51,6 +53,7 @@ class FileStorage {
   void touch_locked(const std::string& key);
   std::string dir_;
   std::uint64_t capacity_;
+  bool evicts_;
   mutable std::mutex mu_;
   std::list<std::string> lru_;  // front: least recently used
   struct Entry {

@@ -115,6 +115,24 @@ void KvPool::fold_slots(std::uint32_t page, std::size_t n, std::size_t index, st
     for (std::size_t k = 0; k < lh; ++k) out[k] += folds[i * lh + k];
 }
 
+std::size_t KvPool::object_words(const kernels::ChunkSpan& c) const {
+  return kernels::object_words(layout_, cfg_.payload == Payload::Digest, c);
+}
+
+void KvPool::pack(std::span<const PageId> pages, std::span<const kernels::ChunkSpan> chunks, std::uint64_t* staging,
+                  bool kokkos) const {
+  std::vector<std::uint32_t> r(pages.size());  // local: a worker thread must not share rows_
+  for (std::size_t i = 0; i < pages.size(); ++i) r[i] = row(pages[i].value(), /*owned=*/true);
+  kernels::pack_objects(layout_, cfg_.payload == Payload::Digest, data_.data(), r, chunks, staging, kokkos);
+}
+
+void KvPool::unpack(std::span<const PageId> pages, std::span<const kernels::ChunkSpan> chunks, const std::uint64_t* staging,
+                    bool kokkos) {
+  std::vector<std::uint32_t> r(pages.size());
+  for (std::size_t i = 0; i < pages.size(); ++i) r[i] = row(pages[i].value(), /*owned=*/true);
+  kernels::unpack_objects(layout_, cfg_.payload == Payload::Digest, data_.data(), r, chunks, staging, kokkos);
+}
+
 void KvPool::reset(std::span<const PageId> pages) {
   if (cfg_.payload != Payload::Digest) return;  // full mode overwrites every slot it later reads
   for (PageId p : pages) {

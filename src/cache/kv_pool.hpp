@@ -31,6 +31,7 @@
 #include "core/ids.hpp"
 #include "core/rng.hpp"
 #include "kernels/kv_kernels.hpp"
+#include "kernels/relayout.hpp"
 #include "transfer/kv_transport.hpp"
 #include "transfer/transfer_engine.hpp"
 
@@ -95,6 +96,15 @@ class KvPool {
   // Same (page, layer) block shape, payload and placement: layers of one may be copied into
   // layers of the other (a packed host pool holds the draft's layers after the target's).
   bool block_compatible(const KvPool& other) const;
+
+  // Unified storage objects (cache/unified_kv.hpp, kernels/relayout.hpp): the listed pages' chunks
+  // packed in object order into `staging` (page after page), or unpacked from it. Owned pages
+  // only (no sharded pool calls these yet); `kokkos` = false on a storage worker thread.
+  std::size_t object_words(const kernels::ChunkSpan& c) const;
+  void pack(std::span<const PageId> pages, std::span<const kernels::ChunkSpan> chunks, std::uint64_t* staging,
+            bool kokkos = true) const;
+  void unpack(std::span<const PageId> pages, std::span<const kernels::ChunkSpan> chunks, const std::uint64_t* staging,
+              bool kokkos = true);
 
   const KvPoolConfig& config() const { return cfg_; }
   bool owns(PageId page) const { return cfg_.placement.page_owner(page.value()) == cfg_.shard_rank; }

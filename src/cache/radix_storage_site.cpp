@@ -11,6 +11,11 @@ namespace kvgrid::cache {
 RadixStorageSite::RadixStorageSite(const StorageContext& ctx, RadixTree& tree, HostTier& host, KvPool& host_kv)
     : ctx_(ctx), tree_(tree), host_(host), host_kv_(host_kv) {
   host_.on_published([this](TreeNode* n) { backup(n); });
+  offsets_.push_back(0);
+  for (const auto& c : ctx_.cfg.unified) {
+    spans_.push_back(c.local);
+    offsets_.push_back(offsets_.back() + host_kv_.object_words(c.local));
+  }
 }
 
 std::vector<std::uint8_t> RadixStorageSite::page_bytes(PageId page) const {
@@ -24,11 +29,83 @@ std::size_t RadixStorageSite::page_object_bytes() const {
   return host_kv_.layer_block_bytes() * host_kv_.layers() + (draft_ ? draft_->object_bytes() : 0);
 }
 
-std::vector<std::string> RadixStorageSite::keys_for(std::span<const TokenId> tokens, std::size_t from_page) const {
-  const auto digests = page_hash_chain(tokens, static_cast<std::size_t>(tree_.page_size().value()));
+std::vector<PageDigest> RadixStorageSite::digests_for(std::span<const TokenId> tokens, std::size_t from_page) const {
+  auto digests = page_hash_chain(tokens, static_cast<std::size_t>(tree_.page_size().value()));
+  digests.erase(digests.begin(), digests.begin() + static_cast<std::ptrdiff_t>(std::min(from_page, digests.size())));
+  return digests;
+}
+
+std::vector<std::string> RadixStorageSite::keys_for(std::span<const PageDigest> digests) const {
   std::vector<std::string> keys;
-  for (std::size_t i = from_page; i < digests.size(); ++i) keys.push_back(storage_key(digests[i], ctx_.cfg.key_suffix));
+  for (const auto& d : digests)
+    keys.push_back(unified() ? unified_key(d, ctx_.cfg.unified.front()) : storage_key(d, ctx_.cfg.key_suffix));
   return keys;
+}
+
+bool RadixStorageSite::unified() const { return !ctx_.cfg.unified.empty(); }
+
+std::vector<std::string> RadixStorageSite::chunk_keys(const PageDigest& d) const {
+  std::vector<std::string> keys;
+  for (const auto& c : ctx_.cfg.unified) keys.push_back(unified_key(d, c));
+  return keys;
+}
+
+std::size_t RadixStorageSite::unified_present(std::span<const PageDigest> digests) const {
+  std::size_t n = 0;
+  for (; n < digests.size(); ++n)
+    for (const auto& k : chunk_keys(digests[n]))
+      if (!ctx_.store.exists(k)) return n;
+  return n;
+}
+
+std::vector<std::string> RadixStorageSite::objects(const Job& j, std::size_t item) const {
+  if (!unified()) return StorageSite::objects(j, item);
+  return chunk_keys(static_cast<const RadixJob&>(j).digests[item]);
+}
+
+// A page's missing objects: the page packed once in object order, each missing chunk's span
+// written as its object (objects already there — written by this rank, adopted from another
+// job — are immutable and left alone).
+void RadixStorageSite::backup_unified(PageId page, const PageDigest& d) {
+  const auto keys = chunk_keys(d);
+  std::vector<std::size_t> missing;
+  for (std::size_t j = 0; j < keys.size(); ++j)
+    if (!ctx_.store.exists(keys[j])) missing.push_back(j);
+  if (missing.empty()) return;
+  StorageTierStats& stats = ctx_.stats;
+  if (ctx_.cfg.faults.write_fail && ctx_.cfg.faults.write_fail()) {
+    ++stats.write_failed;
+    return;
+  }
+  std::vector<std::uint64_t> staging(offsets_.back());
+  host_kv_.pack(std::span<const PageId>(&page, 1), spans_, staging.data());
+  bool all = true;
+  for (std::size_t j : missing) {
+    const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(staging.data() + offsets_[j]),
+                                              (offsets_[j + 1] - offsets_[j]) * sizeof(std::uint64_t));
+    if (ctx_.store.set(keys[j], bytes)) {
+      ++stats.objects_written;
+      stats.written_bytes += bytes.size();
+    } else {
+      all = false;
+    }
+  }
+  if (all) ++stats.written_pages;
+  else ++stats.write_failed;
+}
+
+// Every chunk's object of one page into `staging`, then unpacked into the host page (a plain
+// loop on a storage worker thread). False at the first object that is missing, short or corrupt.
+bool RadixStorageSite::read_unified(PageId page, const PageDigest& d, std::vector<std::uint64_t>& staging) {
+  staging.resize(offsets_.back());
+  const auto keys = chunk_keys(d);
+  for (std::size_t j = 0; j < keys.size(); ++j) {
+    const std::span<std::uint8_t> bytes(reinterpret_cast<std::uint8_t*>(staging.data() + offsets_[j]),
+                                        (offsets_[j + 1] - offsets_[j]) * sizeof(std::uint64_t));
+    if (ctx_.store.get(keys[j], bytes) != StorageMiss::None) return false;
+  }
+  host_kv_.unpack(std::span<const PageId>(&page, 1), spans_, staging.data(), /*kokkos=*/!ctx_.cfg.threaded);
+  return true;
 }
 
 void RadixStorageSite::backup(TreeNode* node) {
@@ -39,7 +116,12 @@ void RadixStorageSite::backup(TreeNode* node) {
   for (auto it = path.rbegin(); it != path.rend(); ++it) tokens.insert(tokens.end(), (*it)->key.begin(), (*it)->key.end());
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
   const std::size_t first = (tokens.size() - node->key.size()) / p;
-  const auto keys = keys_for(tokens, first);
+  const auto digests = digests_for(tokens, first);
+  if (unified()) {
+    for (std::size_t i = 0; i < digests.size(); ++i) backup_unified(node->host[i], digests[i]);
+    return;
+  }
+  const auto keys = keys_for(digests);
   FileStorage& store = ctx_.store;
   StorageTierStats& stats = ctx_.stats;
   for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -61,6 +143,7 @@ void RadixStorageSite::backup(TreeNode* node) {
     const auto bytes = page_bytes(node->host[i]);
     if (store.set(keys[i], bytes)) {
       ++stats.written_pages;
+      ++stats.objects_written;
       stats.written_bytes += bytes.size();
     } else {
       ++stats.write_failed;
@@ -72,9 +155,14 @@ std::size_t RadixStorageSite::read(Job& j, std::size_t first, std::size_t count,
   auto& job = static_cast<RadixJob&>(j);
   const std::size_t block = host_kv_.layer_block_bytes();
   std::vector<std::uint8_t> buf(block * host_kv_.layers()), dbuf(draft_ ? draft_->object_bytes() : 0);
+  std::vector<std::uint64_t> staging;
   for (std::size_t i = 0; i < count; ++i) {
     if (fail_at && i >= *fail_at) return i;  // storage.read.fail: an I/O error from here on
     const PageId page = job.pages[first + i];
+    if (unified()) {
+      if (!read_unified(page, job.digests[first + i], staging)) return i;
+      continue;
+    }
     if (!host_kv_.owns(page)) continue;  // CP sharding: its owner reads it
     if (draft_) {  // the draft first: the page counts as read only once both landed
       if (ctx_.store.get(job.keys[first + i] + DraftState::kObjectSuffix, dbuf) != StorageMiss::None) return i;
@@ -100,10 +188,13 @@ std::unique_ptr<StorageSite::Job> RadixStorageSite::plan(std::span<const TokenId
   for (const TreeNode* n = pl->anchor; n != tree_.root(); n = n->parent) pl->start += n->key.size() / p;
   pl->cached = cached;
   pl->tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(max_pages * p));
-  pl->keys = keys_for(pl->tokens, pl->start);
+  pl->digests = digests_for(pl->tokens, pl->start);
+  pl->keys = keys_for(pl->digests);
   FileStorage& store = ctx_.store;
   if (!ctx_.cfg.writer) {
-    pl->local_hit = pl->keys.size();  // MLA readers: the writer decides
+    pl->local_hit = pl->keys.size();  // MLA readers (unified: CP replicas too): the writer decides
+  } else if (unified()) {
+    pl->local_hit = unified_present(pl->digests);
   } else if (!host_kv_.sharded()) {
     pl->local_hit = store.batch_exists(pl->keys);
     if (draft_) {  // the MIN of the target's and the draft's leading hits

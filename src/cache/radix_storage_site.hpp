@@ -5,6 +5,9 @@
 // target's and the draft's leading hits), so an ACK never reports a page whose draft is missing.
 // With KV replicated over TP (MLA) only TP rank 0 writes; the others read its objects.
 // With CP sharding each page is written, looked up and read by its owner only.
+// Unified keys (cfg.unified, unified_kv.hpp): a page is one object per chunk of this rank (layer
+// range × head group), packed from the host page in object order by the relayout kernel and
+// unpacked on read; a page counts as stored when every one of its chunks' objects exists.
 // Prefetched pages hang below the deepest backed-up node of the hit; device pages past it that
 // have no host copy are read again and become that copy. Every intact leading page is usable.
 #pragma once
@@ -12,6 +15,7 @@
 #include "cache/draft_state.hpp"
 #include "cache/host_tier.hpp"
 #include "cache/kv_pool.hpp"
+#include "cache/page_hash.hpp"
 #include "cache/radix_tree.hpp"
 #include "cache/storage_site.hpp"
 
@@ -36,20 +40,30 @@ class RadixStorageSite final : public StorageSite {
   std::size_t bytes(const Job&, std::size_t, std::size_t count) const override { return count * page_object_bytes(); }
   std::size_t accept(const Job&, std::size_t intact) const override { return intact; }
   std::size_t land(Job& job, std::size_t keep) override;
+  std::vector<std::string> objects(const Job& job, std::size_t item) const override;
 
  private:
   struct RadixJob : Job {
     TreeNode* anchor = nullptr;  // pinned: the hit's deepest backed-up node
     std::vector<PageId> pages;   // host pages, one per item
+    std::vector<PageDigest> digests;  // page hash of each item (unified keys: its chunks' objects)
   };
   std::size_t page_object_bytes() const;  // bytes read or written per page (with its draft object)
-  std::vector<std::string> keys_for(std::span<const TokenId> tokens, std::size_t from_page) const;
+  std::vector<PageDigest> digests_for(std::span<const TokenId> tokens, std::size_t from_page) const;
+  std::vector<std::string> keys_for(std::span<const PageDigest> digests) const;  // each page's primary object
+  bool unified() const;
+  std::vector<std::string> chunk_keys(const PageDigest& d) const;  // unified: every object of a page
+  std::size_t unified_present(std::span<const PageDigest> digests) const;  // leading pages with every object
+  void backup_unified(PageId page, const PageDigest& d);
+  bool read_unified(PageId page, const PageDigest& d, std::vector<std::uint64_t>& staging);
 
   StorageContext ctx_;
   RadixTree& tree_;
   HostTier& host_;
   KvPool& host_kv_;
   DraftState* draft_ = nullptr;  // sidecar drafts only
+  std::vector<kernels::ChunkSpan> spans_;  // unified: each chunk's local layers and heads
+  std::vector<std::size_t> offsets_;       // unified: each chunk's first word in a packed page
 };
 
 }  // namespace kvgrid::cache

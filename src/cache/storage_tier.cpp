@@ -49,7 +49,7 @@ std::size_t StorageTier::Batch::intact() const { return result.valid() ? result.
 
 StorageTier::StorageTier(StorageTierConfig cfg, AckAgreement& agreement, DecisionLog& log, const SiteFactory& make)
     : cfg_(std::move(cfg)), agreement_(agreement), log_(log),
-      store_(std::make_unique<FileStorage>(cfg_.dir, cfg_.capacity_bytes)), ctx_{cfg_, *store_, stats_, agreement_, log_},
+      store_(std::make_unique<FileStorage>(cfg_.dir, cfg_.capacity_bytes, cfg_.unified.empty())), ctx_{cfg_, *store_, stats_, agreement_, log_},
       jitter_(Rng(cfg_.seed).fork("storage.jitter")) {
   KVGRID_CHECK(cfg_.stop_policy == "best_effort" || cfg_.stop_policy == "wait_complete" || cfg_.stop_policy == "timeout",
                "prefetch stop policy '", cfg_.stop_policy, "'");

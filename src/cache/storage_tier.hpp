@@ -45,6 +45,7 @@
 #include "cache/kv_pool.hpp"
 #include "cache/radix_tree.hpp"
 #include "cache/storage_site.hpp"
+#include "cache/unified_kv.hpp"
 #include "core/decision_log.hpp"
 #include "core/rng.hpp"
 
@@ -63,6 +64,9 @@ struct StorageTierConfig {
   std::string dir;                 // this shard's object directory
   std::uint64_t capacity_bytes = 1ULL << 30;
   std::string key_suffix;          // page_hash.hpp key_suffix()
+  // cache.storage_key_scheme = unified: this rank's objects of a page (unified_kv.hpp); empty:
+  // rank_suffix keys. Unified objects are shared: no rank evicts them for its own LRU.
+  std::vector<UnifiedChunk> unified;
   bool writer = true;              // false: MLA rank other than TP 0 (reads the writer's objects)
   Tokens prefetch_threshold{64};
   std::string stop_policy = "best_effort";  // best_effort | wait_complete | timeout
@@ -84,6 +88,7 @@ struct StorageTierStats {
   std::uint64_t written_pages = 0, write_failed = 0, aborted = 0, reread_device = 0;
   std::uint64_t read_ns = 0;  // modelled read time (simulated), summed over batches
   std::uint64_t read_bytes = 0, written_bytes = 0;
+  std::uint64_t objects_written = 0;  // target objects (unified: one per chunk; objects read: the store's hits)
 };
 
 class RadixStorageSite;
@@ -137,6 +142,7 @@ class StorageTier {
     return out;
   }
   FileStorage& storage() { return *store_; }
+  const FileStorage& storage() const { return *store_; }
   StorageSite& site() { return *site_; }
   // Speculative decoding, sidecar drafts (full-attention models): every page also has a draft
   // object, written with it and required by a hit (radix_storage_site.hpp).

@@ -9,6 +9,7 @@
 #include "core/check.hpp"
 #include "protocols/cp_sharding.hpp"
 #include "protocols/draft_restore.hpp"
+#include "runtime/storage_keys.hpp"
 
 namespace kvgrid {
 
@@ -100,6 +101,7 @@ void check_relations(const ExperimentConfig& e, const std::string& src) {
                      std::to_string(w.aba.b_len) + " (B differs from A after the shared part)");
   if (w.kind == "mooncake" && w.mooncake.trace.empty())
     throw InputError(src + ": workload.kind = \"mooncake\" needs workload.mooncake.trace");
+  check_storage_keys(e, src);
 }
 
 // [topology]: one group, or a P/D world of two.
@@ -187,6 +189,10 @@ void read_cache(const Config& c, ExperimentConfig& e) {
   e.cache.pd_prefill_sessions = c.get_bool("cache.pd_prefill_sessions");
   e.cache.storage_dir = c.get_string("cache.storage_dir");
   e.cache.storage_capacity_mb = c.get_int("cache.storage_capacity_mb");
+  e.cache.storage_key_scheme = c.get_string("cache.storage_key_scheme");
+  e.cache.storage_layer_partition = c.get_int("cache.storage_layer_partition");
+  e.cache.storage_head_partition = c.get_int("cache.storage_head_partition");
+  e.cache.storage_namespace = c.get_string("cache.storage_namespace");
   e.cache.prefetch_threshold = Tokens(c.get_int("cache.prefetch_threshold"));
   e.cache.prefetch_policy = c.get_string("cache.prefetch_policy");
   e.cache.prefetch_timeout_base_ms = c.get_float("cache.prefetch_timeout_base_ms");

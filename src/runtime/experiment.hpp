@@ -89,6 +89,12 @@ struct CacheConfig {
   bool gather_overlap = true;
   std::string storage_dir;                // empty: <run dir>/storage
   std::int64_t storage_capacity_mb = 1024;  // per rank
+  // Storage object names (cache/unified_kv.hpp): rank_suffix (one object per rank and page, read
+  // by the same rank of the same layout) | unified (a shared grid of layer ranges × head groups
+  // that any aligned layout reads); the grid (0: each rank's own range / heads) and a tenant name.
+  std::string storage_key_scheme = "rank_suffix";
+  std::int64_t storage_layer_partition = 0, storage_head_partition = 0;
+  std::string storage_namespace;
   Tokens prefetch_threshold{64};
   std::string prefetch_policy = "best_effort";
   double prefetch_timeout_base_ms = 5.0, prefetch_timeout_per_1k_ms = 2.0, prefetch_timeout_max_ms = 50.0;

@@ -104,6 +104,14 @@ void add_cache_keys(Schema& s) {
   s.add(skey({"cache", "storage"}, {"none", "file"}, "storage tier (L3): none, or file (one object per page; needs the host tier)"));
   s.add(skey({"cache", "storage_dir"}, {}, "storage directory (empty: <run dir>/storage; a directory set here is reused across runs)"));
   s.add(ikey({"cache", "storage_capacity_mb"}, 1024, 1, 1e9, "storage capacity per rank, MiB (LRU eviction beyond it)"));
+  s.add(skey({"cache", "storage_key_scheme"}, {"rank_suffix", "unified"},
+             "storage object names: rank_suffix (per rank: read by the same rank of the same layout) or unified "
+             "(a shared grid of layer ranges x head groups that any aligned layout reads, across jobs)"));
+  s.add(ikey({"cache", "storage_layer_partition"}, 0, 0, 1e9,
+             "unified keys: layers per object (0: each rank's own layer range; set it to share across PP layouts)"));
+  s.add(ikey({"cache", "storage_head_partition"}, 0, 0, 1e9,
+             "unified keys: KV heads per object (0: each rank's own heads; set it to share across TP layouts)"));
+  s.add(skey({"cache", "storage_namespace"}, {}, "unified keys: a tenant name in the namespace digest (tenants never read each other's objects)"));
   s.add(ikey({"cache", "prefetch_threshold"}, 64, 1, 1e9, "prefetch from storage only a hit of at least this many tokens"));
   s.add(skey({"cache", "prefetch_policy"}, {"best_effort", "wait_complete", "timeout"},
              "when a prefetch stops: when the request is scheduled, when all reads are done, or done/timed out"));

@@ -6,6 +6,7 @@
 #include "cache/page_hash.hpp"
 #include "core/check.hpp"
 #include "runtime/pd.hpp"
+#include "runtime/storage_keys.hpp"
 #include "protocols/component_boundary.hpp"
 #include "protocols/draft_restore.hpp"
 #include "protocols/load_back.hpp"
@@ -113,6 +114,13 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
   sc.dir = exp.cache.storage_dir + "/" + sc.key_suffix.substr(1);  // one directory per shard (MLA: shared over TP)
   sc.capacity_bytes = static_cast<std::uint64_t>(exp.cache.storage_capacity_mb) << 20;
   sc.writer = !sk.replicated_over_tp || c.tp == 0;  // one writer per replica set; sharded: every owner
+  if (exp.cache.storage_key_scheme == "unified") {
+    // One directory shared by every rank and every job of any compatible layout; one writer per
+    // object: CP replicas (and MLA's TP replicas) defer to the first.
+    sc.unified = unified_plan(exp, geo).chunks;
+    sc.dir = exp.cache.storage_dir + "/unified";
+    sc.writer = sc.writer && c.cp == 0;
+  }
   sc.prefetch_threshold = exp.cache.prefetch_threshold;
   sc.stop_policy = exp.cache.prefetch_policy;
   sc.timeout_base_ns = static_cast<std::uint64_t>(exp.cache.prefetch_timeout_base_ms * 1e6);

@@ -181,6 +181,8 @@ const std::vector<TableDoc>& tables() {
         {"storage_read_pages", "pages", "pages read from storage"},
         {"storage_write_pages", "pages", "pages written to storage"},
         {"storage_failed_pages", "pages", "storage pages that failed (read, short, corrupt)"},
+        {"storage_objects_written", "objects", "storage objects this rank wrote (unified keys: one per chunk and page)"},
+        {"storage_objects_read", "objects", "storage objects this rank read intact"},
         {"d2h_bytes", "bytes", "device -> host bytes"},
         {"h2d_bytes", "bytes", "host -> device bytes"},
         {"storage_read_bytes", "bytes", "bytes read from storage"},

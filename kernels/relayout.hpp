@@ -1,0 +1,39 @@
+// Relayout between a KV pool's page layout and the unified storage layout (cache/unified_kv.hpp):
+// the kernel that packs selected pages into object order on backup and unpacks them on restore.
+//
+//   pool   (full)  : [row][layer][head][slot][dim]           (kv_kernels.hpp)
+//   object (full)  : [layer in chunk][slot][head in group][dim]   — "page-unified-v1": one layer's
+//                    values for every token and head of the group together, then the next layer,
+//                    so a layer range of a head group is one contiguous span of the object
+//   pool / object (digest): [layer][head] / [layer in chunk][head in group] (one fold per page,
+//                    layer and head: there is no slot axis)
+// A chunk is a range of this pool's local layers × a range of its local heads. The staging buffer
+// holds, for each listed row in turn, that row's chunks' objects one after another.
+// `kokkos` = false runs the same element mapping as a plain loop: for storage worker threads
+// (Kokkos' Serial backend launches only from the scheduler thread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "kernels/kv_kernels.hpp"
+
+namespace kvgrid::kernels {
+
+struct ChunkSpan {
+  std::size_t layer0 = 0, layers = 0;  // local layers [layer0, layer0 + layers)
+  std::size_t head0 = 0, heads = 0;    // local heads [head0, head0 + heads)
+};
+
+// Words of one chunk's object for one page.
+std::size_t object_words(const PageLayout& g, bool digest, const ChunkSpan& c);
+
+// staging[i * Σ object_words + offset of chunk j + …] ← pool row rows[i], chunk j.
+void pack_objects(const PageLayout& g, bool digest, const std::uint64_t* pool, std::span<const std::uint32_t> rows,
+                  std::span<const ChunkSpan> chunks, std::uint64_t* staging, bool kokkos = true);
+// The inverse: pool rows ← staging (only the chunks' words of each row are written).
+void unpack_objects(const PageLayout& g, bool digest, std::uint64_t* pool, std::span<const std::uint32_t> rows,
+                    std::span<const ChunkSpan> chunks, const std::uint64_t* staging, bool kokkos = true);
+
+}  // namespace kvgrid::kernels

@@ -1,0 +1,64 @@
+#include "runtime/storage_keys.hpp"
+
+#include "core/check.hpp"
+
+namespace kvgrid {
+
+cache::KvNamespace storage_namespace(const ExperimentConfig& exp) {
+  cache::KvNamespace ns;
+  ns.model_id = "synth-l" + std::to_string(exp.model.layers) + "-h" + std::to_string(exp.model.kv_heads) + "-d" +
+                std::to_string(exp.model.head_dim) + "-" + exp.model.attention;
+  // The logical element: 64-bit words, full KV or one fold per page, layer and head (digest).
+  ns.dtype = "u64-" + exp.engine.payload;
+  ns.page_size = static_cast<std::uint64_t>(exp.cache.page_size.value());
+  ns.rank_replicated = exp.model.attention == "mla";
+  ns.total_kv_heads = ns.rank_replicated ? 0 : static_cast<std::uint64_t>(exp.model.kv_heads);
+  ns.layer_partition = static_cast<std::uint64_t>(exp.cache.storage_layer_partition);
+  ns.head_group = static_cast<std::uint64_t>(exp.cache.storage_head_partition);
+  ns.tenant = exp.cache.storage_namespace;
+  return ns;
+}
+
+cache::UnifiedPlan unified_plan(const ExperimentConfig& exp, const ModelGeometry& geo) {
+  return cache::plan_unified_kv(storage_namespace(exp), geo.layers, geo.layer_begin, geo.layer_end, geo.kv_heads);
+}
+
+void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
+  const auto& c = exp.cache;
+  if (c.storage_key_scheme != "unified") {
+    for (const auto& [key, v] : {std::pair<const char*, std::int64_t>{"cache.storage_layer_partition", c.storage_layer_partition},
+                                 {"cache.storage_head_partition", c.storage_head_partition}})
+      if (v != 0)
+        throw InputError(src + ": " + key + " = " + std::to_string(v) + " needs cache.storage_key_scheme = \"unified\"");
+    if (!c.storage_namespace.empty())
+      throw InputError(src + ": cache.storage_namespace = \"" + c.storage_namespace +
+                       "\" needs cache.storage_key_scheme = \"unified\" (rank_suffix keys name the model and rank)");
+    return;
+  }
+  auto refuse = [&](bool bad, const std::string& what, const std::string& why) {
+    if (bad) throw InputError(src + ": cache.storage_key_scheme = \"unified\" with " + what + ": " + why);
+  };
+  refuse(c.storage == "none", "cache.storage = \"none\"", "unified keys name storage objects; set cache.storage = \"file\"");
+  refuse(exp.model.hybrid(), "a hybrid model (model.layer_types)",
+         "SWA and MAMBA objects in the unified layout are not built yet (rank_suffix keys serve hybrid models)");
+  refuse(exp.model.draft.enabled(), "model.draft.mode = \"" + exp.model.draft.mode + "\"",
+         "draft state as unified objects is not built yet (rank_suffix keys serve drafts)");
+  refuse(c.cp_sharding != "replicated", "cache.cp_sharding = \"" + c.cp_sharding + "\"",
+         "CP-sharded writers and readers of unified objects are not built yet (replicated CP shares them)");
+  for (const auto& g : exp.topology.groups)
+    for (int pp = 0; pp < g.shape.pp; ++pp)
+      for (int tp = 0; tp < g.shape.tp; ++tp) {
+        GridCoord at;
+        at.tp = tp;
+        at.pp = pp;
+        const ModelGeometry geo = ModelGeometry::for_rank(exp, at, g.shape);
+        try {
+          (void)unified_plan(exp, geo);
+        } catch (const InputError& e) {
+          throw InputError(src + ": " + g.name + " group " + g.shape.str() + ", rank tp " + std::to_string(tp) + " pp " +
+                           std::to_string(pp) + ": " + e.what());
+        }
+      }
+}
+
+}  // namespace kvgrid

@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""End-to-end tests of the unified KV layout (cache.storage_key_scheme = unified): storage objects
+written by one job and read by another job of a different layout over the same directory.
+
+Run one scenario: test_storage.py NAME (ctest registers each). Needs KVGRID_BIN, KVGRID_SOURCE, MPIEXEC.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from test_cli import ENV, MPIEXEC, BIN, SRC, TMP, expect, out, run, tool
+
+UKV = os.path.join(SRC, "experiments", "unified_layout.toml")
+OBJ = re.compile(r"^([0-9a-f]{64})_(ukv1-[0-9a-f]{16})_L(\d+)-(\d+)(?:_H(\d+))?\.bin$")
+
+
+def ok_run(np_, name, *sets):
+    rc, so, se = run(np_, UKV, "--out", out(name), *sets)
+    expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, f"{name}: verdict OK, oracle OK", so, se)
+    return json.loads(tool("report", out(name), "--json")[1])
+
+
+def objects(store):
+    names = sorted(os.listdir(os.path.join(store, "unified")))
+    parsed = [OBJ.match(n) for n in names]
+    expect(all(parsed), "every object is named {page_hash}_{namespace}_L{a}-{b}_H{g}.bin", names[:5])
+    return parsed
+
+
+def figure4():
+    """The first article's Figure 4 exactly: a 60-layer, 8-KV-head model cut into chunks of 30 layers
+    x 2 heads (8 objects per page). The TP4 x PP2 writer job writes one object per rank and page; a
+    TP2 x PP1 reader job, a separate mpirun over the same directory, reads four objects per rank and
+    page (TP0 heads 0-3, TP1 heads 4-7, both layer ranges) and serves the prompts from storage with
+    the oracle OK. Four prompts of 256 tokens + 16 output tokens: 16 whole pages of KV each (the last
+    output token has none); a prefetch reuses at most prompt - 1 tokens: 15 pages."""
+    store = out("store")
+    sets = ["--set", "cache.storage_dir=" + store]
+    w = ok_run(8, "writer", *sets)
+    expect(w["storage_objects"]["written"] == [4 * 16] * 8, "writer: one object per rank and page", w["storage_objects"])
+    objs = objects(store)
+    expect(len(objs) == 4 * 16 * 8, "8 objects per page", len(objs))
+    ranges = sorted({(int(m.group(3)), int(m.group(4)), int(m.group(5))) for m in objs})
+    expect(ranges == [(a, a + 29, g) for a in (0, 30) for g in range(4)], "chunks L0-29/L30-59 x H0..H3", ranges)
+    expect(len({m.group(2) for m in objs}) == 1, "one namespace", {m.group(2) for m in objs})
+    r = ok_run(2, "reader", *sets, "--set", "topology.tp=2", "--set", "topology.pp=1")
+    print("reader objects:", r["storage_objects"], "cached:", r["cached_tokens"])
+    expect(r["storage_objects"]["read"] == [4 * 15 * 4] * 2, "reader: four objects per rank and page", r["storage_objects"])
+    expect(r["cached_tokens"] == {"device": 0, "host": 0, "storage": 4 * 240}, "every prompt from storage", r["cached_tokens"])
+    expect(r["storage_objects"]["written"] == [0, 0] and len(objects(store)) == 512,
+           "the reader writes nothing new (its pages' objects exist)", r["storage_objects"])
+    # Another tenant (namespace digest) over the same directory reads nothing and writes its own.
+    t = ok_run(2, "tenant", *sets, "--set", "topology.tp=2", "--set", "topology.pp=1", "--set", "cache.storage_namespace=b")
+    expect(t["cached_tokens"]["storage"] == 0 and t["storage_objects"]["read"] == [0, 0],
+           "another namespace never hits these objects (bug catalogue #26)", t["cached_tokens"])
+    expect(len({m.group(2) for m in objects(store)}) == 2, "two namespaces side by side", len(objects(store)))
+    # A reader that does not align with the grid is refused at start-up with the numbers.
+    rc, so, se = run(3, UKV, "--out", out("pp3"), *sets, "--set", "topology.tp=1", "--set", "topology.pp=3")
+    expect(rc == 2 and "rank tp 0 pp 0" in se and "layers 0-19 of 60, not whole ranges of cache.storage_layer_partition = 30" in se,
+           "PP3 refused: its stages split the 30-layer ranges", so, se)
+    rc, so, se = run(1, UKV, "--out", out("lp"), "--set", "cache.storage_key_scheme=rank_suffix")
+    expect(rc == 2 and "cache.storage_layer_partition = 30 needs cache.storage_key_scheme" in se,
+           "the grid keys need the unified scheme", so, se)
+
+
+def concurrent_writers():
+    """Two writer jobs of different layouts (TP4 x PP1 and TP2 x PP2, 4 ranks each) writing the same
+    objects at once into one directory leave whole objects only: every file is a whole object, and
+    a third job (TP1 x PP1) reads every page of every prompt intact."""
+    store = out("cstore")
+    sets = ["--set", "cache.storage_dir=" + store]
+    procs = []
+    for name, tp, pp in (("cw1", 4, 1), ("cw2", 2, 2)):
+        cmd = [MPIEXEC, "-np", "4", BIN, "run", UKV, "--out", out(name), *sets, "--set", f"topology.tp={tp}",
+               "--set", f"topology.pp={pp}"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV))
+    for p in procs:
+        so, se = p.communicate(timeout=240)
+        expect(p.returncode == 0 and "# verdict: OK" in so, "both writers finish OK", so, se)
+    objs = objects(store)
+    expect(len(objs) == 512 and not [n for n in os.listdir(os.path.join(store, "unified")) if n.startswith(".tmp")],
+           "512 objects, no temporary file left", len(objs))
+    for m in objs:
+        with open(os.path.join(store, "unified", m.group(0)), "rb") as f:
+            head = f.read(40)
+            size = os.fstat(f.fileno()).st_size
+        key_len = int.from_bytes(head[12:16], "little")
+        payload = int.from_bytes(head[16:24], "little")
+        expect(head[:8] == b"KVGRIDO1" and size == 40 + key_len + payload, "a whole object", m.group(0), size)
+    r = ok_run(1, "cw-reader", *sets, "--set", "topology.tp=1", "--set", "topology.pp=1")
+    expect(r["cached_tokens"]["storage"] == 4 * 240 and r["storage_objects"]["read"] == [4 * 15 * 8],
+           "every page read intact (8 objects per page at TP1)", r)
+
+
+def layout_pairs():
+    """Cross-layout reuse for writer/reader pairs of an 8-layer, 8-head model (jobs/unified_pairs.py;
+    the smoke's three pairs here, the 81 pairs of TP in {1,2,4,8} x PP in {1,2,4} there): every
+    reader serves every reusable page from storage with one object per chunk and page."""
+    p = subprocess.run(["/usr/bin/python3", os.path.join(SRC, "jobs", "unified_pairs.py"), "--pairs", "smoke",
+                        "--out", out("pairs")], capture_output=True, text=True, env=ENV, timeout=280)
+    print(p.stdout)
+    expect(p.returncode == 0 and "# pairs 3, failed 0" in p.stdout, "every pair reads the other's objects", p.stdout, p.stderr)
+
+
+if __name__ == "__main__":
+    name = sys.argv[1]
+    try:
+        globals()[name]()
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
+    print(f"cli {name}: 1 passed, 0 failed")
