@@ -50,14 +50,6 @@ std::vector<std::string> RadixStorageSite::chunk_keys(const PageDigest& d) const
   return keys;
 }
 
-std::size_t RadixStorageSite::unified_present(std::span<const PageDigest> digests) const {
-  std::size_t n = 0;
-  for (; n < digests.size(); ++n)
-    for (const auto& k : chunk_keys(digests[n]))
-      if (!ctx_.store.exists(k)) return n;
-  return n;
-}
-
 std::vector<std::string> RadixStorageSite::objects(const Job& j, std::size_t item) const {
   if (!unified()) return StorageSite::objects(j, item);
   return chunk_keys(static_cast<const RadixJob&>(j).digests[item]);
@@ -118,7 +110,8 @@ void RadixStorageSite::backup(TreeNode* node) {
   const std::size_t first = (tokens.size() - node->key.size()) / p;
   const auto digests = digests_for(tokens, first);
   if (unified()) {
-    for (std::size_t i = 0; i < digests.size(); ++i) backup_unified(node->host[i], digests[i]);
+    for (std::size_t i = 0; i < digests.size(); ++i)
+      if (host_kv_.owns(node->host[i])) backup_unified(node->host[i], digests[i]);  // CP sharding: its owner
     return;
   }
   const auto keys = keys_for(digests);
@@ -159,11 +152,11 @@ std::size_t RadixStorageSite::read(Job& j, std::size_t first, std::size_t count,
   for (std::size_t i = 0; i < count; ++i) {
     if (fail_at && i >= *fail_at) return i;  // storage.read.fail: an I/O error from here on
     const PageId page = job.pages[first + i];
+    if (!host_kv_.owns(page)) continue;  // CP sharding: its owner reads it
     if (unified()) {
       if (!read_unified(page, job.digests[first + i], staging)) return i;
       continue;
     }
-    if (!host_kv_.owns(page)) continue;  // CP sharding: its owner reads it
     if (draft_) {  // the draft first: the page counts as read only once both landed
       if (ctx_.store.get(job.keys[first + i] + DraftState::kObjectSuffix, dbuf) != StorageMiss::None) return i;
       draft_->load_object(page, dbuf);
@@ -190,31 +183,27 @@ std::unique_ptr<StorageSite::Job> RadixStorageSite::plan(std::span<const TokenId
   pl->tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(max_pages * p));
   pl->digests = digests_for(pl->tokens, pl->start);
   pl->keys = keys_for(pl->digests);
+  pl->local_hit = pl->keys.size();
+  if (!ctx_.cfg.writer) return pl;  // MLA readers (unified: CP replicas too): the writer decides
+  // The leading pages whose objects all exist: the target's (unified: every chunk's) and a sidecar
+  // draft's. CP sharding: this rank looks up only the pages it owns (the others count as present
+  // here; their owners look them up), so the MIN over the shard group is the leading hit of all.
   FileStorage& store = ctx_.store;
-  if (!ctx_.cfg.writer) {
-    pl->local_hit = pl->keys.size();  // MLA readers (unified: CP replicas too): the writer decides
-  } else if (unified()) {
-    pl->local_hit = unified_present(pl->digests);
-  } else if (!host_kv_.sharded()) {
-    pl->local_hit = store.batch_exists(pl->keys);
-    if (draft_) {  // the MIN of the target's and the draft's leading hits
-      std::vector<std::string> dkeys;
-      for (const auto& k : pl->keys) dkeys.push_back(k + DraftState::kObjectSuffix);
-      pl->local_hit = std::min(pl->local_hit, store.batch_exists(dkeys));
+  auto stored = [&](std::size_t i) {
+    if (unified()) {
+      for (const auto& k : chunk_keys(pl->digests[i]))
+        if (!store.exists(k)) return false;
+      return true;
     }
-  } else {
-    // CP sharding: this rank looks up only the pages it owns (the others count as present here;
-    // their owners look them up), so the MIN over the shard group is the leading hit of them all.
-    std::vector<std::string> mine;
-    std::vector<std::size_t> at;
-    const CpPlacement& plc = host_kv_.placement();
-    for (std::size_t i = 0; i < pl->keys.size(); ++i)
-      if ((pl->start + i) % plc.shards == host_kv_.shard_rank()) {
-        mine.push_back(pl->keys[i]);
-        at.push_back(i);
-      }
-    const std::size_t k = store.batch_exists(mine);
-    pl->local_hit = k < mine.size() ? at[k] : pl->keys.size();
+    return store.exists(pl->keys[i]) && (!draft_ || store.exists(pl->keys[i] + DraftState::kObjectSuffix));
+  };
+  const CpPlacement& plc = host_kv_.placement();
+  for (std::size_t i = 0; i < pl->keys.size(); ++i) {
+    if (host_kv_.sharded() && (pl->start + i) % plc.shards != host_kv_.shard_rank()) continue;
+    if (!stored(i)) {
+      pl->local_hit = i;
+      break;
+    }
   }
   return pl;
 }

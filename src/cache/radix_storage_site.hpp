@@ -53,7 +53,6 @@ class RadixStorageSite final : public StorageSite {
   std::vector<std::string> keys_for(std::span<const PageDigest> digests) const;  // each page's primary object
   bool unified() const;
   std::vector<std::string> chunk_keys(const PageDigest& d) const;  // unified: every object of a page
-  std::size_t unified_present(std::span<const PageDigest> digests) const;  // leading pages with every object
   void backup_unified(PageId page, const PageDigest& d);
   bool read_unified(PageId page, const PageDigest& d, std::vector<std::uint64_t>& staging);
 

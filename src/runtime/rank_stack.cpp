@@ -119,7 +119,7 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
     // object: CP replicas (and MLA's TP replicas) defer to the first.
     sc.unified = unified_plan(exp, geo).chunks;
     sc.dir = exp.cache.storage_dir + "/unified";
-    sc.writer = sc.writer && c.cp == 0;
+    sc.writer = sc.writer && (c.cp == 0 || shard->axis == "cp");  // sharded over CP: every owner
   }
   sc.prefetch_threshold = exp.cache.prefetch_threshold;
   sc.stop_policy = exp.cache.prefetch_policy;

@@ -43,8 +43,6 @@ void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
          "SWA and MAMBA objects in the unified layout are not built yet (rank_suffix keys serve hybrid models)");
   refuse(exp.model.draft.enabled(), "model.draft.mode = \"" + exp.model.draft.mode + "\"",
          "draft state as unified objects is not built yet (rank_suffix keys serve drafts)");
-  refuse(c.cp_sharding != "replicated", "cache.cp_sharding = \"" + c.cp_sharding + "\"",
-         "CP-sharded writers and readers of unified objects are not built yet (replicated CP shares them)");
   for (const auto& g : exp.topology.groups)
     for (int pp = 0; pp < g.shape.pp; ++pp)
       for (int tp = 0; tp < g.shape.tp; ++tp) {

@@ -98,11 +98,50 @@ def concurrent_writers():
 def layout_pairs():
     """Cross-layout reuse for writer/reader pairs of an 8-layer, 8-head model (jobs/unified_pairs.py;
     the smoke's three pairs here, the 81 pairs of TP in {1,2,4,8} x PP in {1,2,4} there): every
-    reader serves every reusable page from storage with one object per chunk and page."""
+    reader serves every reusable page from storage with one object per chunk and page; and an MLA
+    pair (replicated latent: one writer per chunk, no head group)."""
     p = subprocess.run(["/usr/bin/python3", os.path.join(SRC, "jobs", "unified_pairs.py"), "--pairs", "smoke",
                         "--out", out("pairs")], capture_output=True, text=True, env=ENV, timeout=280)
     print(p.stdout)
     expect(p.returncode == 0 and "# pairs 3, failed 0" in p.stdout, "every pair reads the other's objects", p.stdout, p.stderr)
+    # MLA: one latent replicated over TP, objects without _H, one writer per chunk (TP rank 0).
+    store = out("mla")
+    mla = ["--set", "model.layers=8", "--set", "model.attention=mla", "--set", "model.kv_heads=4",
+           "--set", "cache.storage_layer_partition=2", "--set", "cache.storage_head_partition=0",
+           "--set", "cache.storage_dir=" + store]
+    w = ok_run(4, "mla-w", *mla, "--set", "topology.tp=2", "--set", "topology.pp=2")
+    expect(w["storage_objects"]["written"] == [2 * 64, 0, 2 * 64, 0], "MLA: TP0 of each stage writes its 2 chunks", w)
+    names = [m.group(0) for m in objects(store)]
+    expect(len(names) == 4 * 64 and all("_H" not in n for n in names), "4 layer ranges x 64 pages, no head group", names[:3])
+    r = ok_run(2, "mla-r", *mla, "--set", "topology.tp=1", "--set", "topology.pp=2")
+    expect(r["storage_objects"]["read"] == [2 * 60] * 2 and r["cached_tokens"]["storage"] == 960,
+           "MLA reader TP1 x PP2: two objects per rank and page", r)
+
+
+def cp_sharded():
+    """CP page-sharded writers and readers (beyond the article, whose unified path refuses CP): a
+    TP2 x CP2 sharded writer's owners write only their pages' chunks; readers of another CP degree
+    — TP1 x CP4 sharded, TP2 x PP2 replicated, TP4 x CP2 sharded — each read exactly the pages
+    their owners need (position mod CP) and serve every prompt from storage, oracle OK."""
+    store = out("cp")
+    m = ["--set", "model.layers=8", "--set", "cache.storage_layer_partition=2", "--set", "cache.storage_head_partition=2",
+         "--set", "cache.storage_dir=" + store]
+
+    def layout(tp, cp, pp, sharding):
+        return ["--set", f"topology.tp={tp}", "--set", f"topology.cp={cp}", "--set", f"topology.pp={pp}",
+                "--set", "cache.cp_sharding=" + sharding]
+
+    w = ok_run(4, "cp-w", *m, *layout(2, 2, 1, "sharded"))
+    # 64 pages, each CP owner half of them; a TP rank's 4 heads = 2 groups x 4 layer ranges = 8 chunks
+    expect(w["storage_objects"]["written"] == [32 * 8] * 4, "each owner writes its pages' chunks", w["storage_objects"])
+    expect(len(objects(store)) == 64 * 16, "every page's 16 chunks, once", len(objects(store)))
+    owned = lambda n, r: sum(1 for p in range(15) if p % n == r) * 4  # reusable pages (15 per prompt) owned by r
+    for name, (tp, cp, pp, sh), chunks in (("cp-r4", (1, 4, 1, "sharded"), 16), ("cp-rrep", (2, 1, 2, "replicated"), 4),
+                                           ("cp-r2", (4, 2, 1, "sharded"), 4)):
+        r = ok_run(tp * cp * pp, name, *m, *layout(tp, cp, pp, sh))
+        want = [owned(cp, c) * chunks if sh == "sharded" else 60 * chunks for c in range(cp) for _ in range(tp * pp)]
+        expect(r["storage_objects"]["read"] == want and r["cached_tokens"]["storage"] == 960,
+               f"{name}: every owner reads its pages' chunks", r["storage_objects"], want, r["cached_tokens"])
 
 
 if __name__ == "__main__":
