@@ -44,8 +44,11 @@ class DraftState {
   DraftLayout layout() const { return layout_; }
   KvPool& device() { return device_; }
   const KvPool& device() const { return device_; }
-  // The pool a draft host copy lives in (null: target_only, or no host tier).
+  // The pool a draft host copy lives in (null: target_only, or no host tier), and the first of its
+  // layers that holds the draft's (packed: after the target's; sidecar: 0).
   const KvPool* host() const;
+  KvPool* host() { return const_cast<KvPool*>(static_cast<const DraftState*>(this)->host()); }
+  std::size_t host_layer0() const { return packed_ ? target_layers_ : 0; }
 
   // Device → host: the draft of device pages `device_pages` into host slots `host_pages` (the
   // target's host page ids). Empty for target_only.

@@ -11,11 +11,32 @@ namespace kvgrid::cache {
 RadixStorageSite::RadixStorageSite(const StorageContext& ctx, RadixTree& tree, HostTier& host, KvPool& host_kv)
     : ctx_(ctx), tree_(tree), host_(host), host_kv_(host_kv) {
   host_.on_published([this](TreeNode* n) { backup(n); });
-  offsets_.push_back(0);
-  for (const auto& c : ctx_.cfg.unified) {
-    spans_.push_back(c.local);
-    offsets_.push_back(offsets_.back() + host_kv_.object_words(c.local));
+  if (!ctx_.cfg.unified.empty()) parts_.push_back(make_part(host_kv_, ctx_.cfg.unified, 0));
+}
+
+RadixStorageSite::UnifiedPart RadixStorageSite::make_part(KvPool& pool, const std::vector<UnifiedChunk>& chunks,
+                                                          std::size_t layer0) const {
+  UnifiedPart p{&pool, chunks, {}, {0}};
+  for (const auto& c : chunks) {
+    kernels::ChunkSpan s = c.local;
+    s.layer0 += layer0;
+    p.spans.push_back(s);
+    p.offsets.push_back(p.offsets.back() + pool.object_words(s));
   }
+  return p;
+}
+
+void RadixStorageSite::set_draft(DraftState* d) {
+  if (!unified()) {
+    draft_ = d && d->separate_objects() ? d : nullptr;
+    return;
+  }
+  // Unified keys: packed and sidecar drafts alike are objects of the draft's namespace, from
+  // wherever the draft's host rows are (target_only: nothing of the draft is stored).
+  KVGRID_CHECK(parts_.size() == 1, "set_draft twice");
+  if (!d || !d->host()) return;
+  KVGRID_CHECK(!ctx_.cfg.unified_draft.empty(), "a draft model without its unified objects");
+  parts_.insert(parts_.begin(), make_part(*d->host(), ctx_.cfg.unified_draft, d->host_layer0()));
 }
 
 std::vector<std::uint8_t> RadixStorageSite::page_bytes(PageId page) const {
@@ -26,6 +47,11 @@ std::vector<std::uint8_t> RadixStorageSite::page_bytes(PageId page) const {
 }
 
 std::size_t RadixStorageSite::page_object_bytes() const {
+  if (unified()) {
+    std::size_t words = 0;
+    for (const auto& part : parts_) words += part.offsets.back();
+    return words * sizeof(std::uint64_t);
+  }
   return host_kv_.layer_block_bytes() * host_kv_.layers() + (draft_ ? draft_->object_bytes() : 0);
 }
 
@@ -46,13 +72,14 @@ bool RadixStorageSite::unified() const { return !ctx_.cfg.unified.empty(); }
 
 std::vector<std::string> RadixStorageSite::chunk_keys(const PageDigest& d) const {
   std::vector<std::string> keys;
-  for (const auto& c : ctx_.cfg.unified) keys.push_back(unified_key(d, c));
+  for (const auto& part : parts_)
+    for (const auto& c : part.chunks) keys.push_back(unified_key(d, c));
   return keys;
 }
 
 std::vector<std::string> RadixStorageSite::objects(const Job& j, std::size_t item) const {
   if (!unified()) return StorageSite::objects(j, item);
-  return chunk_keys(static_cast<const RadixJob&>(j).digests[item]);
+  return chunk_keys(static_cast<const RadixJob&>(j).digests[item]);  // (the draft's first)
 }
 
 // A page's missing objects: the page packed once in object order, each missing chunk's span
@@ -60,43 +87,53 @@ std::vector<std::string> RadixStorageSite::objects(const Job& j, std::size_t ite
 // job — are immutable and left alone).
 void RadixStorageSite::backup_unified(PageId page, const PageDigest& d) {
   const auto keys = chunk_keys(d);
-  std::vector<std::size_t> missing;
-  for (std::size_t j = 0; j < keys.size(); ++j)
-    if (!ctx_.store.exists(keys[j])) missing.push_back(j);
-  if (missing.empty()) return;
+  bool any = false;
+  for (const auto& k : keys) any = any || !ctx_.store.exists(k);
+  if (!any) return;
   StorageTierStats& stats = ctx_.stats;
   if (ctx_.cfg.faults.write_fail && ctx_.cfg.faults.write_fail()) {
     ++stats.write_failed;
     return;
   }
-  std::vector<std::uint64_t> staging(offsets_.back());
-  host_kv_.pack(std::span<const PageId>(&page, 1), spans_, staging.data());
-  bool all = true;
-  for (std::size_t j : missing) {
-    const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(staging.data() + offsets_[j]),
-                                              (offsets_[j + 1] - offsets_[j]) * sizeof(std::uint64_t));
-    if (ctx_.store.set(keys[j], bytes)) {
+  std::vector<std::uint64_t> staging;
+  std::size_t at = 0;  // the first key of this part
+  for (const auto& part : parts_) {
+    staging.resize(part.offsets.back());
+    bool packed = false;
+    for (std::size_t j = 0; j < part.chunks.size(); ++j) {
+      const std::string& key = keys[at + j];
+      if (ctx_.store.exists(key)) continue;
+      if (!packed) part.pool->pack(std::span<const PageId>(&page, 1), part.spans, staging.data());
+      packed = true;
+      const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(staging.data() + part.offsets[j]),
+                                                (part.offsets[j + 1] - part.offsets[j]) * sizeof(std::uint64_t));
+      if (!ctx_.store.set(key, bytes)) {
+        ++stats.write_failed;  // the target's objects are not written without the draft's
+        return;
+      }
       ++stats.objects_written;
       stats.written_bytes += bytes.size();
-    } else {
-      all = false;
     }
+    at += part.chunks.size();
   }
-  if (all) ++stats.written_pages;
-  else ++stats.write_failed;
+  ++stats.written_pages;
 }
 
 // Every chunk's object of one page into `staging`, then unpacked into the host page (a plain
 // loop on a storage worker thread). False at the first object that is missing, short or corrupt.
 bool RadixStorageSite::read_unified(PageId page, const PageDigest& d, std::vector<std::uint64_t>& staging) {
-  staging.resize(offsets_.back());
   const auto keys = chunk_keys(d);
-  for (std::size_t j = 0; j < keys.size(); ++j) {
-    const std::span<std::uint8_t> bytes(reinterpret_cast<std::uint8_t*>(staging.data() + offsets_[j]),
-                                        (offsets_[j + 1] - offsets_[j]) * sizeof(std::uint64_t));
-    if (ctx_.store.get(keys[j], bytes) != StorageMiss::None) return false;
+  std::size_t at = 0;
+  for (const auto& part : parts_) {  // the draft's part first: the page counts only once both landed
+    staging.resize(part.offsets.back());
+    for (std::size_t j = 0; j < part.chunks.size(); ++j) {
+      const std::span<std::uint8_t> bytes(reinterpret_cast<std::uint8_t*>(staging.data() + part.offsets[j]),
+                                          (part.offsets[j + 1] - part.offsets[j]) * sizeof(std::uint64_t));
+      if (ctx_.store.get(keys[at + j], bytes) != StorageMiss::None) return false;
+    }
+    part.pool->unpack(std::span<const PageId>(&page, 1), part.spans, staging.data(), /*kokkos=*/!ctx_.cfg.threaded);
+    at += part.chunks.size();
   }
-  host_kv_.unpack(std::span<const PageId>(&page, 1), spans_, staging.data(), /*kokkos=*/!ctx_.cfg.threaded);
   return true;
 }
 

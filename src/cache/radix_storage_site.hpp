@@ -16,6 +16,7 @@
 #include "cache/host_tier.hpp"
 #include "cache/kv_pool.hpp"
 #include "cache/page_hash.hpp"
+#include "cache/unified_kv.hpp"
 #include "cache/radix_tree.hpp"
 #include "cache/storage_site.hpp"
 
@@ -27,7 +28,7 @@ class RadixStorageSite final : public StorageSite {
 
   // Write-through of a node whose host backup was just published (called by the host tier).
   void backup(TreeNode* node);
-  void set_draft(DraftState* d) { draft_ = d && d->separate_objects() ? d : nullptr; }
+  void set_draft(DraftState* d);
   // Serialized page (all local layers of one host page), the object payload.
   std::vector<std::uint8_t> page_bytes(PageId page) const;
 
@@ -61,8 +62,16 @@ class RadixStorageSite final : public StorageSite {
   HostTier& host_;
   KvPool& host_kv_;
   DraftState* draft_ = nullptr;  // sidecar drafts only
-  std::vector<kernels::ChunkSpan> spans_;  // unified: each chunk's local layers and heads
-  std::vector<std::size_t> offsets_;       // unified: each chunk's first word in a packed page
+  // Unified keys: a page's objects in parts, each packed from one pool — the draft's (if any:
+  // written and read first, so a page whose target objects exist has its draft's), then the target's.
+  struct UnifiedPart {
+    KvPool* pool = nullptr;
+    std::vector<UnifiedChunk> chunks;
+    std::vector<kernels::ChunkSpan> spans;  // each chunk's layers (in `pool`) and heads
+    std::vector<std::size_t> offsets;       // each chunk's first word in the part's packed page
+  };
+  UnifiedPart make_part(KvPool& pool, const std::vector<UnifiedChunk>& chunks, std::size_t layer0) const;
+  std::vector<UnifiedPart> parts_;
 };
 
 }  // namespace kvgrid::cache

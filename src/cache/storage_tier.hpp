@@ -67,6 +67,7 @@ struct StorageTierConfig {
   // cache.storage_key_scheme = unified: this rank's objects of a page (unified_kv.hpp); empty:
   // rank_suffix keys. Unified objects are shared: no rank evicts them for its own LRU.
   std::vector<UnifiedChunk> unified;
+  std::vector<UnifiedChunk> unified_draft;  // a draft model's objects (its own namespace), on the last stage
   bool writer = true;              // false: MLA rank other than TP 0 (reads the writer's objects)
   Tokens prefetch_threshold{64};
   std::string stop_policy = "best_effort";  // best_effort | wait_complete | timeout

@@ -23,6 +23,21 @@ cache::UnifiedPlan unified_plan(const ExperimentConfig& exp, const ModelGeometry
   return cache::plan_unified_kv(storage_namespace(exp), geo.layers, geo.layer_begin, geo.layer_end, geo.kv_heads);
 }
 
+cache::KvNamespace draft_storage_namespace(const ExperimentConfig& exp) {
+  const auto& d = exp.model.draft;
+  cache::KvNamespace ns = storage_namespace(exp);
+  ns.model_id = "draft-l" + std::to_string(d.layers) + "-h" + std::to_string(d.kv_heads) + "-d" + std::to_string(d.head_dim) +
+                "-" + d.dtype + "-of-" + ns.model_id;
+  ns.total_kv_heads = ns.rank_replicated ? 0 : static_cast<std::uint64_t>(d.kv_heads);
+  ns.layer_partition = 0;  // the whole draft: it is never split over stages
+  return ns;
+}
+
+cache::UnifiedPlan unified_draft_plan(const ExperimentConfig& exp, const ModelGeometry& draft_geo) {
+  const std::uint64_t n = draft_geo.layer_end - draft_geo.layer_begin;
+  return cache::plan_unified_kv(draft_storage_namespace(exp), n, 0, n, draft_geo.kv_heads);
+}
+
 void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
   const auto& c = exp.cache;
   if (c.storage_key_scheme != "unified") {
@@ -41,8 +56,6 @@ void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
   refuse(c.storage == "none", "cache.storage = \"none\"", "unified keys name storage objects; set cache.storage = \"file\"");
   refuse(exp.model.hybrid(), "a hybrid model (model.layer_types)",
          "SWA and MAMBA objects in the unified layout are not built yet (rank_suffix keys serve hybrid models)");
-  refuse(exp.model.draft.enabled(), "model.draft.mode = \"" + exp.model.draft.mode + "\"",
-         "draft state as unified objects is not built yet (rank_suffix keys serve drafts)");
   for (const auto& g : exp.topology.groups)
     for (int pp = 0; pp < g.shape.pp; ++pp)
       for (int tp = 0; tp < g.shape.tp; ++tp) {
@@ -52,6 +65,8 @@ void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
         const ModelGeometry geo = ModelGeometry::for_rank(exp, at, g.shape);
         try {
           (void)unified_plan(exp, geo);
+          if (exp.model.draft.enabled() && pp == g.shape.pp - 1)
+            (void)unified_draft_plan(exp, ModelGeometry::draft_for_rank(exp, at, g.shape));
         } catch (const InputError& e) {
           throw InputError(src + ": " + g.name + " group " + g.shape.str() + ", rank tp " + std::to_string(tp) + " pp " +
                            std::to_string(pp) + ": " + e.what());

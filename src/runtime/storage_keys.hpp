@@ -16,6 +16,12 @@ namespace kvgrid {
 cache::KvNamespace storage_namespace(const ExperimentConfig& exp);
 // A rank's unified objects (throws InputError when the rank does not align).
 cache::UnifiedPlan unified_plan(const ExperimentConfig& exp, const ModelGeometry& geo);
+// The draft model's (speculative decoding): a namespace of its own — the draft's identity tied to
+// its target's, one layer range (the draft lives on one stage), the target's head grid — so packed
+// and sidecar deployments of any compatible layout share the draft's objects. `draft_geo`: the
+// last stage's ModelGeometry::draft_for_rank.
+cache::KvNamespace draft_storage_namespace(const ExperimentConfig& exp);
+cache::UnifiedPlan unified_draft_plan(const ExperimentConfig& exp, const ModelGeometry& draft_geo);
 // cache.storage_key_scheme and its keys against the rest of the experiment: InputError naming
 // `src`, the keys and the numbers (the first rank of a group that does not align, and why).
 void check_storage_keys(const ExperimentConfig& exp, const std::string& src);

@@ -144,6 +144,39 @@ def cp_sharded():
                f"{name}: every owner reads its pages' chunks", r["storage_objects"], want, r["cached_tokens"])
 
 
+def draft_state():
+    """Draft state as unified objects of its own namespace (beyond the article, which refuses
+    speculative decoding with unified keys): a TP2 x PP2 job with a packed 1-layer draft writes the
+    draft's objects (L0-0 x 4 head groups per page) beside the target's; a TP1 job with a sidecar
+    draft reads both (16 target + 4 draft objects per page) and accepts exactly what the writer
+    accepted with no draft mismatch; a target_only reader restores the target alone and its draft
+    reads a blind prefix (mismatches); with the draft's objects gone no page counts as stored."""
+    store = out("draft")
+    m = ["--set", "model.layers=8", "--set", "cache.storage_layer_partition=2", "--set", "cache.storage_head_partition=2",
+         "--set", "cache.storage_dir=" + store, "--set", "model.draft.layers=1", "--set", "model.draft.steps=3"]
+    w = ok_run(4, "dr-w", *m, "--set", "topology.tp=2", "--set", "topology.pp=2", "--set", "model.draft.mode=packed")
+    # the last stage's ranks (world ranks 2, 3) write their 2 target chunks and 2 draft groups per page
+    expect(w["storage_objects"]["written"] == [64 * 4, 64 * 4, 64 * 6, 64 * 6], "draft objects on the last stage", w)
+    spaces = {}
+    for mm in objects(store):
+        spaces.setdefault(mm.group(2), set()).add((int(mm.group(3)), int(mm.group(4))))
+    expect(len(spaces) == 2 and {(0, 0)} in spaces.values(), "the draft's own namespace, one layer range", spaces)
+    r = ok_run(1, "dr-r", *m, "--set", "topology.tp=1", "--set", "topology.pp=1", "--set", "model.draft.mode=sidecar")
+    expect(r["storage_objects"]["read"] == [60 * 20] and r["cached_tokens"]["storage"] == 960,
+           "target and draft objects read (packed writer, sidecar reader)", r)
+    expect(r["spec"]["draft_mismatch_steps"] == 0 and r["spec"]["accepted"] == w["spec"]["accepted"] and
+           r["spec"]["proposed"] == w["spec"]["proposed"], "the draft restored: the writer's acceptance", r["spec"], w["spec"])
+    t = ok_run(1, "dr-t", *m, "--set", "topology.tp=1", "--set", "topology.pp=1", "--set", "model.draft.mode=target_only")
+    expect(t["cached_tokens"]["storage"] == 960 and t["spec"]["draft_mismatch_steps"] > 0,
+           "target_only: the draft reads a blind prefix", t["spec"])
+    draft_ns = [ns for ns, r_ in spaces.items() if r_ == {(0, 0)}][0]
+    for name in os.listdir(os.path.join(store, "unified")):
+        if draft_ns in name:
+            os.remove(os.path.join(store, "unified", name))
+    g = ok_run(1, "dr-gone", *m, "--set", "topology.tp=1", "--set", "topology.pp=1", "--set", "model.draft.mode=sidecar")
+    expect(g["cached_tokens"]["storage"] == 0, "no page without its draft's objects", g["cached_tokens"])
+
+
 if __name__ == "__main__":
     name = sys.argv[1]
     try:
