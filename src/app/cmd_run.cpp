@@ -17,6 +17,7 @@
 #include "app/commands.hpp"
 #include "core/build_info.hpp"
 #include "core/check.hpp"
+#include "core/hash.hpp"
 #include "core/decision_log.hpp"
 #include "core/failpoint.hpp"
 #include "core/log.hpp"
@@ -106,6 +107,15 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
          << " us)";
     os << "\n";
   }
+  if (exp.cache.storage != "none" && exp.cache.storage_key_scheme == "unified")
+    os << "# storage objects: unified keys in " << exp.cache.storage_dir << "/unified\n";
+  if (exp.cache.storage_shared)  // other jobs' objects appear while this one runs
+    os << "# not reproducible: shared store (cache.storage_shared: other jobs read and write " << exp.cache.storage_dir
+       << " at the same time)\n";
+  if (!exp.workload.route_dir.empty())
+    os << "# bucket: prompts of " << exp.workload.route_min_prompt << " to "
+       << (exp.workload.route_max_prompt > 0 ? std::to_string(exp.workload.route_max_prompt - 1) : std::string("any"))
+       << " tokens (the others: another job over " << exp.workload.route_dir << ")\n";
   os << "# faults:";
   if (exp.faults.empty()) os << " none";
   for (const auto& f : exp.faults) os << " " << f.name << "(p=" << f.probability << ")";
@@ -142,6 +152,7 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
   g_run_seed = exp.engine.seed;
   const std::string dir = prepare_run_dir(opt.out, exp.output.dir, exp.name, exp.engine.seed, grid.world());
   if (exp.cache.storage != "none" && exp.cache.storage_dir.empty()) exp.cache.storage_dir = dir + "/storage";
+  exp.cache.storage_job = hash_string(std::filesystem::absolute(dir).string());  // names this run in its objects
 
   FailpointRegistry faults(exp.engine.seed, world_rank);
   for (const auto& f : exp.faults) faults.configure(f);

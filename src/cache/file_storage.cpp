@@ -26,7 +26,7 @@ struct Header {
   std::uint32_t key_len;
   std::uint64_t payload_len;
   std::uint64_t checksum;
-  std::uint64_t reserved;
+  std::uint64_t job;  // the writing job (FileStorage::set_job; 0: not named)
 };
 static_assert(sizeof(Header) == 40);
 }  // namespace
@@ -119,6 +119,7 @@ bool FileStorage::set(const std::string& key, std::span<const std::uint8_t> payl
   h.key_len = static_cast<std::uint32_t>(key.size());
   h.payload_len = payload.size();
   h.checksum = payload_checksum(payload);
+  h.job = job_;
   bool ok = false;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -177,18 +178,31 @@ StorageMiss FileStorage::get(const std::string& key, std::span<std::uint8_t> out
   std::lock_guard<std::mutex> g(mu_);
   ++stats_.gets;
   ++stats_.hits;
+  if (h.job != job_) ++stats_.other_job_hits;
   stats_.bytes_read += buf.size();
   touch_locked(key);
   return StorageMiss::None;
 }
 
 bool FileStorage::exists(const std::string& key) {
+  bool indexed;
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (!index_.count(key)) return false;
+    indexed = index_.count(key) > 0;
   }
+  if (!indexed && !shared_) return false;
   std::error_code ec;
-  return fs::exists(path_of(key), ec);
+  const auto bytes = fs::file_size(path_of(key), ec);
+  if (ec) return false;
+  if (!indexed) {  // another job's object, written since this store was opened
+    std::lock_guard<std::mutex> g(mu_);
+    if (!index_.count(key)) {
+      lru_.push_back(key);
+      index_[key] = Entry{std::prev(lru_.end()), bytes};
+      used_ += bytes;
+    }
+  }
+  return true;
 }
 
 std::size_t FileStorage::batch_exists(std::span<const std::string> keys) {

@@ -1,7 +1,7 @@
 // File storage backend (L3): a directory of objects, one per key.
 //
 // Object format: a 40-byte header — magic "KVGRIDO1", format version, key length, payload length,
-// payload checksum — then the key, then the payload. `set` writes to a unique temporary name and
+// payload checksum, the writing job's id — then the key, then the payload. `set` writes to a unique temporary name and
 // renames it into place, so a reader (or another writer of the same key) never sees half an
 // object; an existing key only refreshes its LRU position. `get` validates everything: a missing,
 // short, corrupt or foreign object is a miss with a reason (counted, and the caller recomputes),
@@ -27,6 +27,7 @@ struct StorageStats {
   std::uint64_t sets = 0, set_skipped = 0, set_failed = 0, evicted = 0;
   std::uint64_t gets = 0, hits = 0, missing = 0, short_reads = 0, corrupt = 0;
   std::uint64_t bytes_written = 0, bytes_read = 0;
+  std::uint64_t other_job_hits = 0;  // objects read intact that another job wrote
 };
 
 class FileStorage {
@@ -44,6 +45,12 @@ class FileStorage {
   bool exists(const std::string& key);
   std::size_t batch_exists(std::span<const std::string> keys);
 
+  // This job's id, written into every object's header (a read counts objects of other jobs).
+  void set_job(std::uint64_t job) { job_ = job; }
+  // Other processes add objects while this one runs: a key missing from the index is looked up in
+  // the directory (and adopted when found there).
+  void set_shared(bool shared) { shared_ = shared; }
+
   StorageStats stats() const;
   std::uint64_t used_bytes() const;
   const std::string& dir() const { return dir_; }
@@ -54,6 +61,8 @@ class FileStorage {
   std::string dir_;
   std::uint64_t capacity_;
   bool evicts_;
+  bool shared_ = false;
+  std::uint64_t job_ = 0;
   mutable std::mutex mu_;
   std::list<std::string> lru_;  // front: least recently used
   struct Entry {

@@ -51,6 +51,8 @@ StorageTier::StorageTier(StorageTierConfig cfg, AckAgreement& agreement, Decisio
     : cfg_(std::move(cfg)), agreement_(agreement), log_(log),
       store_(std::make_unique<FileStorage>(cfg_.dir, cfg_.capacity_bytes, cfg_.unified.empty())), ctx_{cfg_, *store_, stats_, agreement_, log_},
       jitter_(Rng(cfg_.seed).fork("storage.jitter")) {
+  store_->set_job(cfg_.job);
+  store_->set_shared(cfg_.shared);
   KVGRID_CHECK(cfg_.stop_policy == "best_effort" || cfg_.stop_policy == "wait_complete" || cfg_.stop_policy == "timeout",
                "prefetch stop policy '", cfg_.stop_policy, "'");
   stop_ = cfg_.stop_policy == "best_effort" ? StopPolicy::BestEffort

@@ -68,6 +68,8 @@ struct StorageTierConfig {
   // rank_suffix keys. Unified objects are shared: no rank evicts them for its own LRU.
   std::vector<UnifiedChunk> unified;
   std::vector<UnifiedChunk> unified_draft;  // a draft model's objects (its own namespace), on the last stage
+  bool shared = false;      // other jobs write the directory while this one runs (FileStorage::set_shared)
+  std::uint64_t job = 0;    // this job's id in the objects' headers
   bool writer = true;              // false: MLA rank other than TP 0 (reads the writer's objects)
   Tokens prefetch_threshold{64};
   std::string stop_policy = "best_effort";  // best_effort | wait_complete | timeout

@@ -193,6 +193,7 @@ void read_cache(const Config& c, ExperimentConfig& e) {
   e.cache.storage_layer_partition = c.get_int("cache.storage_layer_partition");
   e.cache.storage_head_partition = c.get_int("cache.storage_head_partition");
   e.cache.storage_namespace = c.get_string("cache.storage_namespace");
+  e.cache.storage_shared = c.get_bool("cache.storage_shared");
   e.cache.prefetch_threshold = Tokens(c.get_int("cache.prefetch_threshold"));
   e.cache.prefetch_policy = c.get_string("cache.prefetch_policy");
   e.cache.prefetch_timeout_base_ms = c.get_float("cache.prefetch_timeout_base_ms");
@@ -220,6 +221,9 @@ void read_workload(const Config& c, ExperimentConfig& e) {
   w.kind = c.get_string("workload.kind");
   w.vocab = c.get_int("workload.vocab");
   w.request_rate = c.get_float("workload.request_rate");
+  w.route_min_prompt = c.get_int("workload.route_min_prompt");
+  w.route_max_prompt = c.get_int("workload.route_max_prompt");
+  w.route_wait_s = c.get_float("workload.route_wait_s");
   w.tree.steps = c.get_int("workload.tree.steps");
   w.tree.requests_per_step = c.get_int("workload.tree.requests_per_step");
   w.tree.prompt_tokens_min = c.get_int("workload.tree.prompt_tokens_min");
@@ -356,6 +360,7 @@ ExperimentConfig from_config(const Config& c, const std::string& name) {
   };
   if (e.cache.host_swa_pages.value() == 0) e.cache.host_swa_pages = Pages(scaled(e.cache.swa_pages.value()));
   if (e.cache.host_mamba_slots == 0) e.cache.host_mamba_slots = scaled(e.cache.mamba_slots);
+  if (e.workload.route_min_prompt > 0 || e.workload.route_max_prompt > 0) e.workload.route_dir = e.cache.storage_dir + "/router";
   check_relations(e, c.source());
   e.effective_toml = c.effective_toml();
   return e;

@@ -95,6 +95,11 @@ struct CacheConfig {
   std::string storage_key_scheme = "rank_suffix";
   std::int64_t storage_layer_partition = 0, storage_head_partition = 0;
   std::string storage_namespace;
+  // unified keys: other jobs read and write the directory while this one runs (lookups see their
+  // objects as they appear; not reproducible). `storage_job` (set by `kvgrid run`, not a key):
+  // this run's id in the objects it writes (a hash of its run directory).
+  bool storage_shared = false;
+  std::uint64_t storage_job = 0;
   Tokens prefetch_threshold{64};
   std::string prefetch_policy = "best_effort";
   double prefetch_timeout_base_ms = 5.0, prefetch_timeout_per_1k_ms = 2.0, prefetch_timeout_max_ms = 50.0;
@@ -174,6 +179,12 @@ struct WorkloadConfig {
   AgenticConfig agentic;
   MooncakeConfig mooncake;
   bool sessions = false;  // gsp / multiturn / aba: each conversation is a session (agentic always)
+  // Buckets by context length (runtime/routed_workload.hpp): this job serves the requests whose
+  // prompt has route_min_prompt <= tokens < route_max_prompt (0: no bound); another job over the
+  // same shared store serves the rest. `route_dir` (not a key): <cache.storage_dir>/router.
+  std::int64_t route_min_prompt = 0, route_max_prompt = 0;
+  double route_wait_s = 60.0;
+  std::string route_dir;
 };
 
 struct EngineConfig {

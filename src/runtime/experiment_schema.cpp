@@ -112,6 +112,9 @@ void add_cache_keys(Schema& s) {
   s.add(ikey({"cache", "storage_head_partition"}, 0, 0, 1e9,
              "unified keys: KV heads per object (0: each rank's own heads; set it to share across TP layouts)"));
   s.add(skey({"cache", "storage_namespace"}, {}, "unified keys: a tenant name in the namespace digest (tenants never read each other's objects)"));
+  s.add(bkey({"cache", "storage_shared"}, false,
+             "unified keys: jobs running at the same time share cache.storage_dir (lookups see their objects as they "
+             "appear; runs are marked not reproducible)"));
   s.add(ikey({"cache", "prefetch_threshold"}, 64, 1, 1e9, "prefetch from storage only a hit of at least this many tokens"));
   s.add(skey({"cache", "prefetch_policy"}, {"best_effort", "wait_complete", "timeout"},
              "when a prefetch stops: when the request is scheduled, when all reads are done, or done/timed out"));
@@ -173,6 +176,12 @@ void add_workload_keys(Schema& s) {
              "tree: cache-only loop; gsp, multiturn, mooncake, aba, cold_prefix, agentic (agent sessions): the serving loop with the synthetic model"));
   s.add(ikey({"workload", "vocab"}, 32000, 2, 4294967295.0, "vocabulary size (prompt and generated token ids are < vocab)"));
   s.add(fkey({"workload", "request_rate"}, 0.0, 0.0, 1e9, "gsp/multiturn/aba/cold_prefix/agentic: Poisson arrivals (agentic: session starts) per modelled second (0: all at t = 0)"));
+  s.add(ikey({"workload", "route_min_prompt"}, 0, 0, 1e12,
+             "buckets by context length: serve only prompts of at least this many tokens (another job over the same "
+             "shared store serves the rest; needs cache.storage_shared)"));
+  s.add(ikey({"workload", "route_max_prompt"}, 0, 0, 1e12, "buckets: serve only prompts shorter than this (0: no bound)"));
+  s.add(fkey({"workload", "route_wait_s"}, 60.0, 0.001, 1e6,
+             "buckets: how long (wall time) to wait for the other job to finish a request whose follow-up this job serves"));
   s.add(bkey({"workload", "sessions"}, false, "gsp / multiturn / aba / cold_prefix: each conversation is a session (opened at its first request, closed after its last)"));
   s.add(ikey({"workload", "tree", "steps"}, 200, 1, kBig, "scheduler steps"));
   s.add(ikey({"workload", "tree", "requests_per_step"}, 4, 1, 1e6, "requests arriving per step"));

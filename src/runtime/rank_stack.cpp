@@ -113,6 +113,7 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
   sc.key_suffix = cache::key_suffix(sk);
   sc.dir = exp.cache.storage_dir + "/" + sc.key_suffix.substr(1);  // one directory per shard (MLA: shared over TP)
   sc.capacity_bytes = static_cast<std::uint64_t>(exp.cache.storage_capacity_mb) << 20;
+  sc.job = exp.cache.storage_job;
   sc.writer = !sk.replicated_over_tp || c.tp == 0;  // one writer per replica set; sharded: every owner
   if (exp.cache.storage_key_scheme == "unified") {
     // One directory shared by every rank and every job of any compatible layout; one writer per
@@ -121,6 +122,7 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
     if (has_draft) sc.unified_draft = unified_draft_plan(exp, draft_geo).chunks;
     sc.dir = exp.cache.storage_dir + "/unified";
     sc.writer = sc.writer && (c.cp == 0 || shard->axis == "cp");  // sharded over CP: every owner
+    sc.shared = exp.cache.storage_shared;
   }
   sc.prefetch_threshold = exp.cache.prefetch_threshold;
   sc.stop_policy = exp.cache.prefetch_policy;

@@ -1,4 +1,5 @@
 #include "runtime/serve_workload.hpp"
+#include "runtime/routed_workload.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -537,7 +538,8 @@ std::unique_ptr<ServeWorkload> make_mooncake(const WorkloadConfig& w) {
 
 }  // namespace
 
-std::unique_ptr<ServeWorkload> make_serve_workload(const WorkloadConfig& cfg, std::uint64_t seed) {
+namespace {
+std::unique_ptr<ServeWorkload> make_whole(const WorkloadConfig& cfg, std::uint64_t seed) {
   if (cfg.kind == "gsp") return make_gsp(cfg, seed);
   if (cfg.kind == "multiturn") return make_multiturn(cfg, seed);
   if (cfg.kind == "aba") return make_aba(cfg, seed);
@@ -545,6 +547,11 @@ std::unique_ptr<ServeWorkload> make_serve_workload(const WorkloadConfig& cfg, st
   if (cfg.kind == "agentic") return std::make_unique<AgenticWorkload>(cfg.agentic, cfg.vocab, cfg.request_rate, seed);
   KVGRID_CHECK(cfg.kind == "mooncake", "no serving workload '", cfg.kind, "'");
   return make_mooncake(cfg);
+}
+}  // namespace
+
+std::unique_ptr<ServeWorkload> make_serve_workload(const WorkloadConfig& cfg, std::uint64_t seed) {
+  return route_by_length(make_whole(cfg, seed), cfg);  // buckets by context length, if asked
 }
 
 std::vector<std::uint32_t> encode_specs(std::span<const RequestSpec> reqs) {

@@ -69,6 +69,10 @@ class ServeWorkload {
   // Closed-loop workloads release follow-ups when a request finishes.
   virtual void finished(RequestId /*id*/, std::uint64_t /*now_ns*/) {}
   virtual std::uint64_t total_requests() const = 0;
+  // Called by PP0's leader when nothing is running, no arrival is known and the workload is not
+  // exhausted: a workload that waits on another process (routed_workload.hpp) blocks here until
+  // it knows more. `now_ns`: the leader's modelled clock.
+  virtual void wait_for_arrival(std::uint64_t /*now_ns*/) {}
   // Session opens and closes since the last call, in order (applied before that step's arrivals).
   std::vector<SessionEvent> take_session_events() { return std::exchange(events_, {}); }
 

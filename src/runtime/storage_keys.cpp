@@ -40,7 +40,19 @@ cache::UnifiedPlan unified_draft_plan(const ExperimentConfig& exp, const ModelGe
 
 void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
   const auto& c = exp.cache;
+  const auto& w = exp.workload;
+  if ((w.route_min_prompt > 0 || w.route_max_prompt > 0) && !c.storage_shared)
+    throw InputError(src + ": workload.route_min_prompt / route_max_prompt (buckets by context length) need "
+                     "cache.storage_shared = true: the buckets' jobs meet in the shared store");
+  if (w.route_max_prompt > 0 && w.route_min_prompt >= w.route_max_prompt)
+    throw InputError(src + ": workload.route_min_prompt = " + std::to_string(w.route_min_prompt) +
+                     " must be below workload.route_max_prompt = " + std::to_string(w.route_max_prompt));
+  if (c.storage_shared && c.storage_dir.empty())
+    throw InputError(src + ": cache.storage_shared = true needs cache.storage_dir (the directory the jobs share)");
   if (c.storage_key_scheme != "unified") {
+    if (c.storage_shared)
+      throw InputError(src + ": cache.storage_shared = true needs cache.storage_key_scheme = \"unified\" "
+                       "(rank_suffix objects belong to one rank of one layout)");
     for (const auto& [key, v] : {std::pair<const char*, std::int64_t>{"cache.storage_layer_partition", c.storage_layer_partition},
                                  {"cache.storage_head_partition", c.storage_head_partition}})
       if (v != 0)

@@ -183,6 +183,7 @@ const std::vector<TableDoc>& tables() {
         {"storage_failed_pages", "pages", "storage pages that failed (read, short, corrupt)"},
         {"storage_objects_written", "objects", "storage objects this rank wrote (unified keys: one per chunk and page)"},
         {"storage_objects_read", "objects", "storage objects this rank read intact"},
+        {"storage_objects_other_jobs", "objects", "of the objects read: those another job wrote (cross-job, cross-bucket reuse)"},
         {"d2h_bytes", "bytes", "device -> host bytes"},
         {"h2d_bytes", "bytes", "host -> device bytes"},
         {"storage_read_bytes", "bytes", "bytes read from storage"},

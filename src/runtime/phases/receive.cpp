@@ -39,6 +39,8 @@ void ServeLoop::leader_inputs(Step& s) {
   StepMessage& in = s.in;
   for (auto& p : plugins_) p->leader_before_arrivals(s);
   if (sched_.idle()) {
+    // Nothing known to arrive: a workload that waits on another job (buckets) blocks until it knows.
+    if (!workload_->exhausted() && !workload_->next_arrival_ns()) workload_->wait_for_arrival(clock_);
     // Idle: jump ahead to the next arrival (as far as the plug-ins let it: P/D prefill not past a
     // busy decode's clock).
     if (auto next = workload_->next_arrival_ns(); next && *next > clock_) {
