@@ -1,12 +1,15 @@
 // File storage backend (L3): a directory of objects, one per key.
 //
-// Object format: a 40-byte header — magic "KVGRIDO1", format version, key length, payload length,
-// payload checksum, the writing job's id — then the key, then the payload. `set` writes to a unique temporary name and
-// renames it into place, so a reader (or another writer of the same key) never sees half an
-// object; an existing key only refreshes its LRU position. `get` validates everything: a missing,
-// short, corrupt or foreign object is a miss with a reason (counted, and the caller recomputes),
-// never data. Capacity: an LRU limit in bytes per instance (per rank); eviction deletes the least
-// recently set or read objects (not in a shared store: see the constructor). `batch_exists` answers how many leading keys of a batch exist.
+// Object format (version 2): a 40-byte header — magic "KVGRIDO1", format version, key length,
+// payload length, payload checksum (eight multiply-xor lanes), the writing job's id — then the key,
+// then the payload. `set` is open (a unique temporary name), one gathered write, close and rename
+// into place — no fsync, no buffering layer — so a reader (or another writer of the same key)
+// never sees half an object; an existing key only refreshes its LRU position. `get` is open, one
+// scattered read straight into the caller's buffer, close, then validation: a missing, short,
+// corrupt or foreign object is a miss with a reason (counted, and the caller recomputes), never
+// data. Capacity: an LRU limit in bytes per instance (per rank); eviction deletes the least
+// recently set or read objects (not in a shared store: see the constructor). `batch_exists`
+// answers how many leading keys of a batch exist.
 // Thread-safe: the index is under a mutex; file I/O happens outside it.
 #pragma once
 
@@ -40,7 +43,8 @@ class FileStorage {
 
   // false when the write failed (disk full, injected failure): nothing partial is left behind.
   bool set(const std::string& key, std::span<const std::uint8_t> payload);
-  // StorageMiss::None on success (`out` filled); otherwise `out` is untouched.
+  // StorageMiss::None on success (`out` filled); otherwise `out` holds unspecified bytes (the read
+  // goes straight into it: callers read into scratch buffers and use them only on success).
   StorageMiss get(const std::string& key, std::span<std::uint8_t> out);
   bool exists(const std::string& key);
   std::size_t batch_exists(std::span<const std::string> keys);
