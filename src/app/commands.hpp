@@ -38,5 +38,11 @@ struct WorkloadArgs {
   double service_ms = 1000.0;      // closed-loop workloads: each request's assumed time in service
 };
 int cmd_workload(const WorkloadArgs& args);
+struct StoreArgs {
+  std::string dir;
+  double limit_mb = 0;
+  bool dry_run = false;
+};
+int cmd_store(const StoreArgs& args);
 
 }  // namespace kvgrid::app

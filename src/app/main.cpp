@@ -5,6 +5,7 @@
 //   kvgrid check RUN
 //   kvgrid timeline RUN -o run.json [--from S --to S --every N --wall]
 //   kvgrid workload EXPERIMENT.toml [--export FILE] [--seed N] [--set key=value]...
+//   kvgrid store DIR --limit-mb N [--dry-run]
 //   kvgrid help [COMMAND]
 //
 // Exit codes: 0 success, 1 FAILED verdict (or a watchdog / internal error), 2 bad input.
@@ -76,10 +77,17 @@ int main(int argc, char** argv) {
                            "closed-loop workloads (gsp turns, multiturn): a follow-up arrives this long after its "
                            "predecessor arrived (default 1000)");
 
+  kvgrid::app::StoreArgs store;
+  auto* store_cmd = app.add_subcommand(
+      "store", "sweep a unified storage directory down to a size: least recently read or written objects first");
+  store_cmd->add_option("dir", store.dir, "storage directory (cache.storage_dir) or its unified/ subdirectory")->required();
+  store_cmd->add_option("--limit-mb", store.limit_mb, "keep at most this many MiB of objects")->required()->check(CLI::NonNegativeNumber);
+  store_cmd->add_flag("--dry-run", store.dry_run, "count what would be removed, remove nothing");
+
   // `kvgrid help [COMMAND]`, and an unknown command named as such (not "argument not expected").
-  const std::vector<std::string> commands = {"run", "report", "check", "timeline", "workload", "help"};
+  const std::vector<std::string> commands = {"run", "report", "check", "timeline", "workload", "store", "help"};
   if (argc >= 2 && argv[1][0] != '-' && std::find(commands.begin(), commands.end(), argv[1]) == commands.end()) {
-    std::cerr << "kvgrid: unknown command '" << argv[1] << "' (commands: run, report, check, timeline, workload, help; see kvgrid --help)\n";
+    std::cerr << "kvgrid: unknown command '" << argv[1] << "' (commands: run, report, check, timeline, workload, store, help; see kvgrid --help)\n";
     return 2;
   }
   if (argc >= 2 && std::string(argv[1]) == "help") {
@@ -87,12 +95,12 @@ int main(int argc, char** argv) {
       std::cout << app.help();
       return 0;
     }
-    for (auto* sub : {run_cmd, report_cmd, check_cmd, timeline_cmd, workload_cmd})
+    for (auto* sub : {run_cmd, report_cmd, check_cmd, timeline_cmd, workload_cmd, store_cmd})
       if (sub->get_name() == argv[2]) {
         std::cout << sub->help();
         return 0;
       }
-    std::cerr << "kvgrid help: unknown command '" << argv[2] << "' (commands: run, report, check, timeline, workload)\n";
+    std::cerr << "kvgrid help: unknown command '" << argv[2] << "' (commands: run, report, check, timeline, workload, store)\n";
     return 2;
   }
   try {
@@ -114,5 +122,6 @@ int main(int argc, char** argv) {
   if (*check_cmd) return kvgrid::app::cmd_check(check_run);
   if (*timeline_cmd) return kvgrid::app::cmd_timeline(timeline);
   if (*workload_cmd) return kvgrid::app::cmd_workload(workload);
+  if (*store_cmd) return kvgrid::app::cmd_store(store);
   return 2;
 }

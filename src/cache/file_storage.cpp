@@ -1,6 +1,7 @@
 #include "cache/file_storage.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -223,6 +224,7 @@ StorageMiss FileStorage::get(const std::string& key, std::span<std::uint8_t> out
   iovec iov[4] = {{&h, sizeof(h)}, {stored.data(), stored.size()}, {out.data(), out.size()}, {&extra, 1}};
   const std::size_t want = sizeof(h) + key.size() + out.size();
   const std::size_t got = read_all(fd, iov, 4, want + 1);
+  if (recency_on_disk_ && got == want) ::futimens(fd, nullptr);  // read now: last in a sweep's order
   ::close(fd);
   if (got < sizeof(h)) return miss(StorageMiss::Short);
   if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0 || h.version != kVersion || h.key_len > 4096)
@@ -267,6 +269,40 @@ std::size_t FileStorage::batch_exists(std::span<const std::string> keys) {
   std::size_t n = 0;
   while (n < keys.size() && exists(keys[n])) ++n;
   return n;
+}
+
+SweepResult sweep_directory(const std::string& dir, std::uint64_t limit_bytes, bool dry_run) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw InputError(dir + ": no such storage directory");
+  struct Obj {
+    fs::file_time_type t;
+    std::string name;
+    std::uint64_t bytes;
+  };
+  std::vector<Obj> objs;
+  SweepResult r;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(".tmp.", 0) == 0 || e.path().extension() != ".bin") continue;
+    std::error_code e1, e2;
+    const auto t = e.last_write_time(e1);
+    const auto b = e.file_size(e2);
+    if (e1 || e2) continue;  // removed meanwhile
+    objs.push_back({t, name, b});
+    r.bytes += b;
+  }
+  r.objects = objs.size();
+  std::sort(objs.begin(), objs.end(), [](const Obj& a, const Obj& b) { return a.t != b.t ? a.t < b.t : a.name < b.name; });
+  std::uint64_t left = r.bytes;
+  for (const auto& o : objs) {
+    if (left <= limit_bytes) break;
+    std::error_code e3;
+    if (!dry_run && !fs::remove(fs::path(dir) / o.name, e3)) continue;  // gone already
+    left -= o.bytes;
+    ++r.removed;
+    r.removed_bytes += o.bytes;
+  }
+  return r;
 }
 
 StorageStats FileStorage::stats() const {

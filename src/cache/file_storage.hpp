@@ -54,6 +54,9 @@ class FileStorage {
   // Other processes add objects while this one runs: a key missing from the index is looked up in
   // the directory (and adopted when found there).
   void set_shared(bool shared) { shared_ = shared; }
+  // A store whose capacity a sweep enforces (unified keys): a successful read sets the object's
+  // modification time to now, so "least recently read or written" is on disk for any process.
+  void set_recency_on_disk(bool on) { recency_on_disk_ = on; }
 
   StorageStats stats() const;
   std::uint64_t used_bytes() const;
@@ -66,6 +69,7 @@ class FileStorage {
   std::uint64_t capacity_;
   bool evicts_;
   bool shared_ = false;
+  bool recency_on_disk_ = false;
   std::uint64_t job_ = 0;
   mutable std::mutex mu_;
   std::list<std::string> lru_;  // front: least recently used
@@ -77,6 +81,17 @@ class FileStorage {
   std::uint64_t used_ = 0, tmp_counter_ = 0;
   StorageStats stats_;
 };
+
+// The store-level eviction of a directory shared by ranks and jobs (unified keys): objects
+// (*.bin; temporary files are never touched) least recently read or written first (modification
+// time, then name), removed until the directory holds at most `limit_bytes`. Removing a file never
+// disturbs a read in progress (an open file outlives its name); a reader that opens it afterwards
+// gets a miss, which it recomputes. `dry_run`: count only. Throws InputError for a missing directory.
+struct SweepResult {
+  std::uint64_t objects = 0, bytes = 0;                  // before
+  std::uint64_t removed = 0, removed_bytes = 0;
+};
+SweepResult sweep_directory(const std::string& dir, std::uint64_t limit_bytes, bool dry_run = false);
 
 // 64-bit checksum of a byte payload (not cryptographic).
 std::uint64_t payload_checksum(std::span<const std::uint8_t> bytes);

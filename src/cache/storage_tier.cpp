@@ -53,6 +53,7 @@ StorageTier::StorageTier(StorageTierConfig cfg, AckAgreement& agreement, Decisio
       jitter_(Rng(cfg_.seed).fork("storage.jitter")) {
   store_->set_job(cfg_.job);
   store_->set_shared(cfg_.shared);
+  store_->set_recency_on_disk(!cfg_.unified.empty());
   KVGRID_CHECK(cfg_.stop_policy == "best_effort" || cfg_.stop_policy == "wait_complete" || cfg_.stop_policy == "timeout",
                "prefetch stop policy '", cfg_.stop_policy, "'");
   stop_ = cfg_.stop_policy == "best_effort" ? StopPolicy::BestEffort
@@ -74,6 +75,14 @@ StorageTier::~StorageTier() {
   for (auto& [id, p] : active_)
     for (auto& b : p.batches)
       if (b.result.valid()) b.result.wait();  // threads write into host slots: let them finish
+}
+
+SweepResult StorageTier::sweep_store() {
+  KVGRID_CHECK(!cfg_.unified.empty(), "a store-level sweep of a rank_suffix store (each rank evicts its own)");
+  const SweepResult r = sweep_directory(cfg_.dir, cfg_.capacity_bytes);
+  stats_.swept += r.removed;
+  stats_.swept_bytes += r.removed_bytes;
+  return r;
 }
 
 void StorageTier::set_draft(DraftState* d) {

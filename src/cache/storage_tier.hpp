@@ -91,6 +91,7 @@ struct StorageTierStats {
   std::uint64_t written_pages = 0, write_failed = 0, aborted = 0, reread_device = 0;
   std::uint64_t read_ns = 0;  // modelled read time (simulated), summed over batches
   std::uint64_t read_bytes = 0, written_bytes = 0;
+  std::uint64_t swept = 0, swept_bytes = 0;  // objects this rank's sweeps removed from a unified store
   std::uint64_t objects_written = 0;  // target objects (unified: one per chunk; objects read: the store's hits)
 };
 
@@ -144,6 +145,10 @@ class StorageTier {
     out.swap(transfers_);
     return out;
   }
+  // Unified keys: the store-level eviction (file_storage.hpp sweep_directory) of this tier's
+  // directory down to its capacity. One rank of a job calls it (runtime: world rank 0, at the
+  // end of the run, and at every check when the store is shared).
+  SweepResult sweep_store();
   FileStorage& storage() { return *store_; }
   const FileStorage& storage() const { return *store_; }
   StorageSite& site() { return *site_; }

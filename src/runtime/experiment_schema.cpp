@@ -103,7 +103,7 @@ void add_cache_keys(Schema& s) {
   s.add(ikey({"cache", "load_back_threshold"}, 16, 1, 1e9, "load back host hits of at least this many tokens"));
   s.add(skey({"cache", "storage"}, {"none", "file"}, "storage tier (L3): none, or file (one object per page; needs the host tier)"));
   s.add(skey({"cache", "storage_dir"}, {}, "storage directory (empty: <run dir>/storage; a directory set here is reused across runs)"));
-  s.add(ikey({"cache", "storage_capacity_mb"}, 1024, 1, 1e9, "storage capacity per rank, MiB (LRU eviction beyond it)"));
+  s.add(ikey({"cache", "storage_capacity_mb"}, 1024, 1, 1e9, "storage capacity, MiB: per rank with rank_suffix keys (LRU eviction beyond it); of the whole directory with unified keys (a sweep keeps it)"));
   s.add(skey({"cache", "storage_key_scheme"}, {"rank_suffix", "unified"},
              "storage object names: rank_suffix (per rank: read by the same rank of the same layout) or unified "
              "(a shared grid of layer ranges x head groups that any aligned layout reads, across jobs)"));

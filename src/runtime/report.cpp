@@ -44,13 +44,14 @@ void add_transfers(nlohmann::json& j, const RunTrace& run) {
   j["transferred_tokens"] = {{"d2h", d2h}, {"h2d", h2d}, {"storage_read", sr}, {"storage_write", sw}, {"pd", pd_tokens}};
   j["storage_failed_pages"] = sf;
   // Objects each rank wrote and read (world rank order): with unified keys one per chunk and page.
-  std::vector<std::int64_t> ow, orr, oo;
+  std::vector<std::int64_t> ow, orr, oo, swept;
   for (const auto& r : run.summary_ranks) {
     ow.push_back(r.storage_objects_written);
     orr.push_back(r.storage_objects_read);
     oo.push_back(r.storage_objects_other_jobs);
+    swept.push_back(r.storage_objects_swept);
   }
-  j["storage_objects"] = {{"written", ow}, {"read", orr}, {"read_other_jobs", oo}};
+  j["storage_objects"] = {{"written", ow}, {"read", orr}, {"read_other_jobs", oo}, {"swept", swept}};
   // protocol.load_back: load-backs broken on some rank of the group (agreed: the same on every rank)
   if (!run.summary_ranks.empty())
     j["load_back"] = {{"failed_requests", run.summary_ranks.front().load_failed},

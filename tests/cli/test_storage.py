@@ -205,6 +205,30 @@ def buckets():
     expect(rc == 2 and "need cache.storage_shared = true" in se, "routing without a shared store refused", so, se)
 
 
+def store_sweep():
+    """Who evicts unified objects: no rank for its own LRU; the store's capacity is kept by a sweep
+    (least recently read or written first). A run whose objects outgrow cache.storage_capacity_mb
+    ends with its world rank 0 sweeping the directory within it; `kvgrid store` sweeps any time
+    (--dry-run counts only); a missing directory is an input error."""
+    store = out("sweep")
+    m = ["--set", "model.layers=8", "--set", "cache.storage_layer_partition=2", "--set", "cache.storage_head_partition=2",
+         "--set", "cache.storage_dir=" + store, "--set", "cache.storage_capacity_mb=1", "--set", "topology.tp=1",
+         "--set", "topology.pp=1"]
+    rc, so, se = run(1, UKV, "--out", out("sweep-run"), *m)
+    expect(rc == 0 and "# verdict: OK" in so and "# storage: swept " in so, "the run ends with a sweep", so, se)
+    d = os.path.join(store, "unified")
+    total = sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d))
+    expect(0 < total <= 1 << 20, "the store within its capacity", total)
+    rc, so, se = tool("store", store, "--limit-mb", "0", "--dry-run")
+    n = len(os.listdir(d))
+    expect(rc == 0 and f": {n} objects" in so and f"would remove {n} objects" in so and len(os.listdir(d)) == n,
+           "a dry run counts", so, se)
+    rc, so, se = tool("store", store, "--limit-mb", "0")
+    expect(rc == 0 and not os.listdir(d), "a sweep to 0 removes every object", so, se)
+    rc, so, se = tool("store", out("nothing-here"), "--limit-mb", "1")
+    expect(rc == 2 and "no such storage directory" in se, "a missing directory: exit 2", so, se)
+
+
 if __name__ == "__main__":
     name = sys.argv[1]
     try:

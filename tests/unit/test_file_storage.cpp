@@ -1,12 +1,16 @@
 // File storage backend: round trip, leading-hit exists, corrupt/short/missing/foreign objects are
-// misses (never data), LRU capacity, reuse of a directory, concurrent writers of one key.
+// misses (never data), LRU capacity, reuse of a directory, concurrent writers of one key, the
+// store-level sweep of a shared directory (least recently read or written first), other jobs'
+// objects seen in a shared store.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "cache/file_storage.hpp"
+#include "core/check.hpp"
 
 namespace kvgrid::cache {
 namespace {
@@ -124,6 +128,57 @@ TEST(FileStorage, ConcurrentWritersOfOneKeyLeaveOneWholeObject) {
   for (int w = 0; w < 8; ++w) matches_a_writer = matches_a_writer || out == payload(8192, static_cast<std::uint8_t>(w));
   EXPECT_TRUE(matches_a_writer);
   for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().extension(), ".bin") << e.path();
+}
+
+TEST(FileStorage, SweepRemovesTheLeastRecentlyReadFirstAndNeverAnOpenRead) {
+  const std::string dir = fresh_dir("sweep");
+  FileStorage s(dir, 1 << 30, /*evicts=*/false);
+  s.set_recency_on_disk(true);
+  const auto a = payload(1000, 5);
+  const auto now = fs::file_time_type::clock::now();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(s.set("k" + std::to_string(i), a));
+    fs::last_write_time(s.path_of("k" + std::to_string(i)), now - std::chrono::hours(10 - i));  // k0 oldest
+  }
+  std::ofstream(fs::path(dir) / ".tmp.1.2.k9") << "half an object";  // never a sweep's business
+  const std::uint64_t one = fs::file_size(s.path_of("k0"));
+  std::vector<std::uint8_t> out(1000);
+  ASSERT_EQ(s.get("k0", out), StorageMiss::None);  // read now: the most recent
+  // A dry run counts; a sweep to three objects removes k1 and k2 (oldest, unread).
+  auto r = sweep_directory(dir, 3 * one, /*dry_run=*/true);
+  EXPECT_EQ(r.objects, 5u);
+  EXPECT_EQ(r.removed, 2u);
+  EXPECT_TRUE(fs::exists(s.path_of("k1")));
+  r = sweep_directory(dir, 3 * one);
+  EXPECT_EQ(r.removed, 2u);
+  EXPECT_EQ(r.removed_bytes, 2 * one);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(fs::exists(s.path_of("k" + std::to_string(i))), i == 0 || i >= 3) << i;
+  EXPECT_TRUE(fs::exists(fs::path(dir) / ".tmp.1.2.k9"));
+  // A read that has opened its object finishes whole although a sweep removes the object.
+  std::ifstream open_read(s.path_of("k3"), std::ios::binary);
+  EXPECT_EQ(sweep_directory(dir, 0).removed, 3u);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(open_read)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.size(), one);
+  EXPECT_EQ(s.get("k3", out), StorageMiss::Missing);  // a later read misses (and recomputes)
+  EXPECT_THROW(sweep_directory(dir + "/nothing", 0), InputError);
+}
+
+TEST(FileStorage, ASharedStoreSeesOtherJobsObjectsAndNamesTheirWriter) {
+  const std::string dir = fresh_dir("shared");
+  FileStorage mine(dir, 1 << 20, false), other(dir, 1 << 20, false), isolated(dir, 1 << 20, false);
+  mine.set_shared(true);
+  mine.set_job(1);
+  other.set_job(2);
+  const auto a = payload(500, 9);
+  ASSERT_TRUE(other.set("theirs", a));  // written after `mine` opened the directory
+  EXPECT_FALSE(isolated.exists("theirs"));  // not shared: only what was there at the start, or its own
+  EXPECT_TRUE(mine.exists("theirs"));
+  ASSERT_TRUE(mine.set("ours", a));
+  std::vector<std::uint8_t> out(500);
+  ASSERT_EQ(mine.get("theirs", out), StorageMiss::None);
+  ASSERT_EQ(mine.get("ours", out), StorageMiss::None);
+  EXPECT_EQ(mine.stats().hits, 2u);
+  EXPECT_EQ(mine.stats().other_job_hits, 1u);
 }
 
 }  // namespace

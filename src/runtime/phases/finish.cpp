@@ -3,6 +3,7 @@
 // that hold them, this rank's summary row — gathered.
 #include "core/agree.hpp"
 #include "core/check.hpp"
+#include "core/log.hpp"
 #include "core/wait.hpp"
 #include "runtime/rank_check.hpp"
 #include "runtime/serve_loop.hpp"
@@ -42,6 +43,15 @@ void ServeLoop::finish(std::int64_t steps) {
   for (const auto& p : plugins_) p->summary(m);  // P/D's and the load-backs' counters
   add_tier_stats(m, dc_);
   finish_summary(grid_, res_);
+  // Unified keys: after every rank's last write (the gather above), the store is brought within
+  // its capacity for whoever uses it next.
+  if (exp_.cache.storage_key_scheme == "unified" && grid_.world_rank() == 0 && dc_.storage_tier()) {
+    const auto r = dc_.storage_tier()->sweep_store();
+    if (r.removed > 0)
+      log0("# storage: swept " + std::to_string(r.removed) + " of " + std::to_string(r.objects) +
+           " objects (least recently read first) to keep " + exp_.cache.storage_dir + "/unified within cache.storage_capacity_mb = " +
+           std::to_string(exp_.cache.storage_capacity_mb));
+  }
   res_.wall_s = static_cast<double>(wall_ns()) / 1e9;
 }
 

@@ -31,6 +31,8 @@ void ServeLoop::report(Step& s) {
   if (trace_) trace_->set_completed_step(static_cast<std::uint64_t>(step));
   if ((step + 1) % exp_.engine.check_every == 0 || done_) {
     CheckOutcome co = periodic_check(grid_, dc_, log_, local_failures_, local_mismatches_, step, res_, print_);
+    // A store shared with other jobs: its capacity is the store's, kept by one rank of each job.
+    if (exp_.cache.storage_shared && grid_.world_rank() == 0 && dc_.storage_tier()) dc_.storage_tier()->sweep_store();
     wrong_ = co.oracle_mismatches;
     emit(step, 0, "check", static_cast<std::int64_t>(co.tree_differs.size()), static_cast<std::int64_t>(co.decisions_differ.size()),
          co.verify_failures, co.agree() ? 0 : 1);
