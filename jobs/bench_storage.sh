@@ -3,13 +3,17 @@
 # FileStorage (one file per object, temporary name + rename, validated reads), and dd writing and
 # reading one file of the same 64 MiB with 64 KiB blocks, in the same directory (no fsync in
 # either: both measure the path through the page cache).
+# With redis-server installed, the Redis backend's writes and reads of the same objects on a private
+# server (jobs/redis.sh) next to redis-benchmark's SET/GET of 64 KiB values on that server.
 #   jobs/bench_storage.sh [DIR]      (default: results/bench/storage)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/kvgrid_bench_storage ] || jobs/setup.sh >/dev/null
 dir=${1:-results/bench/storage}
 mkdir -p "$dir"
-KVGRID_BENCH_DIR="$dir" build/kvgrid_bench_storage --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+redis=$(jobs/redis.sh start "$dir/redis" 2>/dev/null || true)  # Redis backend next to redis-benchmark
+url=${redis%% *}
+KVGRID_BENCH_REDIS=${url:-} KVGRID_BENCH_DIR="$dir" build/kvgrid_bench_storage --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
   --benchmark_format=console 2>/dev/null | grep -E "median|mean"
 dd_rate() { grep -oE '[0-9.,]+ [GMk]B/s' | tail -1; }
 w=$(dd if=/dev/zero of="$dir/dd.bin" bs=64k count=1000 2>&1 | dd_rate)
@@ -17,3 +21,9 @@ r=$(dd if="$dir/dd.bin" of=/dev/null bs=64k 2>&1 | dd_rate)
 rm -f "$dir/dd.bin"
 echo "dd write 1000 x 64 KiB: $w"
 echo "dd read  1000 x 64 KiB: $r"
+if [ -n "$url" ]; then
+  port=${url##*:}
+  # redis-benchmark: 1,000 SETs and GETs of 64 KiB values from one client, one request at a time
+  redis-benchmark -p "$port" -t set,get -n 1000 -d 65536 -c 1 -P 1 -q 2>/dev/null | tr '\r' '\n' | grep -E "^(SET|GET):.*requests per second" | sed 's/^/redis-benchmark /'
+  jobs/redis.sh stop "$dir/redis"
+fi

@@ -15,6 +15,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   libtrilinos-kokkos-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libssl-dev
+  redis-server libhiredis-dev
   libgtest-dev libbenchmark-dev
   python3-matplotlib python3-h5py python3-numpy python3-jsonschema
 )

@@ -94,7 +94,9 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
     os << "# scheduler: chunked prefill " << exp.engine.chunk_size << " tokens/step, max_running " << exp.engine.max_running
        << "\n# tiers: device " << exp.cache.device_pages << " pages";
     if (exp.cache.host_pages.value() > 0) os << ", host " << exp.cache.host_pages << " pages (" << exp.cache.write_policy << ")";
-    if (exp.cache.storage != "none") os << ", storage " << exp.cache.storage << " (prefetch " << exp.cache.prefetch_policy << ")";
+    if (exp.cache.storage != "none")
+      os << ", storage " << exp.cache.storage << (exp.cache.storage == "redis" ? " at " + exp.cache.storage_url : std::string())
+         << " (prefetch " << exp.cache.prefetch_policy << ")";
     os << "; transfer engine " << exp.engine.transfer << "; CP pages " << exp.cache.cp_sharding;
     if (exp.cache.cp_sharding != "replicated")
       os << " (gather slots of " << exp.cache.gather_pages << " pages, overlap " << (exp.cache.gather_overlap ? "on" : "off") << ")";
@@ -107,11 +109,14 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
          << " us)";
     os << "\n";
   }
+  const std::string where = exp.cache.storage == "redis" ? exp.cache.storage_url : exp.cache.storage_dir;
   if (exp.cache.storage != "none" && exp.cache.storage_key_scheme == "unified")
-    os << "# storage objects: unified keys in " << exp.cache.storage_dir << "/unified\n";
+    os << "# storage objects: unified keys in " << where << (exp.cache.storage == "redis" ? "" : "/unified") << "\n";
   if (exp.cache.storage_shared)  // other jobs' objects appear while this one runs
-    os << "# not reproducible: shared store (cache.storage_shared: other jobs read and write " << exp.cache.storage_dir
-       << " at the same time)\n";
+    os << "# not reproducible: shared store (cache.storage_shared: other jobs read and write " << where << " at the same time)\n";
+  else if (exp.cache.storage == "redis")  // a server other jobs may use, evicting by its own policy
+    os << "# not reproducible: shared store (a Redis server: other jobs' objects and its maxmemory policy; a private, "
+          "never-evicting server gives reproducible runs)\n";
   if (!exp.workload.route_dir.empty())
     os << "# bucket: prompts of " << exp.workload.route_min_prompt << " to "
        << (exp.workload.route_max_prompt > 0 ? std::to_string(exp.workload.route_max_prompt - 1) : std::string("any"))

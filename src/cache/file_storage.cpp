@@ -22,19 +22,6 @@ namespace kvgrid::cache {
 namespace fs = std::filesystem;
 
 namespace {
-constexpr char kMagic[8] = {'K', 'V', 'G', 'R', 'I', 'D', 'O', '1'};
-constexpr std::uint32_t kVersion = 2;  // 2: the eight-lane checksum, the writing job's id
-
-struct Header {
-  char magic[8];
-  std::uint32_t version;
-  std::uint32_t key_len;
-  std::uint64_t payload_len;
-  std::uint64_t checksum;
-  std::uint64_t job;  // the writing job (FileStorage::set_job; 0: not named)
-};
-static_assert(sizeof(Header) == 40);
-
 // writev until `total` bytes are out (a short write continues where it stopped).
 bool write_all(int fd, iovec* iov, int n, std::size_t total) {
   std::size_t done = 0;
@@ -80,39 +67,6 @@ std::size_t read_all(int fd, iovec* iov, int n, std::size_t total) {
 }
 }  // namespace
 
-const char* storage_miss_name(StorageMiss m) {
-  switch (m) {
-    case StorageMiss::None: return "hit";
-    case StorageMiss::Missing: return "missing";
-    case StorageMiss::Short: return "short";
-    case StorageMiss::Corrupt: return "corrupt";
-    case StorageMiss::WrongKey: return "wrong key";
-    case StorageMiss::WrongLength: return "wrong length";
-  }
-  return "?";
-}
-
-// Eight independent multiply-xor lanes over 8-byte words (eight short dependency chains the
-// multiplier overlaps, not one for the whole payload), each mixed and folded with the length at
-// the end. Not cryptographic: it catches torn, truncated and flipped bytes.
-std::uint64_t payload_checksum(std::span<const std::uint8_t> bytes) {
-  constexpr std::uint64_t kMul = 0x9fb21c651e98df25ULL;
-  constexpr int kLanes = 8;
-  std::uint64_t lane[kLanes];
-  for (int k = 0; k < kLanes; ++k) lane[k] = mix64(bytes.size() + static_cast<std::uint64_t>(k));
-  std::size_t i = 0;
-  for (; i + 8 * kLanes <= bytes.size(); i += 8 * kLanes)
-    for (int k = 0; k < kLanes; ++k) {
-      std::uint64_t w;
-      std::memcpy(&w, bytes.data() + i + 8 * static_cast<std::size_t>(k), 8);
-      lane[k] = (lane[k] ^ w) * kMul;
-    }
-  std::uint64_t h = 0;
-  for (int k = 0; k < kLanes; ++k) h = hash_combine(h, mix64(lane[k]));
-  for (; i < bytes.size(); ++i) h = (h ^ bytes[i]) * 0x100000001b3ULL;
-  return mix64(h);
-}
-
 FileStorage::FileStorage(std::string dir, std::uint64_t capacity_bytes, bool evicts)
     : dir_(std::move(dir)), capacity_(capacity_bytes), evicts_(evicts) {
   std::error_code ec;
@@ -141,7 +95,7 @@ void FileStorage::touch_locked(const std::string& key) {
 }
 
 bool FileStorage::set(const std::string& key, std::span<const std::uint8_t> payload) {
-  const std::uint64_t bytes = sizeof(Header) + key.size() + payload.size();
+  const std::uint64_t bytes = sizeof(ObjectHeader) + key.size() + payload.size();
   std::string tmp;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -170,13 +124,7 @@ bool FileStorage::set(const std::string& key, std::span<const std::uint8_t> payl
     index_[key] = Entry{std::prev(lru_.end()), bytes};
     used_ += bytes;
   }
-  Header h{};
-  std::memcpy(h.magic, kMagic, sizeof(kMagic));
-  h.version = kVersion;
-  h.key_len = static_cast<std::uint32_t>(key.size());
-  h.payload_len = payload.size();
-  h.checksum = payload_checksum(payload);
-  h.job = job_;
+  ObjectHeader h = make_header(key, payload, job_);
   // open, one gathered write, close, rename: no buffering layer, no fsync (the page cache, as dd).
   bool ok = false;
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -218,7 +166,7 @@ StorageMiss FileStorage::get(const std::string& key, std::span<std::uint8_t> out
   // open, one scattered read straight into `out` (plus one byte to see a longer file), close.
   const int fd = ::open(path_of(key).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return miss(StorageMiss::Missing);
-  Header h{};
+  ObjectHeader h{};
   std::string stored(key.size(), '\0');
   char extra = 0;
   iovec iov[4] = {{&h, sizeof(h)}, {stored.data(), stored.size()}, {out.data(), out.size()}, {&extra, 1}};
@@ -227,8 +175,7 @@ StorageMiss FileStorage::get(const std::string& key, std::span<std::uint8_t> out
   if (recency_on_disk_ && got == want) ::futimens(fd, nullptr);  // read now: last in a sweep's order
   ::close(fd);
   if (got < sizeof(h)) return miss(StorageMiss::Short);
-  if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0 || h.version != kVersion || h.key_len > 4096)
-    return miss(StorageMiss::Corrupt);
+  if (!header_ok(h)) return miss(StorageMiss::Corrupt);
   if (h.key_len != key.size()) return miss(got < sizeof(h) + h.key_len ? StorageMiss::Short : StorageMiss::WrongKey);
   if (got < sizeof(h) + key.size()) return miss(StorageMiss::Short);
   if (stored != key) return miss(StorageMiss::WrongKey);
@@ -265,11 +212,6 @@ bool FileStorage::exists(const std::string& key) {
   return true;
 }
 
-std::size_t FileStorage::batch_exists(std::span<const std::string> keys) {
-  std::size_t n = 0;
-  while (n < keys.size() && exists(keys[n])) ++n;
-  return n;
-}
 
 SweepResult sweep_directory(const std::string& dir, std::uint64_t limit_bytes, bool dry_run) {
   std::error_code ec;
@@ -308,6 +250,27 @@ SweepResult sweep_directory(const std::string& dir, std::uint64_t limit_bytes, b
 StorageStats FileStorage::stats() const {
   std::lock_guard<std::mutex> g(mu_);
   return stats_;
+}
+
+SweepResult FileStorage::sweep(std::uint64_t limit_bytes) { return sweep_directory(dir_, limit_bytes); }
+
+void FileStorage::truncate(const std::string& key) {
+  std::error_code ec;
+  const auto path = path_of(key);
+  const auto size = fs::file_size(path, ec);
+  if (!ec && size > 8) fs::resize_file(path, size / 2, ec);
+}
+
+void FileStorage::corrupt(const std::string& key) {
+  const int fd = ::open(path_of(key).c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return;
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  char c = 0;
+  if (size >= 2 && ::pread(fd, &c, 1, size - 1) == 1) {  // the payload's last byte: only the checksum can tell
+    c = static_cast<char>(c ^ 0x5a);
+    (void)!::pwrite(fd, &c, 1, size - 1);
+  }
+  ::close(fd);
 }
 
 std::uint64_t FileStorage::used_bytes() const {

@@ -152,7 +152,7 @@ void RadixStorageSite::backup(TreeNode* node) {
     return;
   }
   const auto keys = keys_for(digests);
-  FileStorage& store = ctx_.store;
+  ObjectStore& store = ctx_.store;
   StorageTierStats& stats = ctx_.stats;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (!host_kv_.owns(node->host[i])) continue;  // CP sharding: each page is written by its owner
@@ -225,7 +225,7 @@ std::unique_ptr<StorageSite::Job> RadixStorageSite::plan(std::span<const TokenId
   // The leading pages whose objects all exist: the target's (unified: every chunk's) and a sidecar
   // draft's. CP sharding: this rank looks up only the pages it owns (the others count as present
   // here; their owners look them up), so the MIN over the shard group is the leading hit of all.
-  FileStorage& store = ctx_.store;
+  ObjectStore& store = ctx_.store;
   auto stored = [&](std::size_t i) {
     if (unified()) {
       for (const auto& k : chunk_keys(pl->digests[i]))

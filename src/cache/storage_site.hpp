@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "cache/agreement.hpp"
-#include "cache/file_storage.hpp"
+#include "cache/object_store.hpp"
 #include "core/decision_log.hpp"
 #include "core/ids.hpp"
 
@@ -34,7 +34,7 @@ struct StorageTierStats;
 // What a site may use of its storage tier (owned by the tier, alive as long as the site).
 struct StorageContext {
   const StorageTierConfig& cfg;
-  FileStorage& store;
+  ObjectStore& store;
   StorageTierStats& stats;
   AckAgreement& agreement;
   DecisionLog& log;

@@ -1,5 +1,8 @@
 #include "cache/storage_tier.hpp"
 
+#include "cache/file_storage.hpp"
+#include "cache/redis_storage.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -16,26 +19,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Failpoint damage done to a real object before it is read: the reader must detect it.
-void truncate_object(const std::string& path) {
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  if (!ec && size > 8) fs::resize_file(path, size / 2, ec);
-}
-
-void corrupt_object(const std::string& path) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  if (!f) return;
-  f.seekg(0, std::ios::end);
-  const auto size = static_cast<std::streamoff>(f.tellg());
-  if (size < 2) return;
-  const std::streamoff at = size - 1;  // the payload's last byte: only the checksum can tell
-  f.seekg(at);
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x5a);
-  f.seekp(at);
-  f.write(&c, 1);
+// The object store of `cfg.backend`: a directory (per-rank LRU under rank_suffix keys; shared,
+// swept, under unified keys) or a Redis server.
+std::unique_ptr<ObjectStore> make_store(const StorageTierConfig& cfg) {
+  if (cfg.backend == "redis") return std::make_unique<RedisStorage>(cfg.url);
+  KVGRID_CHECK(cfg.backend == "file", "storage backend '", cfg.backend, "'");
+  return std::make_unique<FileStorage>(cfg.dir, cfg.capacity_bytes, cfg.unified.empty());
 }
 
 }  // namespace
@@ -49,7 +38,7 @@ std::size_t StorageTier::Batch::intact() const { return result.valid() ? result.
 
 StorageTier::StorageTier(StorageTierConfig cfg, AckAgreement& agreement, DecisionLog& log, const SiteFactory& make)
     : cfg_(std::move(cfg)), agreement_(agreement), log_(log),
-      store_(std::make_unique<FileStorage>(cfg_.dir, cfg_.capacity_bytes, cfg_.unified.empty())), ctx_{cfg_, *store_, stats_, agreement_, log_},
+      store_(make_store(cfg_)), ctx_{cfg_, *store_, stats_, agreement_, log_},
       jitter_(Rng(cfg_.seed).fork("storage.jitter")) {
   store_->set_job(cfg_.job);
   store_->set_shared(cfg_.shared);
@@ -79,7 +68,7 @@ StorageTier::~StorageTier() {
 
 SweepResult StorageTier::sweep_store() {
   KVGRID_CHECK(!cfg_.unified.empty(), "a store-level sweep of a rank_suffix store (each rank evicts its own)");
-  const SweepResult r = sweep_directory(cfg_.dir, cfg_.capacity_bytes);
+  const SweepResult r = store_->sweep(cfg_.capacity_bytes);
   stats_.swept += r.removed;
   stats_.swept_bytes += r.removed_bytes;
   return r;
@@ -142,9 +131,9 @@ void StorageTier::launch(RequestId id, std::unique_ptr<StorageSite::Job>& job, s
     if (cfg_.faults.page_fault) {
       fail_at = cfg_.faults.page_fault("storage.read.fail", b.count);
       if (auto i = cfg_.faults.page_fault("storage.read.short", b.count))
-        if (auto name = damage_target(jb, first + *i)) truncate_object(store_->path_of(*name));
+        if (auto name = damage_target(jb, first + *i)) store_->truncate(*name);
       if (auto i = cfg_.faults.page_fault("storage.object.corrupt", b.count))
-        if (auto name = damage_target(jb, first + *i)) corrupt_object(store_->path_of(*name));
+        if (auto name = damage_target(jb, first + *i)) store_->corrupt(*name);
     }
     const std::uint64_t delay = cfg_.faults.read_delay_ns ? cfg_.faults.read_delay_ns() : 0;
     if (cfg_.threaded) {

@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "cache/agreement.hpp"
-#include "cache/file_storage.hpp"
+#include "cache/object_store.hpp"
 #include "cache/host_tier.hpp"
 #include "cache/kv_pool.hpp"
 #include "cache/radix_tree.hpp"
@@ -61,14 +61,16 @@ struct StorageFaults {
 };
 
 struct StorageTierConfig {
-  std::string dir;                 // this shard's object directory
+  std::string backend = "file";    // cache.storage: file | redis
+  std::string dir;                 // file: this shard's object directory
+  std::string url;                 // redis: cache.storage_url
   std::uint64_t capacity_bytes = 1ULL << 30;
   std::string key_suffix;          // page_hash.hpp key_suffix()
   // cache.storage_key_scheme = unified: this rank's objects of a page (unified_kv.hpp); empty:
   // rank_suffix keys. Unified objects are shared: no rank evicts them for its own LRU.
   std::vector<UnifiedChunk> unified;
   std::vector<UnifiedChunk> unified_draft;  // a draft model's objects (its own namespace), on the last stage
-  bool shared = false;      // other jobs write the directory while this one runs (FileStorage::set_shared)
+  bool shared = false;      // other jobs write the store while this one runs (ObjectStore::set_shared)
   std::uint64_t job = 0;    // this job's id in the objects' headers
   bool writer = true;              // false: MLA rank other than TP 0 (reads the writer's objects)
   Tokens prefetch_threshold{64};
@@ -149,8 +151,8 @@ class StorageTier {
   // directory down to its capacity. One rank of a job calls it (runtime: world rank 0, at the
   // end of the run, and at every check when the store is shared).
   SweepResult sweep_store();
-  FileStorage& storage() { return *store_; }
-  const FileStorage& storage() const { return *store_; }
+  ObjectStore& storage() { return *store_; }
+  const ObjectStore& storage() const { return *store_; }
   StorageSite& site() { return *site_; }
   // Speculative decoding, sidecar drafts (full-attention models): every page also has a draft
   // object, written with it and required by a hit (radix_storage_site.hpp).
@@ -188,7 +190,7 @@ class StorageTier {
   enum class StopPolicy { BestEffort, WaitComplete, Timeout } stop_;  // cfg_.stop_policy, parsed once
   AckAgreement& agreement_;
   DecisionLog& log_;
-  std::unique_ptr<FileStorage> store_;
+  std::unique_ptr<ObjectStore> store_;
   std::size_t damaged_ = 0;  // damage faults so far (which object of an item the next one hits)
   StorageTierStats stats_;
   StorageContext ctx_;

@@ -188,6 +188,7 @@ void read_cache(const Config& c, ExperimentConfig& e) {
   e.cache.session_tombstones = c.get_int("cache.session_tombstones");
   e.cache.pd_prefill_sessions = c.get_bool("cache.pd_prefill_sessions");
   e.cache.storage_dir = c.get_string("cache.storage_dir");
+  e.cache.storage_url = c.get_string("cache.storage_url");
   e.cache.storage_capacity_mb = c.get_int("cache.storage_capacity_mb");
   e.cache.storage_key_scheme = c.get_string("cache.storage_key_scheme");
   e.cache.storage_layer_partition = c.get_int("cache.storage_layer_partition");

@@ -88,6 +88,7 @@ struct CacheConfig {
   bool pd_prefill_sessions = false;        // P/D: prefill tracks sessions too (default: decode only)
   bool gather_overlap = true;
   std::string storage_dir;                // empty: <run dir>/storage
+  std::string storage_url = "redis://127.0.0.1:6379";  // cache.storage = "redis"
   std::int64_t storage_capacity_mb = 1024;  // per rank
   // Storage object names (cache/unified_kv.hpp): rank_suffix (one object per rank and page, read
   // by the same rank of the same layout) | unified (a shared grid of layer ranges × head groups

@@ -101,7 +101,9 @@ void add_cache_keys(Schema& s) {
              "device->host backup: every inserted node, once its hit count reaches write_through_threshold, or on device eviction"));
   s.add(ikey({"cache", "write_through_threshold"}, 2, 1, 1e9, "write_through_selective: hits before a backup"));
   s.add(ikey({"cache", "load_back_threshold"}, 16, 1, 1e9, "load back host hits of at least this many tokens"));
-  s.add(skey({"cache", "storage"}, {"none", "file"}, "storage tier (L3): none, or file (one object per page; needs the host tier)"));
+  s.add(skey({"cache", "storage"}, {"none", "file", "redis"},
+             "storage tier (L3; needs the host tier): none, file (a directory of objects), or redis (a Redis server at cache.storage_url)"));
+  s.add(skey({"cache", "storage_url"}, {}, "cache.storage = redis: the server, redis://HOST:PORT[/DB]", "redis://127.0.0.1:6379"));
   s.add(skey({"cache", "storage_dir"}, {}, "storage directory (empty: <run dir>/storage; a directory set here is reused across runs)"));
   s.add(ikey({"cache", "storage_capacity_mb"}, 1024, 1, 1e9, "storage capacity, MiB: per rank with rank_suffix keys (LRU eviction beyond it); of the whole directory with unified keys (a sweep keeps it)"));
   s.add(skey({"cache", "storage_key_scheme"}, {"rank_suffix", "unified"},

@@ -106,6 +106,7 @@ void add_tier_stats(RankSummaryRow& m, const cache::DeviceCache& dc) {
     m.storage_objects_read = static_cast<std::int64_t>(fs.hits);
     m.storage_objects_other_jobs = static_cast<std::int64_t>(fs.other_job_hits);
     m.storage_objects_swept = static_cast<std::int64_t>(t.swept);
+    m.storage_connection_errors = static_cast<std::int64_t>(fs.connection_errors);
     m.storage_failed_pages = static_cast<std::int64_t>(t.failed_pages + t.write_failed);
     m.storage_read_bytes = static_cast<std::int64_t>(t.read_bytes);
     m.storage_write_bytes = static_cast<std::int64_t>(t.written_bytes);

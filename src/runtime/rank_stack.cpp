@@ -112,6 +112,8 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
   cache::StorageTierConfig sc;
   sc.key_suffix = cache::key_suffix(sk);
   sc.dir = exp.cache.storage_dir + "/" + sc.key_suffix.substr(1);  // one directory per shard (MLA: shared over TP)
+  sc.backend = exp.cache.storage;
+  sc.url = exp.cache.storage_url;
   sc.capacity_bytes = static_cast<std::uint64_t>(exp.cache.storage_capacity_mb) << 20;
   sc.job = exp.cache.storage_job;
   sc.writer = !sk.replicated_over_tp || c.tp == 0;  // one writer per replica set; sharded: every owner

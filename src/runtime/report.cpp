@@ -43,6 +43,9 @@ void add_transfers(nlohmann::json& j, const RunTrace& run) {
   }
   j["transferred_tokens"] = {{"d2h", d2h}, {"h2d", h2d}, {"storage_read", sr}, {"storage_write", sw}, {"pd", pd_tokens}};
   j["storage_failed_pages"] = sf;
+  std::int64_t ce = 0;
+  for (const auto& r : run.summary_ranks) ce += r.storage_connection_errors;
+  j["storage_connection_errors"] = ce;
   // Objects each rank wrote and read (world rank order): with unified keys one per chunk and page.
   std::vector<std::int64_t> ow, orr, oo, swept;
   for (const auto& r : run.summary_ranks) {

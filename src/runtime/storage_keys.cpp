@@ -1,5 +1,6 @@
 #include "runtime/storage_keys.hpp"
 
+#include "cache/redis_storage.hpp"
 #include "core/check.hpp"
 
 namespace kvgrid {
@@ -47,8 +48,12 @@ void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
   if (w.route_max_prompt > 0 && w.route_min_prompt >= w.route_max_prompt)
     throw InputError(src + ": workload.route_min_prompt = " + std::to_string(w.route_min_prompt) +
                      " must be below workload.route_max_prompt = " + std::to_string(w.route_max_prompt));
-  if (c.storage_shared && c.storage_dir.empty())
+  if ((w.route_min_prompt > 0 || w.route_max_prompt > 0) && c.storage_dir.empty())
+    throw InputError(src + ": buckets (workload.route_min_prompt / route_max_prompt) need cache.storage_dir: the jobs' "
+                     "router/ directory of done markers lives there");
+  if (c.storage_shared && c.storage_dir.empty() && c.storage == "file")
     throw InputError(src + ": cache.storage_shared = true needs cache.storage_dir (the directory the jobs share)");
+  if (c.storage == "redis") (void)cache::RedisStorage::parse_url(c.storage_url);  // a malformed URL: exit 2 at load
   if (c.storage_key_scheme != "unified") {
     if (c.storage_shared)
       throw InputError(src + ": cache.storage_shared = true needs cache.storage_key_scheme = \"unified\" "

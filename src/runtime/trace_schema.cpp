@@ -185,6 +185,7 @@ const std::vector<TableDoc>& tables() {
         {"storage_objects_read", "objects", "storage objects this rank read intact"},
         {"storage_objects_other_jobs", "objects", "of the objects read: those another job wrote (cross-job, cross-bucket reuse)"},
         {"storage_objects_swept", "objects", "objects this rank's store-level sweeps removed (unified keys; world rank 0 sweeps)"},
+        {"storage_connection_errors", "errors", "storage commands that failed because a remote store (redis) was unreachable or failing"},
         {"d2h_bytes", "bytes", "device -> host bytes"},
         {"h2d_bytes", "bytes", "host -> device bytes"},
         {"storage_read_bytes", "bytes", "bytes read from storage"},

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cache/file_storage.hpp"
+#include "cache/redis_storage.hpp"
 
 namespace kvgrid::cache {
 namespace {
@@ -57,6 +58,42 @@ void BM_FileStorageRead1000(benchmark::State& state) {
   std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_FileStorageRead1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The Redis backend on the server named by KVGRID_BENCH_REDIS (jobs/bench_storage.sh starts a
+// private one); skipped without it. Keys are fresh per iteration (objects are immutable).
+void BM_RedisWrite1000(benchmark::State& state) {
+  const char* url = std::getenv("KVGRID_BENCH_REDIS");
+  if (!url) {
+    state.SkipWithError("KVGRID_BENCH_REDIS unset");
+    return;
+  }
+  RedisStorage s(url);
+  std::vector<std::uint8_t> payload(kObject, 7);
+  std::size_t round = 0;
+  for (auto _ : state) {
+    ++round;
+    for (std::size_t i = 0; i < kObjects; ++i)
+      if (!s.set(key(i) + "_w" + std::to_string(round), payload)) state.SkipWithError("set failed");
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kObjects * kObject));
+}
+BENCHMARK(BM_RedisWrite1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_RedisRead1000(benchmark::State& state) {
+  const char* url = std::getenv("KVGRID_BENCH_REDIS");
+  if (!url) {
+    state.SkipWithError("KVGRID_BENCH_REDIS unset");
+    return;
+  }
+  RedisStorage s(url);
+  std::vector<std::uint8_t> payload(kObject, 7), out(kObject);
+  for (std::size_t i = 0; i < kObjects; ++i) s.set(key(i) + "_r", payload);
+  for (auto _ : state)
+    for (std::size_t i = 0; i < kObjects; ++i)
+      if (s.get(key(i) + "_r", out) != StorageMiss::None) state.SkipWithError("get missed");
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kObjects * kObject));
+}
+BENCHMARK(BM_RedisRead1000)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace kvgrid::cache

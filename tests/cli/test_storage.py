@@ -229,6 +229,105 @@ def store_sweep():
     expect(rc == 2 and "no such storage directory" in se, "a missing directory: exit 2", so, se)
 
 
+class RedisServer:
+    """A private Redis server for one test (jobs/redis.sh); exit 77 (skipped) without redis-server,
+    unless CI=true, where the packages are part of set-up and a skip is a failure."""
+
+    def __init__(self):
+        p = subprocess.run([os.path.join(SRC, "jobs", "redis.sh"), "start", out("redis-" + str(len(os.listdir(TMP))))],
+                           capture_output=True, text=True, timeout=60)
+        if p.returncode == 77:
+            expect(os.environ.get("CI") != "true", "CI=true: redis-server must be installed (jobs/setup.sh)", p.stderr)
+            print("skipped: redis-server is not installed (jobs/setup.sh installs it)")
+            sys.exit(77)
+        expect(p.returncode == 0, "jobs/redis.sh start", p.stdout, p.stderr)
+        self.url, self.dir = p.stdout.split()
+
+    def stop(self):
+        subprocess.run([os.path.join(SRC, "jobs", "redis.sh"), "stop", self.dir], capture_output=True, timeout=60)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+TIERS = os.path.join(SRC, "experiments", "multiturn_tiers.toml")
+
+
+def digest_of(so):
+    m = re.search(r"digest (0x[0-9a-f]+) on every rank", so)
+    return m.group(1) if m else None
+
+
+def redis_backend():
+    """cache.storage = redis on a private server (jobs/redis.sh): the tiers experiment (TP2 x CP2,
+    host + storage under multi-turn load) takes exactly the file backend's decisions (the same
+    decision digest: same objects, same hits) with storage hits; every storage failpoint (read
+    fail, short, corrupt, slow, write fail) with oracle OK; a malformed URL refused at load."""
+    with RedisServer() as srv:
+        rc, so, se = run(4, TIERS, "--out", out("rd"), "--set", "cache.storage=redis", "--set", "cache.storage_url=" + srv.url)
+        expect(rc == 0 and "# verdict: OK" in so and "# not reproducible: shared store" in so, "redis run OK", so, se)
+        rc2, so2, se2 = run(4, TIERS, "--out", out("fd"))
+        expect(rc2 == 0 and digest_of(so) == digest_of(so2) and digest_of(so), "redis decides exactly as file",
+               digest_of(so), digest_of(so2))
+        j = json.loads(tool("report", out("rd"), "--json")[1])
+        expect(j["cached_tokens"]["storage"] > 0 and j["storage_connection_errors"] == 0, "hits from redis", j["cached_tokens"])
+        faults = []
+        for f in ("storage.read.fail", "storage.read.short", "storage.object.corrupt", "storage.write.fail"):
+            faults += ["--set", f"faults.{f}.probability=0.2"]
+        faults += ["--set", "faults.storage.read.slow.probability=0.2", "--set", "faults.storage.read.slow.delay_ms=2"]
+        rc, so, se = run(4, TIERS, "--out", out("rdf"), "--set", "cache.storage=redis", "--set", "cache.storage_url=" + srv.url,
+                         "--set", "cache.storage_dir=" + out("unused"), *faults)
+        expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, "redis under every storage failpoint", so, se)
+        jf = json.loads(tool("report", out("rdf"), "--json")[1])
+        expect(jf["storage_failed_pages"] > 0, "the failpoints fired on redis", jf["storage_failed_pages"])
+    rc, so, se = run(1, TIERS, "--out", out("rbad"), "--set", "cache.storage=redis", "--set", "cache.storage_url=http://x:1")
+    expect(rc == 2 and "expected redis://HOST:PORT[/DB]" in se, "a malformed URL: exit 2", so, se)
+
+
+def redis_outage():
+    """Connection errors are storage failures, never a crash or a hang: with no server at the URL the
+    run serves everything with misses (oracle OK, errors counted and logged); with the server
+    stopped mid-run (after the first progress row) the run goes on with misses and finishes OK."""
+    with RedisServer() as srv:
+        url = srv.url
+    rc, so, se = run(4, TIERS, "--out", out("ro-none"), "--set", "cache.storage=redis", "--set", "cache.storage_url=" + url)
+    expect(rc == 0 and "# verdict: OK" in so and "storage misses and failed writes until it is back" in se,
+           "no server: the run goes on", so, se)
+    j = json.loads(tool("report", out("ro-none"), "--json")[1])
+    expect(j["storage_connection_errors"] > 0 and j["cached_tokens"]["storage"] == 0, "errors counted, no storage hit", j)
+    with RedisServer() as srv:
+        cmd = [MPIEXEC, "-np", "4", BIN, "run", TIERS, "--out", out("ro-mid"), "--set", "cache.storage=redis",
+               "--set", "cache.storage_url=" + srv.url, "--set", "output.report_every=20"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        lines = []
+        for line in p.stdout:  # stop the server once the run is under way
+            lines.append(line)
+            if re.match(r"^\s+\d+\s+\d+/\d+", line):
+                srv.stop()
+                break
+        so, se = p.communicate(timeout=240)
+        so = "".join(lines) + so
+    expect(p.returncode == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, "server stopped mid-run", so, se)
+    j = json.loads(tool("report", out("ro-mid"), "--json")[1])
+    expect(j["storage_connection_errors"] > 0, "the outage counted", j["storage_connection_errors"])
+
+
+def redis_cross_job():
+    """Two jobs share KV through one Redis server: the Figure 4 pair (TP4 x PP2 writer, TP2 reader)
+    with cache.storage = redis — the reader serves every prompt from the writer's objects, four
+    objects per rank and page, all written by the other job."""
+    with RedisServer() as srv:
+        sets = ["--set", "cache.storage=redis", "--set", "cache.storage_url=" + srv.url]
+        w = ok_run(8, "rw", *sets)
+        expect(w["storage_objects"]["written"] == [64] * 8, "writer: one object per rank and page", w["storage_objects"])
+        r = ok_run(2, "rr", *sets, "--set", "topology.tp=2", "--set", "topology.pp=1")
+        expect(r["storage_objects"]["read"] == [240, 240] and r["storage_objects"]["read_other_jobs"] == [240, 240] and
+               r["cached_tokens"]["storage"] == 960, "reader: the writer's objects through redis", r["storage_objects"])
+
+
 if __name__ == "__main__":
     name = sys.argv[1]
     try:

@@ -12,6 +12,7 @@
 
 #include "cache/device_cache.hpp"
 #include "cache/draft_state.hpp"
+#include "cache/file_storage.hpp"
 #include "cache/page_hash.hpp"
 #include "core/check.hpp"
 #include "protocols/draft_restore.hpp"

@@ -1,0 +1,93 @@
+// The L3 object stores the storage tier writes to and reads from: a directory of files
+// (file_storage.hpp, cache.storage = "file") or a Redis server (redis_storage.hpp,
+// cache.storage = "redis"). Both hold the same objects under the same keys (either key scheme,
+// page_hash.hpp / unified_kv.hpp) in one format, and both treat anything they cannot validate as
+// a miss, never as data:
+//
+//   object = 40-byte header | key | payload
+//   header = magic "KVGRIDO1", format version (2), key length, payload length,
+//            payload checksum (payload_checksum), the writing job's id
+//
+// Objects are immutable (a key's bytes never change once written), so writers of one key race
+// only to store identical bytes, and a reader sees a whole object or none.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvgrid::cache {
+
+enum class StorageMiss { None, Missing, Short, Corrupt, WrongKey, WrongLength };
+const char* storage_miss_name(StorageMiss m);
+
+struct StorageStats {
+  std::uint64_t sets = 0, set_skipped = 0, set_failed = 0, evicted = 0;
+  std::uint64_t gets = 0, hits = 0, missing = 0, short_reads = 0, corrupt = 0;
+  std::uint64_t bytes_written = 0, bytes_read = 0;
+  std::uint64_t other_job_hits = 0;     // objects read intact that another job wrote
+  std::uint64_t connection_errors = 0;  // a remote store unreachable or failing (each a miss or a failed write)
+};
+
+// A store-level eviction's outcome (unified keys).
+struct SweepResult {
+  std::uint64_t objects = 0, bytes = 0;  // before
+  std::uint64_t removed = 0, removed_bytes = 0;
+};
+
+// 64-bit checksum of a byte payload (not cryptographic).
+std::uint64_t payload_checksum(std::span<const std::uint8_t> bytes);
+
+struct ObjectHeader {
+  char magic[8];
+  std::uint32_t version;
+  std::uint32_t key_len;
+  std::uint64_t payload_len;
+  std::uint64_t checksum;
+  std::uint64_t job;  // the writing job (ObjectStore::set_job; 0: not named)
+};
+static_assert(sizeof(ObjectHeader) == 40);
+ObjectHeader make_header(const std::string& key, std::span<const std::uint8_t> payload, std::uint64_t job);
+// A whole object as one value (header, key, payload).
+std::vector<std::uint8_t> encode_object(const std::string& key, std::span<const std::uint8_t> payload, std::uint64_t job);
+// Validates `value` as the object of `key` with a payload of out.size() bytes; on success the
+// payload is copied into `out` and `*job` names its writer.
+StorageMiss decode_object(std::span<const std::uint8_t> value, const std::string& key, std::span<std::uint8_t> out,
+                          std::uint64_t* job);
+// The header checks every store makes: magic, version, key length (before the key is compared).
+bool header_ok(const ObjectHeader& h);
+
+class ObjectStore {
+ public:
+  virtual ~ObjectStore() = default;
+  // false when the write failed (store full or unreachable, injected failure): nothing partial is
+  // left behind. An existing key is not written again.
+  virtual bool set(const std::string& key, std::span<const std::uint8_t> payload) = 0;
+  // StorageMiss::None on success (`out` filled); otherwise `out` holds unspecified bytes.
+  virtual StorageMiss get(const std::string& key, std::span<std::uint8_t> out) = 0;
+  virtual bool exists(const std::string& key) = 0;
+  // How many leading keys of a batch exist.
+  virtual std::size_t batch_exists(std::span<const std::string> keys);
+  virtual StorageStats stats() const = 0;
+
+  // This job's id, written into every object (a read counts objects of other jobs).
+  virtual void set_job(std::uint64_t job) = 0;
+  // Other processes add objects while this one runs (lookups must see them).
+  virtual void set_shared(bool shared) = 0;
+  // A store whose capacity a sweep enforces: reads refresh an object's recency where the sweep sees it.
+  virtual void set_recency_on_disk(bool on) = 0;
+  // Unified keys: the store-level eviction down to `limit_bytes` (a Redis server evicts by its
+  // own maxmemory policy: nothing to do here).
+  virtual SweepResult sweep(std::uint64_t limit_bytes) = 0;
+
+  // Failpoints storage.read.short and storage.object.corrupt: damage the stored object before it
+  // is read (its reader must detect it).
+  virtual void truncate(const std::string& key) = 0;
+  virtual void corrupt(const std::string& key) = 0;
+  // Where the objects are (a directory, a URL), for messages.
+  virtual std::string where() const = 0;
+};
+
+}  // namespace kvgrid::cache

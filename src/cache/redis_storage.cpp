@@ -1,0 +1,196 @@
+#include "cache/redis_storage.hpp"
+
+#include <hiredis/hiredis.h>
+#include <sys/time.h>
+
+#include <cstdarg>
+#include <iostream>
+#include <regex>
+
+#include "core/check.hpp"
+
+namespace kvgrid::cache {
+
+namespace {
+constexpr timeval kConnectTimeout{1, 0}, kCommandTimeout{5, 0};
+constexpr auto kRetryPause = std::chrono::milliseconds(200);
+}  // namespace
+
+RedisStorage::Address RedisStorage::parse_url(const std::string& url) {
+  static const std::regex re(R"(^redis://([A-Za-z0-9._-]+):([0-9]{1,5})(?:/([0-9]{1,2}))?$)");
+  std::smatch m;
+  if (!std::regex_match(url, m, re))
+    throw InputError("cache.storage_url = \"" + url + "\": expected redis://HOST:PORT[/DB]");
+  Address a;
+  a.host = m[1];
+  a.port = std::stoi(m[2]);
+  if (a.port < 1 || a.port > 65535) throw InputError("cache.storage_url = \"" + url + "\": port out of range");
+  if (m[3].matched) a.db = std::stoi(m[3]);
+  return a;
+}
+
+RedisStorage::RedisStorage(std::string url) : url_(std::move(url)), addr_(parse_url(url_)) {}
+
+RedisStorage::~RedisStorage() {
+  if (ctx_) redisFree(ctx_);
+}
+
+bool RedisStorage::connected_locked() {
+  if (ctx_) return true;
+  if (std::chrono::steady_clock::now() < retry_at_) return false;
+  ctx_ = redisConnectWithTimeout(addr_.host.c_str(), addr_.port, kConnectTimeout);
+  if (!ctx_ || ctx_->err) {
+    failed_locked("connect");
+    return false;
+  }
+  redisSetTimeout(ctx_, kCommandTimeout);
+  if (addr_.db != 0) {
+    auto* r = static_cast<redisReply*>(redisCommand(ctx_, "SELECT %d", addr_.db));
+    const bool ok = r && r->type != REDIS_REPLY_ERROR;
+    if (r) freeReplyObject(r);
+    if (!ok) {
+      failed_locked("SELECT");
+      return false;
+    }
+  }
+  if (down_) std::cerr << "kvgrid: storage " << url_ << " reachable again\n";
+  down_ = false;
+  return true;
+}
+
+void RedisStorage::failed_locked(const char* what) {
+  ++stats_.connection_errors;
+  if (!down_)
+    std::cerr << "kvgrid: storage " << url_ << ": " << what << " failed ("
+              << (ctx_ && ctx_->errstr[0] ? ctx_->errstr : "no connection")
+              << "): storage misses and failed writes until it is back\n";
+  down_ = true;
+  if (ctx_) redisFree(ctx_);
+  ctx_ = nullptr;
+  retry_at_ = std::chrono::steady_clock::now() + kRetryPause;
+}
+
+redisReply* RedisStorage::command_locked(const char* fmt, ...) {
+  if (!connected_locked()) return nullptr;
+  va_list ap;
+  va_start(ap, fmt);
+  auto* r = static_cast<redisReply*>(redisvCommand(ctx_, fmt, ap));
+  va_end(ap);
+  if (!r || r->type == REDIS_REPLY_ERROR) {
+    if (r) freeReplyObject(r);
+    failed_locked("command");
+    return nullptr;
+  }
+  return r;
+}
+
+bool RedisStorage::set(const std::string& key, std::span<const std::uint8_t> payload) {
+  const auto value = encode_object(key, payload, job_);
+  std::lock_guard<std::mutex> g(mu_);
+  redisReply* r = command_locked("SET %b %b NX", key.data(), key.size(), value.data(), value.size());
+  if (!r) {
+    ++stats_.set_failed;
+    return false;
+  }
+  if (r->type == REDIS_REPLY_NIL) {
+    ++stats_.set_skipped;  // there already: immutable
+  } else {
+    ++stats_.sets;
+    stats_.bytes_written += value.size();
+  }
+  freeReplyObject(r);
+  return true;
+}
+
+StorageMiss RedisStorage::get(const std::string& key, std::span<std::uint8_t> out) {
+  std::lock_guard<std::mutex> g(mu_);
+  ++stats_.gets;
+  redisReply* r = command_locked("GET %b", key.data(), key.size());
+  StorageMiss m = StorageMiss::Missing;
+  std::uint64_t job = 0;
+  if (r && r->type == REDIS_REPLY_STRING)
+    m = decode_object(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(r->str), r->len), key, out, &job);
+  if (r) freeReplyObject(r);
+  switch (m) {
+    case StorageMiss::None:
+      ++stats_.hits;
+      stats_.bytes_read += out.size();
+      if (job != job_) ++stats_.other_job_hits;
+      break;
+    case StorageMiss::Missing: ++stats_.missing; break;
+    case StorageMiss::Short: ++stats_.short_reads; break;
+    default: ++stats_.corrupt; break;
+  }
+  return m;
+}
+
+bool RedisStorage::exists(const std::string& key) {
+  std::lock_guard<std::mutex> g(mu_);
+  redisReply* r = command_locked("EXISTS %b", key.data(), key.size());
+  const bool yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+  if (r) freeReplyObject(r);
+  return yes;
+}
+
+std::size_t RedisStorage::batch_exists(std::span<const std::string> keys) {
+  if (keys.empty()) return 0;
+  std::lock_guard<std::mutex> g(mu_);
+  if (!connected_locked()) return 0;
+  for (const auto& k : keys) redisAppendCommand(ctx_, "EXISTS %b", k.data(), k.size());  // one round trip
+  std::size_t lead = 0;
+  bool still = true, broken = false;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    void* p = nullptr;
+    if (redisGetReply(ctx_, &p) != REDIS_OK || !p) {
+      broken = true;
+      break;
+    }
+    auto* r = static_cast<redisReply*>(p);
+    const bool yes = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    if (still && yes) ++lead;
+    else still = false;
+  }
+  if (broken) {
+    failed_locked("EXISTS batch");
+    return 0;
+  }
+  return lead;
+}
+
+void RedisStorage::truncate(const std::string& key) {
+  std::lock_guard<std::mutex> g(mu_);
+  redisReply* r = command_locked("GET %b", key.data(), key.size());
+  if (!r) return;
+  if (r->type == REDIS_REPLY_STRING && r->len > 8) {
+    const std::string half(r->str, r->len / 2);
+    freeReplyObject(r);
+    if (redisReply* w = command_locked("SET %b %b", key.data(), key.size(), half.data(), half.size())) freeReplyObject(w);
+    return;
+  }
+  freeReplyObject(r);
+}
+
+void RedisStorage::corrupt(const std::string& key) {
+  std::lock_guard<std::mutex> g(mu_);
+  redisReply* r = command_locked("STRLEN %b", key.data(), key.size());
+  if (!r) return;
+  const long long len = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+  freeReplyObject(r);
+  if (len < 2) return;
+  redisReply* b = command_locked("GETRANGE %b %lld %lld", key.data(), key.size(), len - 1, len - 1);
+  if (!b) return;
+  if (b->type == REDIS_REPLY_STRING && b->len == 1) {  // the payload's last byte: only the checksum can tell
+    const char c = static_cast<char>(b->str[0] ^ 0x5a);
+    if (redisReply* w = command_locked("SETRANGE %b %lld %b", key.data(), key.size(), len - 1, &c, static_cast<std::size_t>(1)))
+      freeReplyObject(w);
+  }
+  freeReplyObject(b);
+}
+
+StorageStats RedisStorage::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return stats_;
+}
+
+}  // namespace kvgrid::cache
