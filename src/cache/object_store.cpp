@@ -87,6 +87,12 @@ StorageMiss decode_object(std::span<const std::uint8_t> value, const std::string
   return StorageMiss::None;
 }
 
+std::size_t ObjectStore::get_batch(std::span<const std::string> keys, std::span<const std::span<std::uint8_t>> outs) {
+  std::size_t n = 0;
+  while (n < keys.size() && get(keys[n], outs[n]) == StorageMiss::None) ++n;
+  return n;
+}
+
 std::size_t ObjectStore::batch_exists(std::span<const std::string> keys) {
   std::size_t n = 0;
   while (n < keys.size() && exists(keys[n])) ++n;

@@ -70,6 +70,10 @@ class ObjectStore {
   virtual bool exists(const std::string& key) = 0;
   // How many leading keys of a batch exist.
   virtual std::size_t batch_exists(std::span<const std::string> keys);
+  // The objects of a batch, keys[i] into outs[i]; the result's length is the number of leading
+  // objects read intact. A store may stop at the first miss (the file backend does) or fetch the
+  // whole batch in one round trip (Redis pipelines the GETs).
+  virtual std::size_t get_batch(std::span<const std::string> keys, std::span<const std::span<std::uint8_t>> outs);
   virtual StorageStats stats() const = 0;
 
   // This job's id, written into every object (a read counts objects of other jobs).

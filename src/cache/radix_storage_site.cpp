@@ -119,24 +119,6 @@ void RadixStorageSite::backup_unified(PageId page, const PageDigest& d) {
   ++stats.written_pages;
 }
 
-// Every chunk's object of one page into `staging`, then unpacked into the host page (a plain
-// loop on a storage worker thread). False at the first object that is missing, short or corrupt.
-bool RadixStorageSite::read_unified(PageId page, const PageDigest& d, std::vector<std::uint64_t>& staging) {
-  const auto keys = chunk_keys(d);
-  std::size_t at = 0;
-  for (const auto& part : parts_) {  // the draft's part first: the page counts only once both landed
-    staging.resize(part.offsets.back());
-    for (std::size_t j = 0; j < part.chunks.size(); ++j) {
-      const std::span<std::uint8_t> bytes(reinterpret_cast<std::uint8_t*>(staging.data() + part.offsets[j]),
-                                          (part.offsets[j + 1] - part.offsets[j]) * sizeof(std::uint64_t));
-      if (ctx_.store.get(keys[at + j], bytes) != StorageMiss::None) return false;
-    }
-    part.pool->unpack(std::span<const PageId>(&page, 1), part.spans, staging.data(), /*kokkos=*/!ctx_.cfg.threaded);
-    at += part.chunks.size();
-  }
-  return true;
-}
-
 void RadixStorageSite::backup(TreeNode* node) {
   if (!ctx_.cfg.writer) return;  // MLA: TP rank 0 writes for everyone
   std::vector<const TreeNode*> path;
@@ -181,27 +163,62 @@ void RadixStorageSite::backup(TreeNode* node) {
   }
 }
 
+// The batch's objects are fetched as one batch (one round trip on Redis): every object of the
+// items this rank reads, in order (a page's draft objects first, so a page counts as read only
+// once both landed); then the leading items whose objects all arrived intact land in their host
+// pages.
 std::size_t RadixStorageSite::read(Job& j, std::size_t first, std::size_t count, std::optional<std::size_t> fail_at) {
   auto& job = static_cast<RadixJob&>(j);
-  const std::size_t block = host_kv_.layer_block_bytes();
-  std::vector<std::uint8_t> buf(block * host_kv_.layers()), dbuf(draft_ ? draft_->object_bytes() : 0);
-  std::vector<std::uint64_t> staging;
-  for (std::size_t i = 0; i < count; ++i) {
-    if (fail_at && i >= *fail_at) return i;  // storage.read.fail: an I/O error from here on
+  const std::size_t n = fail_at ? std::min(count, *fail_at) : count;  // storage.read.fail: an I/O error from there on
+  std::vector<std::string> keys;
+  std::vector<std::size_t> words, item_end(n);  // each object's size; objects up to the end of item i
+  for (std::size_t i = 0; i < n; ++i) {
+    if (host_kv_.owns(job.pages[first + i])) {  // CP sharding: its owner reads it
+      if (unified()) {
+        const auto k = chunk_keys(job.digests[first + i]);
+        keys.insert(keys.end(), k.begin(), k.end());
+        for (const auto& part : parts_)
+          for (std::size_t c = 0; c < part.chunks.size(); ++c) words.push_back(part.offsets[c + 1] - part.offsets[c]);
+      } else {
+        if (draft_) {
+          keys.push_back(job.keys[first + i] + DraftState::kObjectSuffix);
+          words.push_back(draft_->object_bytes() / sizeof(std::uint64_t));
+        }
+        keys.push_back(job.keys[first + i]);
+        words.push_back(host_kv_.layer_block_bytes() * host_kv_.layers() / sizeof(std::uint64_t));
+      }
+    }
+    item_end[i] = keys.size();
+  }
+  std::size_t total = 0;
+  for (auto w : words) total += w;
+  std::vector<std::uint64_t> buf(total);
+  std::vector<std::span<std::uint8_t>> outs;
+  std::size_t at = 0;
+  for (auto w : words) {
+    outs.push_back(std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(buf.data() + at), w * sizeof(std::uint64_t)));
+    at += w;
+  }
+  const std::size_t intact = ctx_.store.get_batch(keys, outs);
+  std::size_t obj = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (item_end[i] > intact) return i;
     const PageId page = job.pages[first + i];
-    if (!host_kv_.owns(page)) continue;  // CP sharding: its owner reads it
+    if (obj == item_end[i]) continue;  // owned elsewhere
     if (unified()) {
-      if (!read_unified(page, job.digests[first + i], staging)) return i;
+      for (const auto& part : parts_) {  // each part's chunks are consecutive objects, in span order
+        part.pool->unpack(std::span<const PageId>(&page, 1), part.spans, reinterpret_cast<const std::uint64_t*>(outs[obj].data()),
+                          /*kokkos=*/!ctx_.cfg.threaded);
+        obj += part.chunks.size();
+      }
       continue;
     }
-    if (draft_) {  // the draft first: the page counts as read only once both landed
-      if (ctx_.store.get(job.keys[first + i] + DraftState::kObjectSuffix, dbuf) != StorageMiss::None) return i;
-      draft_->load_object(page, dbuf);
-    }
-    if (ctx_.store.get(job.keys[first + i], buf) != StorageMiss::None) return i;
-    for (std::size_t l = 0; l < host_kv_.layers(); ++l) std::memcpy(host_kv_.layer_block(page, l), buf.data() + l * block, block);
+    if (draft_) draft_->load_object(page, outs[obj++]);
+    const std::size_t block = host_kv_.layer_block_bytes();
+    for (std::size_t l = 0; l < host_kv_.layers(); ++l) std::memcpy(host_kv_.layer_block(page, l), outs[obj].data() + l * block, block);
+    ++obj;
   }
-  return count;
+  return n;
 }
 
 std::unique_ptr<StorageSite::Job> RadixStorageSite::plan(std::span<const TokenId> prompt) {

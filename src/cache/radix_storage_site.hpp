@@ -55,7 +55,6 @@ class RadixStorageSite final : public StorageSite {
   bool unified() const;
   std::vector<std::string> chunk_keys(const PageDigest& d) const;  // unified: every object of a page
   void backup_unified(PageId page, const PageDigest& d);
-  bool read_unified(PageId page, const PageDigest& d, std::vector<std::uint64_t>& staging);
 
   StorageContext ctx_;
   RadixTree& tree_;

@@ -102,15 +102,13 @@ bool RedisStorage::set(const std::string& key, std::span<const std::uint8_t> pay
   return true;
 }
 
-StorageMiss RedisStorage::get(const std::string& key, std::span<std::uint8_t> out) {
-  std::lock_guard<std::mutex> g(mu_);
+// One GET reply's outcome into the counters.
+StorageMiss RedisStorage::take_reply_locked(redisReply* r, const std::string& key, std::span<std::uint8_t> out) {
   ++stats_.gets;
-  redisReply* r = command_locked("GET %b", key.data(), key.size());
   StorageMiss m = StorageMiss::Missing;
   std::uint64_t job = 0;
   if (r && r->type == REDIS_REPLY_STRING)
     m = decode_object(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(r->str), r->len), key, out, &job);
-  if (r) freeReplyObject(r);
   switch (m) {
     case StorageMiss::None:
       ++stats_.hits;
@@ -122,6 +120,42 @@ StorageMiss RedisStorage::get(const std::string& key, std::span<std::uint8_t> ou
     default: ++stats_.corrupt; break;
   }
   return m;
+}
+
+StorageMiss RedisStorage::get(const std::string& key, std::span<std::uint8_t> out) {
+  std::lock_guard<std::mutex> g(mu_);
+  redisReply* r = command_locked("GET %b", key.data(), key.size());
+  const StorageMiss m = take_reply_locked(r, key, out);
+  if (r) freeReplyObject(r);
+  return m;
+}
+
+std::size_t RedisStorage::get_batch(std::span<const std::string> keys, std::span<const std::span<std::uint8_t>> outs) {
+  if (keys.empty()) return 0;
+  std::lock_guard<std::mutex> g(mu_);
+  if (!connected_locked()) {
+    stats_.gets += keys.size();
+    stats_.missing += keys.size();
+    return 0;
+  }
+  for (const auto& k : keys) redisAppendCommand(ctx_, "GET %b", k.data(), k.size());  // one round trip
+  std::size_t lead = 0;
+  bool still = true, broken = false;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    void* p = nullptr;
+    if (broken || redisGetReply(ctx_, &p) != REDIS_OK || !p) {
+      broken = true;
+      take_reply_locked(nullptr, keys[i], outs[i]);
+      continue;
+    }
+    auto* r = static_cast<redisReply*>(p);
+    const bool ok = take_reply_locked(r, keys[i], outs[i]) == StorageMiss::None;
+    freeReplyObject(r);
+    if (still && ok) ++lead;
+    else still = false;
+  }
+  if (broken) failed_locked("GET batch");  // the leading objects decoded before it stand
+  return lead;
 }
 
 bool RedisStorage::exists(const std::string& key) {

@@ -5,7 +5,7 @@
 //   set     SET key object NX — immutable objects: an existing key is left as it is
 //   get     GET key, validated like a file (magic, key, length, checksum): damage is a miss
 //   exists  EXISTS key; batch_exists pipelines one EXISTS per key in one round trip and answers
-//           the leading hit
+//           the leading hit; get_batch pipelines a prefetch batch's GETs the same way
 // Capacity is the server's (`maxmemory` with an LRU policy): kvgrid never deletes a key. A lookup
 // always sees every job's objects (a Redis store is a shared store by nature).
 // Connection errors are storage failures, never a crash or a hang: every command has a timeout;
@@ -39,6 +39,7 @@ class RedisStorage final : public ObjectStore {
   StorageMiss get(const std::string& key, std::span<std::uint8_t> out) override;
   bool exists(const std::string& key) override;
   std::size_t batch_exists(std::span<const std::string> keys) override;
+  std::size_t get_batch(std::span<const std::string> keys, std::span<const std::span<std::uint8_t>> outs) override;
   StorageStats stats() const override;
   void set_job(std::uint64_t job) override { job_ = job; }
   void set_shared(bool) override {}             // always: every lookup asks the server
@@ -60,6 +61,7 @@ class RedisStorage final : public ObjectStore {
   bool connected_locked();                        // connects when needed (not during a back-off)
   void failed_locked(const char* what);           // drops the connection, counts, logs the outage
   redisReply* command_locked(const char* fmt, ...);  // null on a connection error
+  StorageMiss take_reply_locked(redisReply* r, const std::string& key, std::span<std::uint8_t> out);
 
   std::string url_;
   Address addr_;

@@ -1,6 +1,6 @@
 // The Redis backend (cache/redis_storage.hpp) against a private server started for the test
 // (jobs/redis.sh; skipped without redis-server unless CI=true): round trips, immutable keys,
-// damaged values are misses, leading-hit batch existence in one pipeline, other jobs' objects,
+// damaged values are misses, leading-hit batch existence and batch reads in one pipeline, other jobs' objects,
 // concurrent writers of one key, and URL parsing.
 #include <gtest/gtest.h>
 
@@ -67,6 +67,11 @@ TEST(RedisStorage, RoundTripsImmutableKeysAndLeadingHits) {
   EXPECT_EQ(out, b);
   std::vector<std::string> keys = {"k0", "k1", "k2", "k0"};
   EXPECT_EQ(s.batch_exists(keys), 2u);
+  std::vector<std::vector<std::uint8_t>> bufs(4, std::vector<std::uint8_t>(5000));
+  std::vector<std::span<std::uint8_t>> outs(bufs.begin(), bufs.end());
+  EXPECT_EQ(s.get_batch(keys, outs), 2u);  // one pipelined round trip; the leading intact objects
+  EXPECT_EQ(bufs[0], a);
+  EXPECT_EQ(bufs[1], b);
   EXPECT_TRUE(s.exists("k0"));
   EXPECT_FALSE(s.exists("k2"));
   const auto st = s.stats();
