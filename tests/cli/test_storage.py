@@ -97,13 +97,13 @@ def concurrent_writers():
 
 def layout_pairs():
     """Cross-layout reuse for writer/reader pairs of an 8-layer, 8-head model (jobs/unified_pairs.py;
-    the smoke's three pairs here, the 81 pairs of TP in {1,2,4,8} x PP in {1,2,4} there): every
+    the smoke's two pairs here, the 81 pairs of TP in {1,2,4,8} x PP in {1,2,4} there): every
     reader serves every reusable page from storage with one object per chunk and page; and an MLA
     pair (replicated latent: one writer per chunk, no head group)."""
     p = subprocess.run(["/usr/bin/python3", os.path.join(SRC, "jobs", "unified_pairs.py"), "--pairs", "smoke",
                         "--out", out("pairs")], capture_output=True, text=True, env=ENV, timeout=280)
     print(p.stdout)
-    expect(p.returncode == 0 and "# pairs 3, failed 0" in p.stdout, "every pair reads the other's objects", p.stdout, p.stderr)
+    expect(p.returncode == 0 and "# pairs 2, failed 0" in p.stdout, "every pair reads the other's objects", p.stdout, p.stderr)
     # MLA: one latent replicated over TP, objects without _H, one writer per chunk (TP rank 0).
     store = out("mla")
     mla = ["--set", "model.layers=8", "--set", "model.attention=mla", "--set", "model.kv_heads=4",
@@ -269,9 +269,9 @@ def redis_backend():
     with RedisServer() as srv:
         rc, so, se = run(4, TIERS, "--out", out("rd"), "--set", "cache.storage=redis", "--set", "cache.storage_url=" + srv.url)
         expect(rc == 0 and "# verdict: OK" in so and "# not reproducible: shared store" in so, "redis run OK", so, se)
-        rc2, so2, se2 = run(4, TIERS, "--out", out("fd"))
-        expect(rc2 == 0 and digest_of(so) == digest_of(so2) and digest_of(so), "redis decides exactly as file",
-               digest_of(so), digest_of(so2))
+        with open(os.path.join(SRC, "tests", "golden", "decision_digests.txt")) as f:  # the file backend's, recorded
+            on_file = [ln.split()[2] for ln in f if ln.startswith("multiturn_tiers 1 ")][0]
+        expect(digest_of(so) == on_file, "redis decides exactly as file", digest_of(so), on_file)
         j = json.loads(tool("report", out("rd"), "--json")[1])
         expect(j["cached_tokens"]["storage"] > 0 and j["storage_connection_errors"] == 0, "hits from redis", j["cached_tokens"])
         faults = []
@@ -279,7 +279,7 @@ def redis_backend():
             faults += ["--set", f"faults.{f}.probability=0.2"]
         faults += ["--set", "faults.storage.read.slow.probability=0.2", "--set", "faults.storage.read.slow.delay_ms=2"]
         rc, so, se = run(4, TIERS, "--out", out("rdf"), "--set", "cache.storage=redis", "--set", "cache.storage_url=" + srv.url,
-                         "--set", "cache.storage_dir=" + out("unused"), *faults)
+                         "--set", "workload.multiturn.clients=16", "--set", "workload.multiturn.rounds=4", *faults)
         expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, "redis under every storage failpoint", so, se)
         jf = json.loads(tool("report", out("rdf"), "--json")[1])
         expect(jf["storage_failed_pages"] > 0, "the failpoints fired on redis", jf["storage_failed_pages"])
@@ -293,7 +293,8 @@ def redis_outage():
     stopped mid-run (after the first progress row) the run goes on with misses and finishes OK."""
     with RedisServer() as srv:
         url = srv.url
-    rc, so, se = run(4, TIERS, "--out", out("ro-none"), "--set", "cache.storage=redis", "--set", "cache.storage_url=" + url)
+    small = ["--set", "workload.multiturn.clients=16", "--set", "workload.multiturn.rounds=4"]
+    rc, so, se = run(4, TIERS, "--out", out("ro-none"), "--set", "cache.storage=redis", "--set", "cache.storage_url=" + url, *small)
     expect(rc == 0 and "# verdict: OK" in so and "storage misses and failed writes until it is back" in se,
            "no server: the run goes on", so, se)
     j = json.loads(tool("report", out("ro-none"), "--json")[1])
