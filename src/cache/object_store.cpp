@@ -87,6 +87,18 @@ StorageMiss decode_object(std::span<const std::uint8_t> value, const std::string
   return StorageMiss::None;
 }
 
+std::vector<bool> ObjectStore::present(std::span<const std::string> keys) {
+  std::vector<bool> out;
+  for (const auto& k : keys) out.push_back(exists(k));
+  return out;
+}
+
+std::vector<bool> ObjectStore::set_batch(std::span<const std::string> keys, std::span<const std::span<const std::uint8_t>> payloads) {
+  std::vector<bool> out;
+  for (std::size_t i = 0; i < keys.size(); ++i) out.push_back(set(keys[i], payloads[i]));
+  return out;
+}
+
 std::size_t ObjectStore::get_batch(std::span<const std::string> keys, std::span<const std::span<std::uint8_t>> outs) {
   std::size_t n = 0;
   while (n < keys.size() && get(keys[n], outs[n]) == StorageMiss::None) ++n;

@@ -70,6 +70,10 @@ class ObjectStore {
   virtual bool exists(const std::string& key) = 0;
   // How many leading keys of a batch exist.
   virtual std::size_t batch_exists(std::span<const std::string> keys);
+  // Which of `keys` exist (Redis: one pipelined round trip).
+  virtual std::vector<bool> present(std::span<const std::string> keys);
+  // Writes of a batch, in order (Redis: one pipelined round trip); element i: set(keys[i], payloads[i]).
+  virtual std::vector<bool> set_batch(std::span<const std::string> keys, std::span<const std::span<const std::uint8_t>> payloads);
   // The objects of a batch, keys[i] into outs[i]; the result's length is the number of leading
   // objects read intact. A store may stop at the first miss (the file backend does) or fetch the
   // whole batch in one round trip (Redis pipelines the GETs).

@@ -1,6 +1,7 @@
 #include "cache/radix_storage_site.hpp"
 
 #include <cstring>
+#include <deque>
 
 #include "cache/page_hash.hpp"
 #include "cache/storage_tier.hpp"
@@ -82,45 +83,14 @@ std::vector<std::string> RadixStorageSite::objects(const Job& j, std::size_t ite
   return chunk_keys(static_cast<const RadixJob&>(j).digests[item]);  // (the draft's first)
 }
 
-// A page's missing objects: the page packed once in object order, each missing chunk's span
-// written as its object (objects already there — written by this rank, adopted from another
-// job — are immutable and left alone).
-void RadixStorageSite::backup_unified(PageId page, const PageDigest& d) {
-  const auto keys = chunk_keys(d);
-  bool any = false;
-  for (const auto& k : keys) any = any || !ctx_.store.exists(k);
-  if (!any) return;
-  StorageTierStats& stats = ctx_.stats;
-  if (ctx_.cfg.faults.write_fail && ctx_.cfg.faults.write_fail()) {
-    ++stats.write_failed;
-    return;
-  }
-  std::vector<std::uint64_t> staging;
-  std::size_t at = 0;  // the first key of this part
-  for (const auto& part : parts_) {
-    staging.resize(part.offsets.back());
-    bool packed = false;
-    for (std::size_t j = 0; j < part.chunks.size(); ++j) {
-      const std::string& key = keys[at + j];
-      if (ctx_.store.exists(key)) continue;
-      if (!packed) part.pool->pack(std::span<const PageId>(&page, 1), part.spans, staging.data());
-      packed = true;
-      const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(staging.data() + part.offsets[j]),
-                                                (part.offsets[j + 1] - part.offsets[j]) * sizeof(std::uint64_t));
-      if (!ctx_.store.set(key, bytes)) {
-        ++stats.write_failed;  // the target's objects are not written without the draft's
-        return;
-      }
-      ++stats.objects_written;
-      stats.written_bytes += bytes.size();
-    }
-    at += part.chunks.size();
-  }
-  ++stats.written_pages;
-}
-
+// Write-through of a published host backup. The node's pages this rank writes (CP sharding: their
+// owner) and each page's objects — unified: the draft's chunks, then the target's; rank_suffix: a
+// sidecar draft's object, then the page's — are looked up at once (one round trip on Redis); the
+// missing objects of pages not hit by storage.write.fail are written as one batch, in order (a
+// page's draft first). Objects already there (written earlier, or by another job) are immutable
+// and left alone.
 void RadixStorageSite::backup(TreeNode* node) {
-  if (!ctx_.cfg.writer) return;  // MLA: TP rank 0 writes for everyone
+  if (!ctx_.cfg.writer) return;  // MLA (unified: CP replicas too): the first rank writes for everyone
   std::vector<const TreeNode*> path;
   for (const TreeNode* n = node; n != tree_.root(); n = n->parent) path.push_back(n);
   std::vector<TokenId> tokens;
@@ -128,38 +98,85 @@ void RadixStorageSite::backup(TreeNode* node) {
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
   const std::size_t first = (tokens.size() - node->key.size()) / p;
   const auto digests = digests_for(tokens, first);
-  if (unified()) {
-    for (std::size_t i = 0; i < digests.size(); ++i)
-      if (host_kv_.owns(node->host[i])) backup_unified(node->host[i], digests[i]);  // CP sharding: its owner
-    return;
+  const auto primary = keys_for(digests);
+  struct Page {
+    std::size_t item, first, count;  // its objects: keys[first, first + count)
+  };
+  std::vector<Page> pages;
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < digests.size(); ++i) {
+    if (!host_kv_.owns(node->host[i])) continue;
+    Page pg{i, keys.size(), 0};
+    if (unified()) {
+      const auto k = chunk_keys(digests[i]);
+      keys.insert(keys.end(), k.begin(), k.end());
+    } else {
+      if (draft_) keys.push_back(primary[i] + DraftState::kObjectSuffix);
+      keys.push_back(primary[i]);
+    }
+    pg.count = keys.size() - pg.first;
+    pages.push_back(pg);
   }
-  const auto keys = keys_for(digests);
-  ObjectStore& store = ctx_.store;
+  const std::vector<bool> there = ctx_.store.present(keys);
   StorageTierStats& stats = ctx_.stats;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (!host_kv_.owns(node->host[i])) continue;  // CP sharding: each page is written by its owner
-    if (store.exists(keys[i])) continue;
-    if (ctx_.cfg.faults.write_fail && ctx_.cfg.faults.write_fail()) {
-      ++stats.write_failed;  // a failed write leaves nothing behind: later prefetches just miss
+  std::vector<std::string> wkeys;
+  std::vector<std::span<const std::uint8_t>> wbytes;
+  std::vector<std::size_t> wpage;                   // the page (index into pages) of each write
+  std::deque<std::vector<std::uint64_t>> packed;    // payloads, alive until the batch is written
+  std::deque<std::vector<std::uint8_t>> raw;
+  std::vector<bool> skipped(pages.size(), false);
+  for (std::size_t pi = 0; pi < pages.size(); ++pi) {
+    const Page& pg = pages[pi];
+    bool missing = false;
+    for (std::size_t o = 0; o < pg.count; ++o) missing = missing || !there[pg.first + o];
+    if (!missing) {
+      skipped[pi] = true;
       continue;
     }
-    // A sidecar draft's object first: a page whose target object exists always has its draft.
-    if (draft_ && !store.exists(keys[i] + DraftState::kObjectSuffix)) {
-      const auto d = draft_->object(node->host[i]);
-      if (!store.set(keys[i] + DraftState::kObjectSuffix, d)) {
-        ++stats.write_failed;
-        continue;
+    if (ctx_.cfg.faults.write_fail && ctx_.cfg.faults.write_fail()) {
+      ++stats.write_failed;  // a failed write leaves nothing behind: later prefetches just miss
+      skipped[pi] = true;
+      continue;
+    }
+    const PageId page = node->host[pg.item];
+    auto add = [&](std::size_t o, std::span<const std::uint8_t> bytes) {
+      if (there[pg.first + o]) return;
+      wkeys.push_back(keys[pg.first + o]);
+      wbytes.push_back(bytes);
+      wpage.push_back(pi);
+    };
+    std::size_t o = 0;
+    if (unified()) {
+      for (const auto& part : parts_) {
+        packed.emplace_back(part.offsets.back());
+        part.pool->pack(std::span<const PageId>(&page, 1), part.spans, packed.back().data());
+        for (std::size_t c = 0; c < part.chunks.size(); ++c, ++o)
+          add(o, std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(packed.back().data() + part.offsets[c]),
+                                               (part.offsets[c + 1] - part.offsets[c]) * sizeof(std::uint64_t)));
       }
-      stats.written_bytes += d.size();
-    }
-    const auto bytes = page_bytes(node->host[i]);
-    if (store.set(keys[i], bytes)) {
-      ++stats.written_pages;
-      ++stats.objects_written;
-      stats.written_bytes += bytes.size();
     } else {
-      ++stats.write_failed;
+      if (draft_) {
+        raw.push_back(draft_->object(page));
+        add(o++, raw.back());
+      }
+      raw.push_back(page_bytes(page));
+      add(o, raw.back());
     }
+  }
+  const std::vector<bool> ok = ctx_.store.set_batch(wkeys, wbytes);
+  std::vector<bool> page_ok(pages.size(), true);
+  for (std::size_t w = 0; w < wkeys.size(); ++w) {
+    if (!ok[w]) {
+      page_ok[wpage[w]] = false;
+      continue;
+    }
+    ++stats.objects_written;
+    stats.written_bytes += wbytes[w].size();
+  }
+  for (std::size_t pi = 0; pi < pages.size(); ++pi) {
+    if (skipped[pi]) continue;
+    if (page_ok[pi]) ++stats.written_pages;
+    else ++stats.write_failed;
   }
 }
 

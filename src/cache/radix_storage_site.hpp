@@ -54,7 +54,6 @@ class RadixStorageSite final : public StorageSite {
   std::vector<std::string> keys_for(std::span<const PageDigest> digests) const;  // each page's primary object
   bool unified() const;
   std::vector<std::string> chunk_keys(const PageDigest& d) const;  // unified: every object of a page
-  void backup_unified(PageId page, const PageDigest& d);
 
   StorageContext ctx_;
   RadixTree& tree_;

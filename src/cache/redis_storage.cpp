@@ -192,6 +192,63 @@ std::size_t RedisStorage::batch_exists(std::span<const std::string> keys) {
   return lead;
 }
 
+std::vector<bool> RedisStorage::present(std::span<const std::string> keys) {
+  std::vector<bool> out(keys.size(), false);
+  if (keys.empty()) return out;
+  std::lock_guard<std::mutex> g(mu_);
+  if (!connected_locked()) return out;
+  for (const auto& k : keys) redisAppendCommand(ctx_, "EXISTS %b", k.data(), k.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    void* p = nullptr;
+    if (redisGetReply(ctx_, &p) != REDIS_OK || !p) {
+      failed_locked("EXISTS batch");
+      return std::vector<bool>(keys.size(), false);
+    }
+    auto* r = static_cast<redisReply*>(p);
+    out[i] = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+  }
+  return out;
+}
+
+std::vector<bool> RedisStorage::set_batch(std::span<const std::string> keys, std::span<const std::span<const std::uint8_t>> payloads) {
+  std::vector<bool> out(keys.size(), false);
+  if (keys.empty()) return out;
+  std::vector<std::vector<std::uint8_t>> values;
+  for (std::size_t i = 0; i < keys.size(); ++i) values.push_back(encode_object(keys[i], payloads[i], job_));
+  std::lock_guard<std::mutex> g(mu_);
+  if (!connected_locked()) {
+    stats_.set_failed += keys.size();
+    return out;
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i)  // in order: a page's draft object before the target's
+    redisAppendCommand(ctx_, "SET %b %b NX", keys[i].data(), keys[i].size(), values[i].data(), values[i].size());
+  bool broken = false;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    void* p = nullptr;
+    if (broken || redisGetReply(ctx_, &p) != REDIS_OK || !p) {
+      broken = true;
+      ++stats_.set_failed;
+      continue;
+    }
+    auto* r = static_cast<redisReply*>(p);
+    if (r->type == REDIS_REPLY_ERROR) {
+      ++stats_.set_failed;
+    } else {
+      out[i] = true;
+      if (r->type == REDIS_REPLY_NIL) {
+        ++stats_.set_skipped;
+      } else {
+        ++stats_.sets;
+        stats_.bytes_written += values[i].size();
+      }
+    }
+    freeReplyObject(r);
+  }
+  if (broken) failed_locked("SET batch");
+  return out;
+}
+
 void RedisStorage::truncate(const std::string& key) {
   std::lock_guard<std::mutex> g(mu_);
   redisReply* r = command_locked("GET %b", key.data(), key.size());

@@ -5,7 +5,8 @@
 //   set     SET key object NX — immutable objects: an existing key is left as it is
 //   get     GET key, validated like a file (magic, key, length, checksum): damage is a miss
 //   exists  EXISTS key; batch_exists pipelines one EXISTS per key in one round trip and answers
-//           the leading hit; get_batch pipelines a prefetch batch's GETs the same way
+//           the leading hit; get_batch pipelines a prefetch batch's GETs the same way, and a
+//           node's backup is two round trips (present: EXISTS of its objects; set_batch: SETs)
 // Capacity is the server's (`maxmemory` with an LRU policy): kvgrid never deletes a key. A lookup
 // always sees every job's objects (a Redis store is a shared store by nature).
 // Connection errors are storage failures, never a crash or a hang: every command has a timeout;
@@ -40,6 +41,8 @@ class RedisStorage final : public ObjectStore {
   bool exists(const std::string& key) override;
   std::size_t batch_exists(std::span<const std::string> keys) override;
   std::size_t get_batch(std::span<const std::string> keys, std::span<const std::span<std::uint8_t>> outs) override;
+  std::vector<bool> present(std::span<const std::string> keys) override;
+  std::vector<bool> set_batch(std::span<const std::string> keys, std::span<const std::span<const std::uint8_t>> payloads) override;
   StorageStats stats() const override;
   void set_job(std::uint64_t job) override { job_ = job; }
   void set_shared(bool) override {}             // always: every lookup asks the server

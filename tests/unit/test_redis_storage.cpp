@@ -72,11 +72,19 @@ TEST(RedisStorage, RoundTripsImmutableKeysAndLeadingHits) {
   EXPECT_EQ(s.get_batch(keys, outs), 2u);  // one pipelined round trip; the leading intact objects
   EXPECT_EQ(bufs[0], a);
   EXPECT_EQ(bufs[1], b);
-  EXPECT_TRUE(s.exists("k0"));
-  EXPECT_FALSE(s.exists("k2"));
+  // A backup's two round trips: which objects exist, then the missing ones written in order.
+  EXPECT_EQ(s.present(keys), (std::vector<bool>{true, true, false, true}));
+  const std::vector<std::string> wkeys = {"k2", "k0"};
+  const std::vector<std::span<const std::uint8_t>> wvals = {a, b};
+  EXPECT_EQ(s.set_batch(wkeys, wvals), (std::vector<bool>{true, true}));
+  ASSERT_EQ(s.get("k0", out), StorageMiss::None);
+  EXPECT_EQ(out, a);  // k0 was there already: left as it was
+  EXPECT_EQ(s.batch_exists(keys), 4u);
+  EXPECT_TRUE(s.exists("k2"));
+  EXPECT_FALSE(s.exists("k3"));
   const auto st = s.stats();
-  EXPECT_EQ(st.sets, 2u);
-  EXPECT_EQ(st.set_skipped, 1u);
+  EXPECT_EQ(st.sets, 3u);
+  EXPECT_EQ(st.set_skipped, 2u);
   EXPECT_EQ(st.connection_errors, 0u);
 }
 
