@@ -6,7 +6,10 @@ every reusable page from storage (4 x 240 tokens) and each rank wrote and read e
 per chunk it holds per page (an 8-layer, 8-KV-head model cut into 2-layer x 1-head chunks, so
 every TP in {1, 2, 4, 8} and PP in {1, 2, 4} aligns).
 
-  jobs/unified_pairs.py [--pairs smoke|all] [--out DIR]     (default: all, results/unified_pairs)
+  jobs/unified_pairs.py [--pairs smoke|all] [--redis] [--out DIR]     (default: all, files, results/unified_pairs)
+
+--redis: the objects live on a private Redis server (jobs/redis.sh) instead of a directory; the
+server is emptied (FLUSHALL) before each pair.
 
 Prints one row per pair and a summary; exit 1 when a pair fails. $KVGRID_BIN names the binary.
 """
@@ -35,10 +38,15 @@ def chunks(tp, pp):
     return (8 // pp // 2) * (8 // tp)  # layer ranges x head groups a rank holds
 
 
+REDIS = None  # (url, port) of the private server with --redis
+
+
 def serve(layout, store, out):
     tp, pp = layout
     cmd = [os.environ.get("MPIEXEC", "mpirun"), "-np", str(tp * pp), BIN, "run", EXP, "--out", out, *MODEL,
            "--set", f"topology.tp={tp}", "--set", f"topology.pp={pp}", "--set", "cache.storage_dir=" + store]
+    if REDIS:
+        cmd += ["--set", "cache.storage=redis", "--set", "cache.storage_url=" + REDIS[0]]
     p = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=240)
     if p.returncode != 0 or "# verdict: OK" not in p.stdout or "# oracle mismatches: 0 OK" not in p.stdout:
         return None, (p.stdout + p.stderr)[-2000:]
@@ -48,6 +56,8 @@ def serve(layout, store, out):
 
 def pair(writer, reader, work):
     store = tempfile.mkdtemp(prefix="store-", dir=work)
+    if REDIS:
+        subprocess.run(["redis-cli", "-p", REDIS[1], "flushall"], capture_output=True, timeout=60)
     w, why = serve(writer, store, os.path.join(work, f"w{writer[0]}x{writer[1]}-r{reader[0]}x{reader[1]}"))
     if w is None:
         return False, "writer failed: " + why
@@ -69,7 +79,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", choices=["smoke", "all"], default="all")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "unified_pairs"))
+    ap.add_argument("--redis", action="store_true", help="objects on a private Redis server instead of files")
     a = ap.parse_args()
+    global REDIS
+    server_dir = None
+    if a.redis:
+        p = subprocess.run([os.path.join(ROOT, "jobs", "redis.sh"), "start"], capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            print(p.stderr, file=sys.stderr)
+            return 77 if p.returncode == 77 else 1
+        url, server_dir = p.stdout.split()
+        REDIS = (url, url.rsplit(":", 1)[1])
     pairs = SMOKE if a.pairs == "smoke" else list(itertools.product(LAYOUTS, LAYOUTS))
     os.makedirs(a.out, exist_ok=True)
     failed = 0
@@ -78,7 +98,9 @@ def main():
         ok, what = pair(writer, reader, a.out)
         failed += not ok
         print(f"TP{writer[0]}xPP{writer[1]:<2} TP{reader[0]}xPP{reader[1]:<2}  {'ok' if ok else 'FAILED'}: {what}", flush=True)
-    print(f"# pairs {len(pairs)}, failed {failed}")
+    print(f"# pairs {len(pairs)}, failed {failed}" + (" (objects on Redis)" if REDIS else ""))
+    if server_dir:
+        subprocess.run([os.path.join(ROOT, "jobs", "redis.sh"), "stop", server_dir], capture_output=True, timeout=60)
     return 1 if failed else 0
 
 

@@ -71,6 +71,13 @@ std::vector<std::string> RadixStorageSite::keys_for(std::span<const PageDigest> 
 
 bool RadixStorageSite::unified() const { return !ctx_.cfg.unified.empty(); }
 
+std::size_t RadixStorageSite::objects_per_item() const {
+  if (!unified()) return draft_ ? 2 : 1;
+  std::size_t n = 0;
+  for (const auto& part : parts_) n += part.chunks.size();
+  return n;
+}
+
 std::vector<std::string> RadixStorageSite::chunk_keys(const PageDigest& d) const {
   std::vector<std::string> keys;
   for (const auto& part : parts_)

@@ -42,6 +42,7 @@ class RadixStorageSite final : public StorageSite {
   std::size_t accept(const Job&, std::size_t intact) const override { return intact; }
   std::size_t land(Job& job, std::size_t keep) override;
   std::vector<std::string> objects(const Job& job, std::size_t item) const override;
+  std::size_t objects_per_item() const override;
 
  private:
   struct RadixJob : Job {

@@ -68,6 +68,9 @@ class StorageSite {
   virtual std::size_t read(Job& job, std::size_t first, std::size_t count, std::optional<std::size_t> fail_at) = 0;
   // The objects item `item` reads (a failpoint's damage picks one of them in turn; empty: none).
   virtual std::vector<std::string> objects(const Job& job, std::size_t item) const { return {job.keys[item]}; }
+  // Objects one item reads when it reads all of them (0: it varies — hybrid models): statistics turn
+  // objects read into tokens with it.
+  virtual std::size_t objects_per_item() const { return 0; }
   // Bytes of items [first, first + count) (modelled read time, statistics).
   virtual std::size_t bytes(const Job& job, std::size_t first, std::size_t count) const = 0;
   // Of `intact` leading intact items of the job's `items`, how many may be used.

@@ -154,6 +154,7 @@ class StorageTier {
   ObjectStore& storage() { return *store_; }
   const ObjectStore& storage() const { return *store_; }
   StorageSite& site() { return *site_; }
+  const StorageSite& site() const { return *site_; }
   // Speculative decoding, sidecar drafts (full-attention models): every page also has a draft
   // object, written with it and required by a hit (radix_storage_site.hpp).
   void set_draft(DraftState* d);

@@ -105,6 +105,8 @@ void add_tier_stats(RankSummaryRow& m, const cache::DeviceCache& dc) {
     const auto fs = st->storage().stats();
     m.storage_objects_read = static_cast<std::int64_t>(fs.hits);
     m.storage_objects_other_jobs = static_cast<std::int64_t>(fs.other_job_hits);
+    if (const std::size_t per = st->site().objects_per_item())
+      m.storage_tokens_other_jobs = static_cast<std::int64_t>(fs.other_job_hits / per) * st->site().page_size().value();
     m.storage_objects_swept = static_cast<std::int64_t>(t.swept);
     m.storage_connection_errors = static_cast<std::int64_t>(fs.connection_errors);
     m.storage_failed_pages = static_cast<std::int64_t>(t.failed_pages + t.write_failed);

@@ -47,14 +47,15 @@ void add_transfers(nlohmann::json& j, const RunTrace& run) {
   for (const auto& r : run.summary_ranks) ce += r.storage_connection_errors;
   j["storage_connection_errors"] = ce;
   // Objects each rank wrote and read (world rank order): with unified keys one per chunk and page.
-  std::vector<std::int64_t> ow, orr, oo, swept;
+  std::vector<std::int64_t> ow, orr, oo, ot, swept;
   for (const auto& r : run.summary_ranks) {
     ow.push_back(r.storage_objects_written);
     orr.push_back(r.storage_objects_read);
     oo.push_back(r.storage_objects_other_jobs);
+    ot.push_back(r.storage_tokens_other_jobs);
     swept.push_back(r.storage_objects_swept);
   }
-  j["storage_objects"] = {{"written", ow}, {"read", orr}, {"read_other_jobs", oo}, {"swept", swept}};
+  j["storage_objects"] = {{"written", ow}, {"read", orr}, {"read_other_jobs", oo}, {"read_other_jobs_tokens", ot}, {"swept", swept}};
   // protocol.load_back: load-backs broken on some rank of the group (agreed: the same on every rank)
   if (!run.summary_ranks.empty())
     j["load_back"] = {{"failed_requests", run.summary_ranks.front().load_failed},

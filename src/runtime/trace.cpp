@@ -98,6 +98,7 @@ Handle rank_summary_type() {
   KVGRID_FIELD(storage_objects_written, H5T_NATIVE_INT64);
   KVGRID_FIELD(storage_objects_read, H5T_NATIVE_INT64);
   KVGRID_FIELD(storage_objects_other_jobs, H5T_NATIVE_INT64);
+  KVGRID_FIELD(storage_tokens_other_jobs, H5T_NATIVE_INT64);
   KVGRID_FIELD(storage_objects_swept, H5T_NATIVE_INT64);
   KVGRID_FIELD(storage_connection_errors, H5T_NATIVE_INT64);
   KVGRID_FIELD(d2h_bytes, H5T_NATIVE_INT64);

@@ -114,6 +114,7 @@ struct RankSummaryRow {
   std::int64_t storage_read_pages = 0, storage_write_pages = 0, storage_failed_pages = 0;  // storage tier
   std::int64_t storage_objects_written = 0, storage_objects_read = 0;  // objects (unified keys: one per chunk)
   std::int64_t storage_objects_other_jobs = 0;  // of those read: objects another job wrote
+  std::int64_t storage_tokens_other_jobs = 0;   // the same as prompt tokens (objects / objects per page x page size)
   std::int64_t storage_objects_swept = 0;       // removed by this rank's store-level sweeps (unified keys)
   std::int64_t storage_connection_errors = 0;   // a remote store (redis) unreachable or failing
   std::int64_t d2h_bytes = 0, h2d_bytes = 0, storage_read_bytes = 0, storage_write_bytes = 0;

@@ -184,6 +184,7 @@ const std::vector<TableDoc>& tables() {
         {"storage_objects_written", "objects", "storage objects this rank wrote (unified keys: one per chunk and page)"},
         {"storage_objects_read", "objects", "storage objects this rank read intact"},
         {"storage_objects_other_jobs", "objects", "of the objects read: those another job wrote (cross-job, cross-bucket reuse)"},
+        {"storage_tokens_other_jobs", "tokens", "those objects as tokens: objects / objects per page x page size (0 for hybrid models)"},
         {"storage_objects_swept", "objects", "objects this rank's store-level sweeps removed (unified keys; world rank 0 sweeps)"},
         {"storage_connection_errors", "errors", "storage commands that failed because a remote store (redis) was unreachable or failing"},
         {"d2h_bytes", "bytes", "device -> host bytes"},

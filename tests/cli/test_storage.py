@@ -198,8 +198,10 @@ def buckets():
         rep[name] = json.loads(tool("report", out("bk-" + name), "--json")[1])
     print({k: (v["requests"], v["cached_tokens"], v["storage_objects"]["read_other_jobs"]) for k, v in rep.items()})
     expect(rep["short"]["requests"] == 16 and rep["long"]["requests"] == 16, "each bucket serves its 16 turns", rep)
-    expect(all(n > 0 for n in rep["long"]["storage_objects"]["read_other_jobs"]) and rep["long"]["cached_tokens"]["storage"] > 0,
-           "the long bucket reads the short bucket's objects", rep["long"])
+    so_ = rep["long"]["storage_objects"]
+    expect(all(n > 0 for n in so_["read_other_jobs"]) and rep["long"]["cached_tokens"]["storage"] > 0 and
+           so_["read_other_jobs_tokens"][0] == so_["read_other_jobs"][0] // 4 * 16,  # 4 chunks per page at TP2 x PP2
+           "the long bucket reads the short bucket's objects (cross-bucket hits, in objects and tokens)", rep["long"])
     rc, so, se = run(2, os.path.join(SRC, "experiments", "buckets.toml"), "--out", out("bk-bad"), "--set",
                      "cache.storage_shared=false")
     expect(rc == 2 and "need cache.storage_shared = true" in se, "routing without a shared store refused", so, se)
@@ -319,7 +321,8 @@ def redis_outage():
 def redis_cross_job():
     """Two jobs share KV through one Redis server: the Figure 4 pair (TP4 x PP2 writer, TP2 reader)
     with cache.storage = redis — the reader serves every prompt from the writer's objects, four
-    objects per rank and page, all written by the other job."""
+    objects per rank and page, all written by the other job; and jobs/unified_pairs.py --redis's
+    smoke (TP4 x PP2 -> TP1, TP1 x PP4 -> TP8)."""
     with RedisServer() as srv:
         sets = ["--set", "cache.storage=redis", "--set", "cache.storage_url=" + srv.url]
         w = ok_run(8, "rw", *sets)
@@ -327,6 +330,10 @@ def redis_cross_job():
         r = ok_run(2, "rr", *sets, "--set", "topology.tp=2", "--set", "topology.pp=1")
         expect(r["storage_objects"]["read"] == [240, 240] and r["storage_objects"]["read_other_jobs"] == [240, 240] and
                r["cached_tokens"]["storage"] == 960, "reader: the writer's objects through redis", r["storage_objects"])
+    # and the layout-pair smoke (a 4-rank and an 8-rank writer) on its own server
+    p = subprocess.run(["/usr/bin/python3", os.path.join(SRC, "jobs", "unified_pairs.py"), "--pairs", "smoke", "--redis",
+                        "--out", out("rpairs")], capture_output=True, text=True, env=ENV, timeout=280)
+    expect(p.returncode == 0 and "# pairs 2, failed 0 (objects on Redis)" in p.stdout, "pairs through redis", p.stdout, p.stderr)
 
 
 if __name__ == "__main__":
