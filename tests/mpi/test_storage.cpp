@@ -43,7 +43,7 @@ ExperimentConfig tiers(std::int64_t seed, const std::string& dir, std::vector<st
 using testing::serve;
 
 // Seeds per case: 3 in the test suite (2 at 8 ranks); jobs/mpi_seeds.sh sweeps more (KVGRID_SEEDS).
-int seeds() { return testing::suite_seeds(testing::world_size() <= 2 ? 3 : 2); }
+int seeds() { return testing::suite_seeds(testing::world_size() <= 2 ? 3 : testing::world_size() <= 4 ? 2 : 1); }
 
 void expect_clean(const ServeResult& r) {
   EXPECT_EQ(r.finished, 24);
