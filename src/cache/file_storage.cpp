@@ -22,6 +22,20 @@ namespace kvgrid::cache {
 namespace fs = std::filesystem;
 
 namespace {
+// Moves an iovec array past `bytes` transferred bytes (a short writev/readv continues there).
+void skip(iovec*& iov, int& n, std::size_t bytes) {
+  while (bytes > 0 && n > 0) {
+    const std::size_t take = std::min(bytes, iov->iov_len);
+    iov->iov_base = static_cast<char*>(iov->iov_base) + take;
+    iov->iov_len -= take;
+    bytes -= take;
+    if (iov->iov_len == 0) {
+      ++iov;
+      --n;
+    }
+  }
+}
+
 // writev until `total` bytes are out (a short write continues where it stopped).
 bool write_all(int fd, iovec* iov, int n, std::size_t total) {
   std::size_t done = 0;
@@ -30,16 +44,7 @@ bool write_all(int fd, iovec* iov, int n, std::size_t total) {
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return false;
     done += static_cast<std::size_t>(w);
-    for (std::size_t left = static_cast<std::size_t>(w); left > 0 && n > 0;) {  // skip what was written
-      const std::size_t take = std::min(left, iov->iov_len);
-      iov->iov_base = static_cast<char*>(iov->iov_base) + take;
-      iov->iov_len -= take;
-      left -= take;
-      if (iov->iov_len == 0) {
-        ++iov;
-        --n;
-      }
-    }
+    skip(iov, n, static_cast<std::size_t>(w));  // what was written
   }
   return true;
 }
@@ -52,16 +57,7 @@ std::size_t read_all(int fd, iovec* iov, int n, std::size_t total) {
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
     done += static_cast<std::size_t>(r);
-    for (std::size_t left = static_cast<std::size_t>(r); left > 0 && n > 0;) {
-      const std::size_t take = std::min(left, iov->iov_len);
-      iov->iov_base = static_cast<char*>(iov->iov_base) + take;
-      iov->iov_len -= take;
-      left -= take;
-      if (iov->iov_len == 0) {
-        ++iov;
-        --n;
-      }
-    }
+    skip(iov, n, static_cast<std::size_t>(r));
   }
   return done;
 }

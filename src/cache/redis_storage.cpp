@@ -167,28 +167,9 @@ bool RedisStorage::exists(const std::string& key) {
 }
 
 std::size_t RedisStorage::batch_exists(std::span<const std::string> keys) {
-  if (keys.empty()) return 0;
-  std::lock_guard<std::mutex> g(mu_);
-  if (!connected_locked()) return 0;
-  for (const auto& k : keys) redisAppendCommand(ctx_, "EXISTS %b", k.data(), k.size());  // one round trip
+  const auto there = present(keys);  // one pipelined round trip
   std::size_t lead = 0;
-  bool still = true, broken = false;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    void* p = nullptr;
-    if (redisGetReply(ctx_, &p) != REDIS_OK || !p) {
-      broken = true;
-      break;
-    }
-    auto* r = static_cast<redisReply*>(p);
-    const bool yes = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-    freeReplyObject(r);
-    if (still && yes) ++lead;
-    else still = false;
-  }
-  if (broken) {
-    failed_locked("EXISTS batch");
-    return 0;
-  }
+  while (lead < there.size() && there[lead]) ++lead;
   return lead;
 }
 
