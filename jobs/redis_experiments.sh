@@ -4,13 +4,13 @@
 # OK, and — a private server that never evicts holds exactly what a private directory holds — take
 # the same decisions (equal decision-log digests). buckets.toml (two jobs at once) and the slow
 # Figure 4 pair (urc_*) are left out unless named.
-#   jobs/redis_experiments.sh [EXPERIMENT...]     (default: hybrid_storage multiturn_tiers pp_sync spec_draft unified_layout)
+#   jobs/redis_experiments.sh [EXPERIMENT...]     (default: hybrid_storage hybrid_unified multiturn_tiers pp_sync spec_draft unified_layout)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/kvgrid ] || jobs/setup.sh
 . jobs/env.sh
 exps=("$@")
-[ ${#exps[@]} -gt 0 ] || exps=(hybrid_storage multiturn_tiers pp_sync spec_draft unified_layout)
+[ ${#exps[@]} -gt 0 ] || exps=(hybrid_storage hybrid_unified multiturn_tiers pp_sync spec_draft unified_layout)
 read -r url dir < <(jobs/redis.sh start)
 trap 'jobs/redis.sh stop "$dir"' EXIT
 out=$(mktemp -d -t kvgrid-redis-exp-XXXXXX)

@@ -1,5 +1,6 @@
 #include "kernels/relayout.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include <Kokkos_Core.hpp>
@@ -101,6 +102,37 @@ void unpack_objects(const PageLayout& g, bool digest, std::uint64_t* pool, std::
   }
   Kokkos::parallel_for("kvgrid::unpack_objects", Kokkos::RangePolicy<Exec>(0, n), body);
   Kokkos::fence();
+}
+
+std::size_t state_object_words(std::size_t words, const ChunkSpan& c) { return c.layers * c.heads * words; }
+
+namespace {
+// Calls f(slot word, staging word, count) for each contiguous run: one layer's heads of a chunk.
+template <typename F>
+void for_state_runs(std::size_t slot_words, std::size_t heads, std::size_t words, std::span<const ChunkSpan> chunks, F f) {
+  std::size_t at = 0;
+  for (const ChunkSpan& c : chunks) {
+    KVGRID_CHECK(c.head0 + c.heads <= heads && (c.layer0 + c.layers) * heads * words <= slot_words,
+                 "state relayout: chunk (layers ", c.layer0, "+", c.layers, ", heads ", c.head0, "+", c.heads,
+                 ") outside a slot of ", slot_words, " words (", heads, " heads x ", words, " words)");
+    for (std::size_t l = 0; l < c.layers; ++l) {
+      f(((c.layer0 + l) * heads + c.head0) * words, at, c.heads * words);
+      at += c.heads * words;
+    }
+  }
+}
+}  // namespace
+
+void pack_state_objects(std::span<const std::uint64_t> slot, std::size_t heads, std::size_t words,
+                        std::span<const ChunkSpan> chunks, std::uint64_t* staging) {
+  for_state_runs(slot.size(), heads, words, chunks,
+                 [&](std::size_t s, std::size_t o, std::size_t n) { std::copy_n(slot.data() + s, n, staging + o); });
+}
+
+void unpack_state_objects(std::span<std::uint64_t> slot, std::size_t heads, std::size_t words,
+                          std::span<const ChunkSpan> chunks, const std::uint64_t* staging) {
+  for_state_runs(slot.size(), heads, words, chunks,
+                 [&](std::size_t s, std::size_t o, std::size_t n) { std::copy_n(staging + o, n, slot.data() + s); });
 }
 
 }  // namespace kvgrid::kernels

@@ -36,4 +36,13 @@ void pack_objects(const PageLayout& g, bool digest, const std::uint64_t* pool, s
 void unpack_objects(const PageLayout& g, bool digest, std::uint64_t* pool, std::span<const std::uint32_t> rows,
                     std::span<const ChunkSpan> chunks, const std::uint64_t* staging, bool kokkos = true);
 
+// Recurrent (MAMBA) states: a state slot is [layer][head][word] over this rank's MAMBA layers and
+// heads (cache/state_pool.hpp); a chunk's object is [layer in chunk][head in group][word], the
+// chunks of a slot one after another in `staging`. Plain loops: a state is a few words per head.
+std::size_t state_object_words(std::size_t words, const ChunkSpan& c);
+void pack_state_objects(std::span<const std::uint64_t> slot, std::size_t heads, std::size_t words,
+                        std::span<const ChunkSpan> chunks, std::uint64_t* staging);
+void unpack_state_objects(std::span<std::uint64_t> slot, std::size_t heads, std::size_t words,
+                          std::span<const ChunkSpan> chunks, const std::uint64_t* staging);
+
 }  // namespace kvgrid::kernels

@@ -31,6 +31,32 @@ HybridStorageSite::HybridStorageSite(const StorageContext& ctx, unified::Unified
   KVGRID_CHECK(has(ComponentKind::Swa) == (window_.value() > 0) && has(ComponentKind::Mamba) == (mamba_chunk_.value() > 0),
                "hybrid storage site: window ", window_, " and checkpoint grid ", mamba_chunk_, " do not match the components");
   host_.on_published([this](unified::Node* n) { backup(n); });
+  if (!ctx_.cfg.unified_keys()) return;
+  KVGRID_CHECK(host_.sidecars() == 0, "hybrid sidecars under unified keys (refused at load)");
+  const HybridBytes& b = host_.bytes();
+  parts_.resize(host_.kinds().size());
+  for (std::size_t c = 0; c < parts_.size(); ++c) {
+    const ComponentKind k = host_.kinds()[c];
+    UnifiedPart& u = parts_[c];
+    u.chunks = k == ComponentKind::Full ? ctx_.cfg.unified : k == ComponentKind::Swa ? ctx_.cfg.unified_swa : ctx_.cfg.unified_mamba;
+    const KvPool* pool = k == ComponentKind::Full ? b.full_host : k == ComponentKind::Swa ? b.swa_host : nullptr;
+    KVGRID_CHECK(u.chunks.empty() == (k == ComponentKind::Mamba ? b.state_host == nullptr : pool == nullptr),
+                 "hybrid unified objects: ", u.chunks.size(), " chunks of component ", c, " without matching host bytes");
+    if (k == ComponentKind::Mamba && !u.chunks.empty()) {  // a slot: [layer][head][word] over every chunk
+      std::size_t layers = 0;
+      for (const auto& ch : u.chunks) {
+        layers = std::max(layers, ch.local.layer0 + ch.local.layers);
+        state_heads_ = std::max(state_heads_, ch.local.head0 + ch.local.heads);
+      }
+      state_words_ = b.state_host->words_per_slot() / (layers * state_heads_);
+      KVGRID_CHECK(state_words_ * layers * state_heads_ == b.state_host->words_per_slot(), "MAMBA state slot of ",
+                   b.state_host->words_per_slot(), " words is not ", layers, " layers x ", state_heads_, " heads");
+    }
+    for (const auto& ch : u.chunks) {
+      u.spans.push_back(ch.local);
+      u.offsets.push_back(u.offsets.back() + (pool ? pool->object_words(ch.local) : kernels::state_object_words(state_words_, ch.local)));
+    }
+  }
 }
 
 bool HybridStorageSite::has(ComponentKind k) const {
@@ -51,6 +77,7 @@ std::size_t HybridStorageSite::window_pages() const {
 // ---- objects --------------------------------------------------------------------------------
 
 std::size_t HybridStorageSite::object_bytes(ComponentKind k) const {
+  if (!parts_.empty()) return has(k) ? part(k).offsets.back() * sizeof(std::uint64_t) : 0;
   const HybridBytes& b = host_.bytes();
   std::size_t n = 0;
   if (k == ComponentKind::Full && b.full_host) n = b.full_host->layer_block_bytes() * b.full_host->layers();
@@ -64,13 +91,21 @@ std::size_t HybridStorageSite::object_bytes(ComponentKind k) const {
 }
 
 std::vector<std::uint8_t> HybridStorageSite::pack(ComponentKind k, Slot s) const {
+  const HybridBytes& b = host_.bytes();
+  if (!parts_.empty()) {  // unified keys: the chunks in object order, one after another
+    const UnifiedPart& u = part(k);
+    std::vector<std::uint64_t> w(u.offsets.back());
+    if (k == ComponentKind::Mamba) kernels::pack_state_objects(b.state_host->slot(s.value()), state_heads_, state_words_, u.spans, w.data());
+    else (k == ComponentKind::Full ? b.full_host : b.swa_host)->pack(std::vector<PageId>{PageId(s.value())}, u.spans, w.data());
+    const auto* p = reinterpret_cast<const std::uint8_t*>(w.data());
+    return std::vector<std::uint8_t>(p, p + w.size() * sizeof(std::uint64_t));
+  }
   std::vector<std::uint8_t> out;
   out.reserve(object_bytes(k));
   auto put = [&](const void* p, std::size_t n) {
-    const auto* b = static_cast<const std::uint8_t*>(p);
-    out.insert(out.end(), b, b + n);
+    const auto* q = static_cast<const std::uint8_t*>(p);
+    out.insert(out.end(), q, q + n);
   };
-  const HybridBytes& b = host_.bytes();
   const KvPool* pool = k == ComponentKind::Full ? b.full_host : k == ComponentKind::Swa ? b.swa_host : nullptr;
   if (pool)
     for (std::size_t l = 0; l < pool->layers(); ++l) put(pool->layer_block(PageId(s.value()), l), pool->layer_block_bytes());
@@ -90,12 +125,22 @@ std::vector<std::uint8_t> HybridStorageSite::pack(ComponentKind k, Slot s) const
 
 void HybridStorageSite::unpack(ComponentKind k, Slot s, std::span<const std::uint8_t> in, HybridJob& job,
                                std::size_t index) const {
+  const HybridBytes& b = host_.bytes();
+  if (!parts_.empty()) {  // unified keys: the chunks in object order (copied: `in` need not be word-aligned)
+    const UnifiedPart& u = part(k);
+    std::vector<std::uint64_t> w(u.offsets.back());
+    std::memcpy(w.data(), in.data(), w.size() * sizeof(std::uint64_t));
+    if (k == ComponentKind::Mamba) kernels::unpack_state_objects(b.state_host->slot(s.value()), state_heads_, state_words_, u.spans, w.data());
+    else  // (read may run on a storage worker thread: no Kokkos launch there)
+      (k == ComponentKind::Full ? b.full_host : b.swa_host)
+          ->unpack(std::vector<PageId>{PageId(s.value())}, u.spans, w.data(), /*kokkos=*/!ctx_.cfg.threaded);
+    return;
+  }
   std::size_t at = 0;
   auto take = [&](void* p, std::size_t n) {
     std::memcpy(p, in.data() + at, n);
     at += n;
   };
-  const HybridBytes& b = host_.bytes();
   KvPool* pool = k == ComponentKind::Full ? b.full_host : k == ComponentKind::Swa ? b.swa_host : nullptr;
   if (pool)
     for (std::size_t l = 0; l < pool->layers(); ++l) take(pool->layer_block(PageId(s.value()), l), pool->layer_block_bytes());
@@ -112,25 +157,49 @@ void HybridStorageSite::unpack(ComponentKind k, Slot s, std::span<const std::uin
     }
 }
 
-bool HybridStorageSite::has_object(const std::string& key, ComponentKind k) {
-  return object_bytes(k) == 0 || ctx_.store.exists(key + suffix_of(k));
+std::string HybridStorageSite::base_key(const PageDigest& d) const {
+  return parts_.empty() ? storage_key(d, ctx_.cfg.key_suffix) : to_hex(d);
 }
 
-void HybridStorageSite::write_object(const std::string& key, ComponentKind k, Slot s, bool full_page) {
-  if (object_bytes(k) == 0) return;  // no bytes of this kind here
-  const std::string name = key + suffix_of(k);
-  if (ctx_.store.exists(name)) return;
+std::vector<std::string> HybridStorageSite::names(const std::string& base, ComponentKind k) const {
+  if (object_bytes(k) == 0) return {};  // no bytes of this kind here
+  if (parts_.empty()) return {base + suffix_of(k)};
+  std::vector<std::string> out;
+  for (const auto& c : part(k).chunks) out.push_back(base + c.suffix);
+  return out;
+}
+
+bool HybridStorageSite::has_object(const std::string& base, ComponentKind k) {
+  for (const auto& name : names(base, k))
+    if (!ctx_.store.exists(name)) return false;
+  return true;
+}
+
+// A slot's objects (one, or one per chunk under unified keys) that storage does not have yet.
+void HybridStorageSite::write_object(const std::string& base, ComponentKind k, Slot s, bool full_page) {
+  const auto keys = names(base, k);
+  if (keys.empty()) return;
+  const std::vector<bool> there = ctx_.store.present(keys);
+  if (std::all_of(there.begin(), there.end(), [](bool b) { return b; })) return;
   if (ctx_.cfg.faults.write_fail && ctx_.cfg.faults.write_fail()) {
     ++ctx_.stats.write_failed;  // nothing left behind: a later prefetch misses this object
     return;
   }
   const auto bytes = pack(k, s);
-  if (!ctx_.store.set(name, bytes)) {
-    ++ctx_.stats.write_failed;
-    return;
+  bool ok = true;
+  for (std::size_t o = 0; o < keys.size(); ++o) {
+    if (there[o]) continue;
+    const std::size_t from = parts_.empty() ? 0 : part(k).offsets[o] * sizeof(std::uint64_t);
+    const std::size_t to = parts_.empty() ? bytes.size() : part(k).offsets[o + 1] * sizeof(std::uint64_t);
+    if (!ctx_.store.set(keys[o], std::span<const std::uint8_t>(bytes).subspan(from, to - from))) {
+      ok = false;
+      continue;
+    }
+    ++ctx_.stats.objects_written;
+    ctx_.stats.written_bytes += to - from;
   }
-  if (full_page) ++ctx_.stats.written_pages;
-  ctx_.stats.written_bytes += bytes.size();
+  if (!ok) ++ctx_.stats.write_failed;
+  else if (full_page) ++ctx_.stats.written_pages;
 }
 
 void HybridStorageSite::backup(unified::Node* node) {
@@ -147,11 +216,11 @@ void HybridStorageSite::backup(unified::Node* node) {
     if (!d.backed()) continue;
     const ComponentKind k = host_.kinds()[c];
     if (k == ComponentKind::Mamba) {  // the state at the node's end: named after its last page
-      write_object(storage_key(chain[first + pages - 1], ctx_.cfg.key_suffix), k, (*d.host)[0], false);
+      write_object(base_key(chain[first + pages - 1]), k, (*d.host)[0], false);
       continue;
     }
     for (std::size_t j = 0; j < pages; ++j)
-      write_object(storage_key(chain[first + j], ctx_.cfg.key_suffix), k, (*d.host)[j], k == ComponentKind::Full);
+      write_object(base_key(chain[first + j]), k, (*d.host)[j], k == ComponentKind::Full);
   }
 }
 
@@ -187,7 +256,7 @@ std::unique_ptr<StorageSite::Job> HybridStorageSite::plan(std::span<const TokenI
   job->full_from = static_cast<std::size_t>((full_end - anchor_end).value()) / p;
   job->cached = cached;
   const auto chain = page_hash_chain(job->tokens, p);
-  for (std::size_t i = job->start; i < chain.size(); ++i) job->keys.push_back(storage_key(chain[i], ctx_.cfg.key_suffix));
+  for (std::size_t i = job->start; i < chain.size(); ++i) job->keys.push_back(base_key(chain[i]));
   const std::size_t n = job->keys.size();
   // What the SWA window may take from above the anchor: the live-or-backed SWA run ending there
   // (unbounded when it reaches the root: nothing precedes the first token).
@@ -202,10 +271,14 @@ std::unique_ptr<StorageSite::Job> HybridStorageSite::plan(std::span<const TokenI
     if (a == tree_.root()) above = std::numeric_limits<std::int64_t>::max() / 2;
   }
   const bool writer = ctx_.cfg.writer;  // MLA readers cannot see the writer's objects: it decides
-  const std::size_t full_hit =
-      writer && job->full_from < n
-          ? job->full_from + ctx_.store.batch_exists(std::span<const std::string>(job->keys).subspan(job->full_from))
-          : n;
+  std::size_t full_hit = n;  // the leading items from full_from whose FULL objects all exist
+  if (writer && job->full_from < n && object_bytes(ComponentKind::Full) > 0) {
+    std::vector<std::string> keys;  // one batch query (one round trip on Redis)
+    for (std::size_t i = job->full_from; i < n; ++i)
+      for (auto& name : names(job->keys[i], ComponentKind::Full)) keys.push_back(std::move(name));
+    const std::size_t per = keys.size() / (n - job->full_from);
+    full_hit = job->full_from + ctx_.store.batch_exists(keys) / per;
+  }
   const std::size_t wp = window_pages();
   std::vector<char> swa_ok(full_hit, 1);
   if (writer && wp > 0)
@@ -295,12 +368,16 @@ std::size_t HybridStorageSite::read(Job& j, std::size_t first, std::size_t count
   auto& job = static_cast<HybridJob&>(j);
   const std::size_t last = job.keys.size() - 1;
   std::vector<std::uint8_t> buf;
-  // One object of item i into host slot s; false when it is missing, short or damaged.
+  // The objects of item i's component k into host slot s; false when one is missing, short or damaged.
   auto get = [&](std::size_t i, ComponentKind k, Slot s, std::size_t index) {
-    const std::size_t bytes = object_bytes(k);
-    if (bytes == 0) return true;
-    buf.resize(bytes);
-    if (ctx_.store.get(job.keys[i] + suffix_of(k), buf) != StorageMiss::None) return false;
+    const auto keys = names(job.keys[i], k);
+    if (keys.empty()) return true;
+    buf.resize(object_bytes(k));
+    for (std::size_t o = 0, at = 0; o < keys.size(); ++o) {
+      const std::size_t n = parts_.empty() ? buf.size() : (part(k).offsets[o + 1] - part(k).offsets[o]) * sizeof(std::uint64_t);
+      if (ctx_.store.get(keys[o], std::span<std::uint8_t>(buf).subspan(at, n)) != StorageMiss::None) return false;
+      at += n;
+    }
     unpack(k, s, buf, job, index);
     return true;
   };
@@ -324,7 +401,7 @@ std::vector<std::string> HybridStorageSite::objects(const Job& j, std::size_t i)
   const auto& job = static_cast<const HybridJob&>(j);
   std::vector<std::string> out;
   auto add = [&](ComponentKind k) {
-    if (object_bytes(k) > 0) out.push_back(job.keys[i] + suffix_of(k));
+    for (auto& name : names(job.keys[i], k)) out.push_back(std::move(name));
   };
   if (i >= job.full_from) add(ComponentKind::Full);
   if (has(ComponentKind::Swa) && i >= job.window_from) add(ComponentKind::Swa);

@@ -31,6 +31,11 @@
 // a load-back then brings what a request reuses to the device.
 // Written when a node's host backup is published (HybridHostTier::on_published); with KV
 // replicated over TP (MLA) only TP rank 0 writes.
+// Unified keys (cfg.unified_keys(), unified_kv.hpp): each component's slot is one object per chunk
+// of the grid, `{page_hash}_{component namespace}_L{a}-{b}[_H{g}]` — FULL's and SWA's packed from
+// the host page by the relayout kernel, MAMBA's from the state slot — so a job of any compatible
+// layout reads them; the rules above are unchanged (a component's slot counts as stored when every
+// one of its chunks' objects exists). Sidecars are refused with unified keys at load.
 #pragma once
 
 #include <memory>
@@ -38,6 +43,7 @@
 
 #include "cache/hybrid_host_tier.hpp"
 #include "cache/storage_site.hpp"
+#include "cache/unified_kv.hpp"
 #include "cache/unified_tree.hpp"
 
 namespace kvgrid::cache {
@@ -87,16 +93,31 @@ class HybridStorageSite final : public StorageSite {
   };
   std::vector<std::uint8_t> pack(ComponentKind k, unified::Slot s) const;
   void unpack(ComponentKind k, unified::Slot s, std::span<const std::uint8_t> in, HybridJob& job, std::size_t index) const;
-  bool has_object(const std::string& key, ComponentKind k);
-  void write_object(const std::string& key, ComponentKind k, unified::Slot s, bool full_page);
+  // The objects of component k of the page whose base key is `base` (rank_suffix: its storage key;
+  // unified: its page hash), each with its byte range in the slot's packed payload.
+  std::vector<std::string> names(const std::string& base, ComponentKind k) const;
+  std::string base_key(const PageDigest& d) const;
+  bool has_object(const std::string& base, ComponentKind k);
+  void write_object(const std::string& base, ComponentKind k, unified::Slot s, bool full_page);
   std::size_t window_pages() const;  // the rounded SWA window in pages (0: no SWA)
   unified::ComponentId id_of(ComponentKind k) const;
   bool has(ComponentKind k) const;
+
+  // Unified keys: per ComponentId, the component's chunks, their spans and each chunk's first word
+  // in the slot's packed payload (offsets.back(): the payload's words).
+  struct UnifiedPart {
+    std::vector<UnifiedChunk> chunks;
+    std::vector<kernels::ChunkSpan> spans;
+    std::vector<std::size_t> offsets{0};
+  };
+  const UnifiedPart& part(ComponentKind k) const { return parts_[id_of(k).value()]; }
+  std::size_t state_heads_ = 0, state_words_ = 0;  // MAMBA under unified keys: a slot's heads, words per head
 
   StorageContext ctx_;
   unified::UnifiedTree& tree_;
   HybridHostTier& host_;
   Tokens window_, mamba_chunk_;
+  std::vector<UnifiedPart> parts_;  // empty: rank_suffix keys
 };
 
 }  // namespace kvgrid::cache

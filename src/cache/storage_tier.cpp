@@ -24,7 +24,7 @@ namespace {
 std::unique_ptr<ObjectStore> make_store(const StorageTierConfig& cfg) {
   if (cfg.backend == "redis") return std::make_unique<RedisStorage>(cfg.url);
   KVGRID_CHECK(cfg.backend == "file", "storage backend '", cfg.backend, "'");
-  return std::make_unique<FileStorage>(cfg.dir, cfg.capacity_bytes, cfg.unified.empty());
+  return std::make_unique<FileStorage>(cfg.dir, cfg.capacity_bytes, !cfg.unified_keys());
 }
 
 }  // namespace
@@ -42,7 +42,7 @@ StorageTier::StorageTier(StorageTierConfig cfg, AckAgreement& agreement, Decisio
       jitter_(Rng(cfg_.seed).fork("storage.jitter")) {
   store_->set_job(cfg_.job);
   store_->set_shared(cfg_.shared);
-  store_->set_recency_on_disk(!cfg_.unified.empty());
+  store_->set_recency_on_disk(cfg_.unified_keys());
   KVGRID_CHECK(cfg_.stop_policy == "best_effort" || cfg_.stop_policy == "wait_complete" || cfg_.stop_policy == "timeout",
                "prefetch stop policy '", cfg_.stop_policy, "'");
   stop_ = cfg_.stop_policy == "best_effort" ? StopPolicy::BestEffort
@@ -67,7 +67,7 @@ StorageTier::~StorageTier() {
 }
 
 SweepResult StorageTier::sweep_store() {
-  KVGRID_CHECK(!cfg_.unified.empty(), "a store-level sweep of a rank_suffix store (each rank evicts its own)");
+  KVGRID_CHECK(cfg_.unified_keys(), "a store-level sweep of a rank_suffix store (each rank evicts its own)");
   const SweepResult r = store_->sweep(cfg_.capacity_bytes);
   stats_.swept += r.removed;
   stats_.swept_bytes += r.removed_bytes;

@@ -70,6 +70,10 @@ struct StorageTierConfig {
   // rank_suffix keys. Unified objects are shared: no rank evicts them for its own LRU.
   std::vector<UnifiedChunk> unified;
   std::vector<UnifiedChunk> unified_draft;  // a draft model's objects (its own namespace), on the last stage
+  // Hybrid models: `unified` holds FULL's objects; SWA window pages and MAMBA states have their own
+  // namespaces (chunks over this stage's layers of that kind only; none where it has no such layer).
+  std::vector<UnifiedChunk> unified_swa, unified_mamba;
+  bool unified_keys() const { return !unified.empty() || !unified_swa.empty() || !unified_mamba.empty(); }
   bool shared = false;      // other jobs write the store while this one runs (ObjectStore::set_shared)
   std::uint64_t job = 0;    // this job's id in the objects' headers
   bool writer = true;              // false: MLA rank other than TP 0 (reads the writer's objects)

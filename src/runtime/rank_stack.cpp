@@ -120,7 +120,13 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
   if (exp.cache.storage_key_scheme == "unified") {
     // One directory shared by every rank and every job of any compatible layout; one writer per
     // object: CP replicas (and MLA's TP replicas) defer to the first.
-    sc.unified = unified_plan(exp, geo).chunks;
+    if (geo.hybrid()) {  // one namespace per component kind
+      sc.unified = unified_component_plan(exp, geo, LayerKind::Full).chunks;
+      sc.unified_swa = unified_component_plan(exp, geo, LayerKind::Swa).chunks;
+      sc.unified_mamba = unified_component_plan(exp, geo, LayerKind::Mamba).chunks;
+    } else {
+      sc.unified = unified_plan(exp, geo).chunks;
+    }
     if (has_draft) sc.unified_draft = unified_draft_plan(exp, draft_geo).chunks;
     sc.dir = exp.cache.storage_dir + "/unified";
     sc.writer = sc.writer && (c.cp == 0 || shard->axis == "cp");  // sharded over CP: every owner

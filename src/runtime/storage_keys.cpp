@@ -1,5 +1,7 @@
 #include "runtime/storage_keys.hpp"
 
+#include <algorithm>
+
 #include "cache/redis_storage.hpp"
 #include "core/check.hpp"
 
@@ -22,6 +24,37 @@ cache::KvNamespace storage_namespace(const ExperimentConfig& exp) {
 
 cache::UnifiedPlan unified_plan(const ExperimentConfig& exp, const ModelGeometry& geo) {
   return cache::plan_unified_kv(storage_namespace(exp), geo.layers, geo.layer_begin, geo.layer_end, geo.kv_heads);
+}
+
+cache::KvNamespace component_namespace(const ExperimentConfig& exp, LayerKind kind) {
+  cache::KvNamespace ns = storage_namespace(exp);
+  std::string kinds;  // one letter per layer: which of the model's layers each kind's objects hold
+  for (LayerKind k : exp.model.kinds()) kinds += layer_kind_name(k)[0];
+  ns.model_id += "-kinds-" + kinds;
+  if (kind == LayerKind::Swa) ns.object_layout = "swa-page-unified-v1";
+  if (kind == LayerKind::Mamba) {
+    // [layer in chunk][head in group][word]: whole states in both payload modes
+    ns.object_layout = "mamba-state-unified-v1";
+    ns.dtype = "u64-state" + std::to_string(exp.model.mamba_state);
+  }
+  return ns;
+}
+
+cache::UnifiedPlan unified_component_plan(const ExperimentConfig& exp, const ModelGeometry& geo, LayerKind kind) {
+  cache::UnifiedPlan plan =
+      cache::plan_unified_kv(component_namespace(exp, kind), geo.layers, geo.layer_begin, geo.layer_end, geo.kv_heads);
+  std::vector<cache::UnifiedChunk> kept;
+  for (cache::UnifiedChunk c : plan.chunks) {
+    const auto from = geo.kinds.begin() + static_cast<std::ptrdiff_t>(c.layer_first - geo.layer_begin);
+    const auto to = geo.kinds.begin() + static_cast<std::ptrdiff_t>(c.layer_last + 1 - geo.layer_begin);
+    const auto n = static_cast<std::size_t>(std::count(from, to, kind));
+    if (n == 0) continue;
+    c.local.layer0 = static_cast<std::size_t>(std::count(geo.kinds.begin(), from, kind));
+    c.local.layers = n;
+    kept.push_back(std::move(c));
+  }
+  plan.chunks = std::move(kept);
+  return plan;
 }
 
 cache::KvNamespace draft_storage_namespace(const ExperimentConfig& exp) {
@@ -71,8 +104,9 @@ void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
     if (bad) throw InputError(src + ": cache.storage_key_scheme = \"unified\" with " + what + ": " + why);
   };
   refuse(c.storage == "none", "cache.storage = \"none\"", "unified keys name storage objects; set cache.storage = \"file\"");
-  refuse(exp.model.hybrid(), "a hybrid model (model.layer_types)",
-         "SWA and MAMBA objects in the unified layout are not built yet (rank_suffix keys serve hybrid models)");
+  refuse(exp.model.hybrid() && !exp.model.sidecars.empty(), "a hybrid model's sidecars ([[model.sidecar]])",
+         "a sidecar's words are neither split by layer nor by head, so no chunk of the grid can carry them (rank_suffix "
+         "keys store them inside their source's objects)");
   for (const auto& g : exp.topology.groups)
     for (int pp = 0; pp < g.shape.pp; ++pp)
       for (int tp = 0; tp < g.shape.tp; ++tp) {

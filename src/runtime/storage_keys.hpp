@@ -16,6 +16,13 @@ namespace kvgrid {
 cache::KvNamespace storage_namespace(const ExperimentConfig& exp);
 // A rank's unified objects (throws InputError when the rank does not align).
 cache::UnifiedPlan unified_plan(const ExperimentConfig& exp, const ModelGeometry& geo);
+// Hybrid models: the objects of one component kind — FULL pages, SWA window pages, MAMBA states —
+// each kind in a namespace of its own (the model's layer kinds in its identity; SWA's and MAMBA's
+// own object layouts). Chunks are cut on the same grid of model-global layer ranges and head
+// groups as full attention's, and hold only that kind's layers of the range: their spans count
+// layers of the kind's own pool (a range without a layer of the kind has no object).
+cache::KvNamespace component_namespace(const ExperimentConfig& exp, LayerKind kind);
+cache::UnifiedPlan unified_component_plan(const ExperimentConfig& exp, const ModelGeometry& geo, LayerKind kind);
 // The draft model's (speculative decoding): a namespace of its own — the draft's identity tied to
 // its target's, one layer range (the draft lives on one stage), the target's head grid — so packed
 // and sidecar deployments of any compatible layout share the draft's objects. `draft_geo`: the

@@ -318,6 +318,46 @@ def redis_cross_job():
     expect(p.returncode == 0 and "# pairs 2, failed 0 (objects on Redis)" in p.stdout, "pairs through redis", p.stdout, p.stderr)
 
 
+def hybrid_components():
+    """A hybrid model (FULL + SWA + MAMBA, 8 layers, 4 KV heads) under unified keys: every component
+    kind has a namespace of its own and one object per chunk of the 2-layer x 1-head grid holding
+    that kind's layers of the range. The TP2 x PP2 writer serves four 512-token prompts (32 pages,
+    a 64-token window = 4 SWA pages, a MAMBA state at 512); a TP1 reader — another job, another
+    layout — serves the prompts extended by 512 tokens and takes the first 512 of each from storage
+    with every component, oracle OK. One missing MAMBA object (one head group of one prompt's
+    state) costs that prompt its whole hit on a TP2 reader: the hit is the deepest boundary every
+    component can serve on every rank."""
+    exp = os.path.join(SRC, "experiments", "hybrid_unified.toml")
+    store = out("hstore")
+    sets = ["--set", "cache.storage_dir=" + store]
+    reader = ["--set", "workload.mooncake.trace=traces/hybrid_unified_reader.jsonl"]
+
+    def hrun(np_, name, *more):
+        rc, so, se = run(np_, exp, "--out", out(name), *sets, *more)
+        expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, f"{name}: verdict OK, oracle OK", so, se)
+        return json.loads(tool("report", out(name), "--json")[1])
+
+    w = hrun(4, "hw")
+    # rank (tp, pp): FULL 2 ranges x 2 heads x 128 pages + SWA 1 x 2 x 16 + MAMBA 1 x 2 x 4
+    expect(w["storage_objects"]["written"] == [552] * 4, "writer: 552 objects per rank", w["storage_objects"])
+    by_ns = {}
+    for m in objects(store):
+        by_ns.setdefault(m.group(2), {}).setdefault((int(m.group(3)), int(m.group(4)), int(m.group(5))), 0)
+        by_ns[m.group(2)][(int(m.group(3)), int(m.group(4)), int(m.group(5)))] += 1
+    shapes = sorted((len(chunks), sorted(set(chunks.values())), sorted({(a, b) for a, b, _ in chunks})) for chunks in by_ns.values())
+    expect(shapes == [(8, [4], [(2, 3), (6, 7)]), (8, [16], [(0, 1), (4, 5)]),
+                      (16, [128], [(0, 1), (2, 3), (4, 5), (6, 7)])],
+           "three namespaces: MAMBA states (ranges with a mamba layer, 4 each), SWA window pages (16), FULL pages (128)", shapes)
+    states = [n for n in os.listdir(os.path.join(store, "unified"))
+              if min(by_ns, key=lambda d: sum(by_ns[d].values())) in n]
+    r = hrun(1, "hr1", "--set", "topology.tp=1", "--set", "topology.pp=1", *reader)
+    expect(r["storage_objects"]["read"] == [128 * 16 + 16 * 8 + 4 * 8], "TP1 reader: every chunk of every component", r["storage_objects"])
+    expect(r["cached_tokens"] == {"device": 0, "host": 0, "storage": 4 * 512}, "512 tokens of each prompt from storage", r["cached_tokens"])
+    os.remove(os.path.join(store, "unified", sorted(states)[0]))
+    r = hrun(2, "hr2", "--set", "topology.tp=2", "--set", "topology.pp=1", *reader)
+    expect(r["cached_tokens"]["storage"] == 3 * 512, "one missing MAMBA object: that prompt reuses nothing from storage", r["cached_tokens"])
+
+
 if __name__ == "__main__":
     name = sys.argv[1]
     try:

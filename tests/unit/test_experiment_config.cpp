@@ -5,6 +5,8 @@
 
 #include "core/check.hpp"
 #include "runtime/experiment.hpp"
+#include "runtime/model.hpp"
+#include "runtime/storage_keys.hpp"
 
 namespace kvgrid {
 namespace {
@@ -232,6 +234,48 @@ TEST(ExperimentConfig, StringArraysOfChoices) {
   // The bugs live in the hybrid cache: a full-attention model refuses them by name.
   expect_contains(error_of("[cache]\ncomponent_bugs = [\"shared_state_slot\"]\n"),
                   "cache.component_bugs = [\"shared_state_slot\", ...] plants bugs in the hybrid cache's components");
+}
+
+// Hybrid models under unified keys: each component kind has its own namespace, and its chunks
+// hold only that kind's layers of each grid range, counted in the kind's own pool.
+TEST(ExperimentConfig, HybridUnifiedObjectsPerComponentKind) {
+  const std::string toml =
+      "[model]\nlayers = 8\nkv_heads = 4\nlayer_types = \"full,swa,full,mamba\"\nswa_window = 32\n"
+      "[cache]\nhost_pages = 64\nhost_swa_pages = 32\nhost_mamba_slots = 8\nstorage = \"file\"\nstorage_key_scheme = \"unified\"\nstorage_layer_partition = 2\n"
+      "storage_head_partition = 2\n[workload]\nkind = \"gsp\"\n";
+  const auto e = parse_experiment(toml, "x", {"topology.tp=2", "topology.pp=2"});
+  GridShape shape;
+  shape.tp = 2;
+  shape.pp = 2;
+  GridCoord at;
+  at.tp = 1;
+  at.pp = 1;  // layers 4-7 (full, swa, full, mamba), heads 2-3
+  const ModelGeometry geo = ModelGeometry::for_rank(e, at, shape);
+  auto spans = [&](LayerKind k) {
+    std::vector<std::string> out;
+    for (const auto& c : unified_component_plan(e, geo, k).chunks)
+      out.push_back("L" + std::to_string(c.layer_first) + "-" + std::to_string(c.layer_last) + " H" +
+                    std::to_string(*c.head_group) + " local " + std::to_string(c.local.layer0) + "+" +
+                    std::to_string(c.local.layers) + " heads " + std::to_string(c.local.head0) + "+" +
+                    std::to_string(c.local.heads));
+    return out;
+  };
+  EXPECT_EQ(spans(LayerKind::Full), (std::vector<std::string>{"L4-5 H1 local 0+1 heads 0+2", "L6-7 H1 local 1+1 heads 0+2"}));
+  EXPECT_EQ(spans(LayerKind::Swa), (std::vector<std::string>{"L4-5 H1 local 0+1 heads 0+2"}));
+  EXPECT_EQ(spans(LayerKind::Mamba), (std::vector<std::string>{"L6-7 H1 local 0+1 heads 0+2"}));
+  const std::string full = cache::namespace_digest(component_namespace(e, LayerKind::Full));
+  const std::string swa = cache::namespace_digest(component_namespace(e, LayerKind::Swa));
+  const std::string mamba = cache::namespace_digest(component_namespace(e, LayerKind::Mamba));
+  EXPECT_NE(full, swa);
+  EXPECT_NE(full, mamba);
+  EXPECT_NE(swa, mamba);
+  EXPECT_NE(full, cache::namespace_digest(storage_namespace(e)));  // the layer kinds are part of the model
+  // Another layer pattern over the same layers is another model.
+  const auto other = parse_experiment(toml, "x", {"model.layer_types=full,full,swa,mamba"});
+  EXPECT_NE(full, cache::namespace_digest(component_namespace(other, LayerKind::Full)));
+  // Sidecars have no chunk of the grid to travel in: refused with the reason.
+  expect_contains(error_of(toml + "[[model.sidecar]]\nname = \"idx\"\nsource = \"full\"\nwords = 1\n"),
+                  "cache.storage_key_scheme = \"unified\" with a hybrid model's sidecars ([[model.sidecar]])");
 }
 
 }  // namespace

@@ -250,5 +250,54 @@ TEST(UnifiedKv, ObjectsOfOneLayoutRebuildThePagesOfAnother) {
   }
 }
 
+// MAMBA states under unified keys: a TP2 x PP2 writer's slots ([layer][head][word] over 1 of 2
+// MAMBA layers and 2 of 4 heads) packed into chunk objects — checked word by word against the
+// object layout [layer in chunk][head in group][word] — rebuild a TP1 reader's whole slot and a
+// TP4 reader's one-head slots.
+TEST(UnifiedKv, StateObjectsOfOneLayoutRebuildTheStatesOfAnother) {
+  constexpr std::size_t kWords = 3;
+  auto value = [](std::size_t layer, std::size_t head, std::size_t w) { return 1000 * layer + 10 * head + w + 1; };
+  std::map<std::pair<std::size_t, std::size_t>, std::vector<std::uint64_t>> store;  // (layer, head group) -> object
+  for (std::size_t tp = 0; tp < 2; ++tp)
+    for (std::size_t pp = 0; pp < 2; ++pp) {  // one MAMBA layer per stage, heads 2tp, 2tp+1
+      std::vector<std::uint64_t> slot;
+      for (std::size_t h = 0; h < 2; ++h)
+        for (std::size_t w = 0; w < kWords; ++w) slot.push_back(value(pp, 2 * tp + h, w));
+      const std::vector<kernels::ChunkSpan> spans = {{0, 1, 0, 1}, {0, 1, 1, 1}};  // head groups of 1
+      std::vector<std::uint64_t> staging(2 * kernels::state_object_words(kWords, spans[0]));
+      ASSERT_EQ(staging.size(), 2 * kWords);
+      kernels::pack_state_objects(slot, 2, kWords, spans, staging.data());
+      for (std::size_t g = 0; g < 2; ++g) {
+        std::vector<std::uint64_t> obj(staging.begin() + static_cast<std::ptrdiff_t>(g * kWords),
+                                       staging.begin() + static_cast<std::ptrdiff_t>((g + 1) * kWords));
+        for (std::size_t w = 0; w < kWords; ++w) EXPECT_EQ(obj[w], value(pp, 2 * tp + g, w));
+        store[{pp, 2 * tp + g}] = obj;
+      }
+    }
+  // TP1: both layers, 4 heads, chunks layer-major then head group (plan_unified_kv's order).
+  std::vector<kernels::ChunkSpan> spans;
+  std::vector<std::uint64_t> staging;
+  for (std::size_t l = 0; l < 2; ++l)
+    for (std::size_t h = 0; h < 4; ++h) {
+      spans.push_back({l, 1, h, 1});
+      staging.insert(staging.end(), store.at({l, h}).begin(), store.at({l, h}).end());
+    }
+  std::vector<std::uint64_t> whole(2 * 4 * kWords, 0);
+  kernels::unpack_state_objects(whole, 4, kWords, spans, staging.data());
+  for (std::size_t l = 0; l < 2; ++l)
+    for (std::size_t h = 0; h < 4; ++h)
+      for (std::size_t w = 0; w < kWords; ++w) EXPECT_EQ(whole[(l * 4 + h) * kWords + w], value(l, h, w)) << l << " " << h;
+  // TP4, rank 3: head 3 of both layers.
+  std::vector<std::uint64_t> one(2 * kWords, 0), objs = store.at({0, 3});
+  objs.insert(objs.end(), store.at({1, 3}).begin(), store.at({1, 3}).end());
+  const std::vector<kernels::ChunkSpan> mine = {{0, 1, 0, 1}, {1, 1, 0, 1}};
+  kernels::unpack_state_objects(one, 1, kWords, mine, objs.data());
+  for (std::size_t l = 0; l < 2; ++l)
+    for (std::size_t w = 0; w < kWords; ++w) EXPECT_EQ(one[l * kWords + w], value(l, 3, w));
+  // A chunk outside the slot is a bug, not a silent overrun.
+  const std::vector<kernels::ChunkSpan> bad = {{1, 1, 0, 1}};
+  EXPECT_THROW(kernels::unpack_state_objects(one, 2, kWords, bad, objs.data()), std::exception);
+}
+
 }  // namespace
 }  // namespace kvgrid::cache
