@@ -131,7 +131,6 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
   };
   refuse(e.workload.kind == "tree", "workload.kind = \"tree\" (the hybrid model needs the serving loop)");
   if (e.topology.groups.size() > 1) {  // P/D: the suffix's FULL pages, the tail window's SWA pages, the state at the end
-    refuse(!m.sidecars.empty(), "[[model.sidecar]] in a P/D world (the suffix transfer moves no sidecar words)");
     refuse(e.cache.host_pages.value() > 0 && e.topology.groups[1].shape.pp > 1,
            "cache.host_pages > 0 in a P/D world whose decode group has pp = " + std::to_string(e.topology.groups[1].shape.pp) +
                " (a hybrid restore's outcome is agreed inside decode's admission, where a stage cannot wait for the others)");

@@ -10,7 +10,9 @@
 namespace kvgrid {
 
 namespace {
-constexpr int kPdTagBase = 1000;  // transfer tags: kPdTagBase + slot × model.layers + global layer
+// Transfer tags: kPdTagBase + slot × (model.layers + sidecars) + global layer, or + model.layers +
+// sidecar index for a sidecar leg.
+constexpr int kPdTagBase = 1000;
 }
 
 PdRole pd_role(const ExperimentConfig& exp, const RankGrid& grid) {
@@ -54,6 +56,23 @@ std::vector<PdLeg> pd_legs(const ExperimentConfig& exp, const TopologySpec& spec
       }
     }
   }
+  // Sidecars: whole on every TP rank of the stage holding their source kind's first layer; decode
+  // rank (tp, cp) takes prefill rank (tp mod prefill TP, cp mod prefill CP)'s words.
+  for (std::size_t i = 0; i < exp.model.sidecars.size(); ++i) {
+    const auto src = static_cast<std::size_t>(exp.model.sidecars[i].source);
+    if (g.local_of(exp.model.sidecars[i].source) == 0 || g.kind_first[src] != 0) continue;
+    const auto first = static_cast<std::uint64_t>(
+        std::find(g.model_kinds.begin(), g.model_kinds.end(), exp.model.sidecars[i].source) - g.model_kinds.begin());
+    int stage = 0;
+    while (ModelGeometry::for_rank(exp, GridCoord{other, 0, 0, stage, 0}, theirs).layer_end <= first) ++stage;
+    for (int cp = 0; cp < theirs.cp; ++cp)
+      for (int tp = 0; tp < theirs.tp; ++tp) {
+        const int dcp = me.group == 1 ? me.cp : cp, pcp = me.group == 0 ? me.cp : cp;
+        const int dtp = me.group == 1 ? me.tp : tp, ptp = me.group == 0 ? me.tp : tp;
+        if (dcp % pre.cp != pcp || dtp % pre.tp != ptp) continue;
+        legs.push_back({layout_rank(spec, other, stage, cp, tp), 0, 0, 0, static_cast<int>(i)});
+      }
+  }
   return legs;
 }
 
@@ -81,18 +100,48 @@ PdLink::PdLink(const ExperimentConfig& exp, const RankGrid& grid, cache::KvPool&
   link_ = transfer::make_mpi_transport(grid.world());
   for (std::int64_t s = exp.engine.max_running; s-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(s));
   next_slot_ = static_cast<std::uint32_t>(exp.engine.max_running);
-  slot_limit_ = static_cast<std::uint32_t>((32767 - kPdTagBase) / std::max<std::int64_t>(exp.model.layers, 1));
+  slot_limit_ = static_cast<std::uint32_t>((32767 - kPdTagBase) /
+                                            (std::max<std::int64_t>(exp.model.layers, 1) + static_cast<std::int64_t>(exp.model.sidecars.size())));
   zeros_.assign(pool.layer_block_bytes() / sizeof(std::uint64_t), 0);  // a broken leg's bytes (attach_hybrid: more)
 }
 
-void PdLink::attach_hybrid(cache::KvPool* swa_pool, cache::StatePool* states) {
+void PdLink::attach_hybrid(cache::KvPool* swa_pool, cache::StatePool* states,
+                           std::vector<cache::unified::PayloadSidecar*> sidecars, std::vector<SidecarConfig> specs) {
   swa_pool_ = swa_pool;
   states_ = states;
-  // Zeros for a broken leg: as large as its largest block (an SWA page's layer, a layer's state).
+  KVGRID_CHECK(sidecars.size() == specs.size(), sidecars.size(), " sidecar payloads for ", specs.size(), " sidecars");
+  sidecars_ = std::move(sidecars);
+  sidecar_specs_ = std::move(specs);
+  // Zeros for a broken leg: as large as its largest block (an SWA page's layer, a layer's state, a
+  // sidecar's page).
   std::size_t words = zeros_.size();
   if (swa_pool) words = std::max(words, swa_pool->layer_block_bytes() / sizeof(std::uint64_t));
   if (states) words = std::max(words, states->words_per_slot());
+  for (const auto* sc : sidecars_) words = std::max(words, sc->words_per_slot());
   zeros_.assign(words, 0);
+}
+
+std::size_t PdLink::local_sidecar(const PdLeg& leg) const {
+  for (std::size_t i = 0; i < sidecar_specs_.size(); ++i)
+    if (sidecar_specs_[i].index == static_cast<std::size_t>(leg.sidecar)) return i;
+  KVGRID_CHECK(false, "P/D: a leg of sidecar ", leg.sidecar, " on a rank that does not hold it");
+  return 0;
+}
+
+std::vector<std::uint32_t> PdLink::sidecar_slots(const PdLeg& leg, const ServeRequest& r, std::size_t dpl) const {
+  const std::size_t p = static_cast<std::size_t>(exp_.cache.page_size.value());
+  const std::size_t last = (r.prompt_len() + p - 1) / p;
+  std::vector<std::uint32_t> slots;
+  if (sidecar_specs_[local_sidecar(leg)].source == LayerKind::Swa) {  // the tail window's SWA pages
+    KVGRID_CHECK(r.res.hybrid != nullptr, "request ", r.spec.id, " of a hybrid model without its hybrid hold");
+    const std::size_t from = static_cast<std::size_t>(
+        cache::pd_swa_from(Tokens(static_cast<std::int64_t>(dpl)), Tokens(static_cast<std::int64_t>(r.prompt_len())),
+                           Tokens(exp_.model.swa_window), exp_.cache.page_size).value()) / p;
+    for (std::size_t i = from; i < last; ++i) slots.push_back(r.res.hybrid->swa_table[i]);
+  } else {  // the suffix's FULL pages
+    for (std::size_t i = dpl / p; i < last; ++i) slots.push_back(r.res.pages[i].value());
+  }
+  return slots;
 }
 
 std::uint64_t PdLink::global_layer(std::size_t local_layer) const {
@@ -101,8 +150,10 @@ std::uint64_t PdLink::global_layer(std::size_t local_layer) const {
   return geo_.hybrid() ? geo_.layer_begin + local_layer : pool_.layer_base() + local_layer;
 }
 
-int PdLink::tag(std::uint32_t slot, std::size_t local_layer) const {
-  return kPdTagBase + static_cast<int>(slot * static_cast<std::uint64_t>(exp_.model.layers) + global_layer(local_layer));
+int PdLink::tag(std::uint32_t slot, const PdLeg& leg) const {
+  const auto layers = static_cast<std::uint64_t>(exp_.model.layers);
+  const std::uint64_t at = leg.sidecar >= 0 ? layers + static_cast<std::uint64_t>(leg.sidecar) : global_layer(leg.layer);
+  return kPdTagBase + static_cast<int>(slot * (layers + exp_.model.sidecars.size()) + at);
 }
 
 std::vector<transfer::Block> PdLink::leg_blocks(const PdLeg& leg, const ServeRequest& r, std::size_t dpl) {
@@ -110,6 +161,15 @@ std::vector<transfer::Block> PdLink::leg_blocks(const PdLeg& leg, const ServeReq
   const std::size_t last = (r.prompt_len() + p - 1) / p;
   if (!geo_.hybrid())
     return head_blocks(pool_, std::span<const PageId>(r.res.pages.data() + dpl / p, last - dpl / p), leg);
+  if (leg.sidecar >= 0) {  // prefill: each source page's words, read where the sidecar keeps them
+    const cache::unified::PayloadSidecar& sc = *sidecars_[local_sidecar(leg)];
+    std::vector<transfer::Block> blocks;
+    for (const std::uint32_t s : sidecar_slots(leg, r, dpl)) {
+      const auto words = sc.read(cache::unified::Slot(s));
+      blocks.push_back(transfer::Block{const_cast<std::uint64_t*>(words.data()), words.size() * sizeof(std::uint64_t)});
+    }
+    return blocks;
+  }
   const LayerKind kind = geo_.kind(leg.layer);
   std::size_t k = 0;  // the layer's index among this stage's layers of its kind (its pool's layer)
   for (std::size_t l = 0; l < leg.layer; ++l) k += geo_.kind(l) == kind ? 1 : 0;
@@ -230,10 +290,10 @@ std::vector<PdRecord> PdLink::send_suffixes(const std::vector<BatchEntry>& batch
       } else {
         for (const auto& blk : blocks) bytes += blk.bytes, per_peer[leg.peer] += blk.bytes;
       }
-      events.push_back(link_->send(leg.peer, tag(b.slot, leg.layer), blocks));
+      events.push_back(link_->send(leg.peer, tag(b.slot, leg), blocks));
     }
     for (auto& ev : events) ev.synchronize();  // decode posted its receives when it answered
-    const bool broken = b.breaks_at < static_cast<std::uint64_t>(exp_.model.layers);
+    const bool broken = b.breaks_at < static_cast<std::uint64_t>(exp_.model.layers);  // (sidecar legs break with any layer)
     stats_.sent_bytes += static_cast<std::int64_t>(bytes);
     if (broken) {
       ++stats_.broken;
@@ -269,7 +329,20 @@ std::vector<PdRecord> PdLink::post_receives(const std::vector<ServeRequest*>& ad
     r->pd_slot_held = true;
     free_slots_.pop_back();
     const auto dpl = static_cast<std::size_t>(r->res.matched.value());
-    for (const auto& leg : legs_) r->pd_events.push_back(link_->recv(leg.peer, tag(r->pd_slot, leg.layer), leg_blocks(leg, *r, dpl)));
+    for (const auto& leg : legs_) {
+      if (leg.sidecar < 0) {
+        r->pd_events.push_back(link_->recv(leg.peer, tag(r->pd_slot, leg), leg_blocks(leg, *r, dpl)));
+        continue;
+      }
+      // A sidecar's words land beside the request and enter the sidecar when the receive ends.
+      ServeRequest::PdSidecarReceive in{local_sidecar(leg), sidecar_slots(leg, *r, dpl), {}};
+      const std::size_t w = sidecars_[in.sidecar]->words_per_slot();
+      in.words.assign(in.slots.size() * w, 0);
+      std::vector<transfer::Block> blocks;
+      for (std::size_t i = 0; i < in.slots.size(); ++i) blocks.push_back(transfer::Block{in.words.data() + i * w, w * sizeof(std::uint64_t)});
+      r->pd_events.push_back(link_->recv(leg.peer, tag(r->pd_slot, leg), blocks));
+      r->pd_sidecars.push_back(std::move(in));  // (the words' buffer moves with it)
+    }
     out.push_back({kPdAdmitted, r->spec.id.value(), dpl | (static_cast<std::uint64_t>(r->pd_slot) << 32)});
   }
   return out;
@@ -289,12 +362,20 @@ void PdLink::release_slot(ServeRequest& r, bool withdrawn) {
 void PdLink::cancel_receive(ServeRequest& r) {
   for (auto& ev : r.pd_events) ev.cancel();
   r.pd_events.clear();
+  r.pd_sidecars.clear();
   release_slot(r, /*withdrawn=*/true);
 }
 
 void PdLink::finish_receive(ServeRequest& r) {
   for (auto& ev : r.pd_events) ev.synchronize();
   r.pd_events.clear();
+  for (const auto& in : r.pd_sidecars) {  // (a broken transfer's zeros too: the request fails, its pages drop them)
+    cache::unified::PayloadSidecar& sc = *sidecars_[in.sidecar];
+    const std::size_t w = sc.words_per_slot();
+    for (std::size_t i = 0; i < in.slots.size(); ++i)
+      sc.write(cache::unified::Slot(in.slots[i]), std::span<const std::uint64_t>(in.words).subspan(i * w, w));
+  }
+  r.pd_sidecars.clear();
   release_slot(r);
 }
 

@@ -63,10 +63,15 @@ PdRole pd_role(const ExperimentConfig& exp, const RankGrid& grid);
 
 // One leg of the suffix transfer seen from this rank: a peer of the other group and, for one local
 // layer, the KV heads [head_begin, head_end) (indices into this rank's pool) it sends or receives.
+// A sidecar leg (`sidecar` >= 0, the [[model.sidecar]]'s index in the model; layer and heads
+// unused) moves the sidecar's words of the pages its source sends — every TP rank of the stage
+// holding the source kind's first layer keeps the sidecar whole, so decode rank (tp, cp) takes them
+// from prefill rank (tp mod prefill TP, cp mod prefill CP).
 struct PdLeg {
   int peer = -1;
   std::size_t layer = 0;
   std::size_t head_begin = 0, head_end = 0;
+  int sidecar = -1;
   bool operator==(const PdLeg&) const = default;
 };
 // This rank's legs (pure layout arithmetic: both sides derive the same pairs). Empty in a
@@ -89,7 +94,10 @@ class PdLink {
   PdRole role() const { return role_; }
   // Hybrid models: the SWA layers' pool and the MAMBA layers' states (null: none of that kind
   // here). Their legs move the prompt's tail window (pd_swa_from) and the state at its end.
-  void attach_hybrid(cache::KvPool* swa_pool, cache::StatePool* states);
+  // `sidecars`: this stage's sidecar payloads and their specs (rank_stack.hpp); their legs move the
+  // words of the FULL pages or SWA pages the transfer sends.
+  void attach_hybrid(cache::KvPool* swa_pool, cache::StatePool* states,
+                     std::vector<cache::unified::PayloadSidecar*> sidecars = {}, std::vector<SidecarConfig> specs = {});
 
   // Leaders' control messages (blocking, watchdog included).
   void send_control(const StepMessage& m);
@@ -149,7 +157,10 @@ class PdLink {
     std::uint32_t slot = 0;
     std::uint64_t breaks_at = ~0ULL;  // global layer
   };
-  int tag(std::uint32_t slot, std::size_t local_layer) const;
+  int tag(std::uint32_t slot, const PdLeg& leg) const;
+  // Sidecar legs: this rank's sidecar of the leg, and the source slots whose words it moves.
+  std::size_t local_sidecar(const PdLeg& leg) const;
+  std::vector<std::uint32_t> sidecar_slots(const PdLeg& leg, const ServeRequest& r, std::size_t dpl) const;
   // `withdrawn`: its receives were cancelled — a message already on its way would match the next
   // receive on those tags, so the slot is retired and a fresh one (new tags) joins the free list,
   // as long as the tags stay under MPI's guaranteed bound.
@@ -164,6 +175,8 @@ class PdLink {
   cache::KvPool& pool_;
   cache::KvPool* swa_pool_ = nullptr;
   cache::StatePool* states_ = nullptr;
+  std::vector<cache::unified::PayloadSidecar*> sidecars_;
+  std::vector<SidecarConfig> sidecar_specs_;
   ModelGeometry geo_;  // this rank's layers, their kinds and heads
   FailpointRegistry& faults_;
   double kv_bytes_scale_;

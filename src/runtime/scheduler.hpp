@@ -49,6 +49,14 @@ struct ServeRequest {
   std::uint32_t pd_slot = 0;
   bool pd_slot_held = false;  // P/D decode: pd_slot is this request's until its receive ends
   std::vector<transfer::Event> pd_events;  // the suffix's receives, one per transfer leg (runtime/pd.hpp)
+  // Hybrid sidecars' words arrive here (one per sidecar leg: this stage's sidecar, its source
+  // slots, their words) and enter the sidecar when the receive ends.
+  struct PdSidecarReceive {
+    std::size_t sidecar = 0;
+    std::vector<std::uint32_t> slots;
+    std::vector<std::uint64_t> words;
+  };
+  std::vector<PdSidecarReceive> pd_sidecars;
   // metrics, on this rank's modelled clock (ns) and wall clock (ns since the run started)
   std::uint64_t admit_ns = 0, first_token_ns = 0, finish_ns = 0, forward_ns = 0;
   std::uint64_t seen_wall_ns = 0, first_token_wall_ns = 0;

@@ -65,9 +65,9 @@ ServeLoop::ServeLoop(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   KVGRID_MPI_CHECK(MPI_Comm_size(grid.stage(), &stage_size_));
   if (stack_.geo.hybrid()) {
     model_.attach_hybrid(stack_.swa_pool.get(), stack_.states.get());
-    pd_.attach_hybrid(stack_.swa_pool.get(), stack_.states.get());
     std::vector<cache::unified::PayloadSidecar*> sidecars;
     for (std::size_t i = 0; i < stack_.sidecars.size(); ++i) sidecars.push_back(dc_.hybrid()->sidecar(i));
+    pd_.attach_hybrid(stack_.swa_pool.get(), stack_.states.get(), sidecars, stack_.sidecars);
     if (!sidecars.empty()) model_.attach_sidecars(std::move(sidecars), stack_.sidecars);
   }
   if (exp.protocol.consensus_check == "on") online_ = std::make_unique<protocols::ConsensusChecker>(grid, log);

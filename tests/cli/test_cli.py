@@ -1308,7 +1308,8 @@ def hybrid_pd():
     SWA): decode reuses A+B (8K) and receives C; per layer of each kind the prefill ranks send
     exactly the suffixes' FULL pages, the prompts' tail-window SWA pages and (with MAMBA layers) one
     state per request — counted by hand below; full_transfer sends every prompt whole (the tail
-    windows are the same); prefill TP2 x PP2 into decode TP1 agrees on
+    windows are the same); the two sidecars' words travel beside their source's pages (every run
+    here carries them: a missing word is an oracle mismatch); prefill TP2 x PP2 into decode TP1 agrees on
     the counts (equal TP2 x PP2 layouts: the MPI test Pd.HybridModels*); multi-turn conversations with broken transfers fail exactly those requests, oracle
     OK; with decode's host tier request 3 restores B (every component) and a broken restore is
     taken back before decode_prefix_len is answered (the unchecked variant is caught); what hybrid
@@ -1374,11 +1375,8 @@ def hybrid_pd():
            "decode reuses its own hybrid history", j["hit_rate"], j["transferred_tokens"])
     expect(fired > 0 and j["failed_by_reason"]["pd_transfer"] == fired == j["failed"], "each broken transfer fails its request",
            j["failed_by_reason"], fired)
-    with open(exp) as f:
-        sidecar = write("hpd-sidecar.toml", f.read().replace("[cache]", '[[model.sidecar]]\nname = "indexer"\nsource = "full"\nwords = 2\n\n[cache]'))
     for path, sets, why in ((exp, ["--set", "cache.host_pages=256", "--set", "topology.decode.pp=2", "--set", "model.layers=4"],
-                             r"cache\.host_pages > 0 in a P/D world whose decode group has pp = 2"),
-                            (sidecar, [], r"\[\[model\.sidecar\]\] in a P/D world")):
+                             r"cache\.host_pages > 0 in a P/D world whose decode group has pp = 2"),):
         rc, so, se = run(2, path, "--out", out("hpd-bad"), *sets)
         expect(rc == 2 and re.search(why, se) and not os.path.exists(out("hpd-bad")), f"{sets} refused", so, se)
 

@@ -38,9 +38,9 @@ ExperimentConfig pd_world_of(const std::string& toml, std::vector<std::string> e
   return parse_experiment(toml, "pd-test", sets, seed);
 }
 
-ExperimentConfig pd_world(int tp, int pp, std::vector<std::string> extra, std::int64_t seed = 4) {
+ExperimentConfig pd_world(int tp, int pp, std::vector<std::string> extra, std::int64_t seed = 4, const std::string& more = "") {
   const std::string g = "tp = " + std::to_string(tp) + "\npp = " + std::to_string(pp) + "\n";
-  return pd_world_of("[topology.prefill]\n" + g + "[topology.decode]\n" + g, std::move(extra), seed);
+  return pd_world_of("[topology.prefill]\n" + g + "[topology.decode]\n" + g + more, std::move(extra), seed);
 }
 
 std::vector<std::array<int, 2>> layouts() {
@@ -101,7 +101,8 @@ TEST(Pd, BrokenTransfersFailExactlyTheirRequestsUnderFaults) {
 
 // Hybrid models (FULL + SWA + MAMBA) at the device tier: decode_prefix_len is decode's hybrid
 // match; the suffix's FULL pages, the prompt's tail window of SWA pages and the state at its end
-// arrive intact (oracle OK) under broken transfers, device allocation failures, link delays,
+// arrive intact (oracle OK) — with the two sidecars' words of the FULL and SWA pages sent — under
+// broken transfers, device allocation failures, link delays,
 // aborts and stage skew; full_transfer sends every prompt whole; with decode's host tier (one
 // stage) restores of every component, broken ones agreed and taken back inside the admission.
 TEST(Pd, HybridModelsReceiveTheSuffixTheTailWindowAndTheStateUnderFaults) {
@@ -129,8 +130,11 @@ TEST(Pd, HybridModelsReceiveTheSuffixTheTailWindowAndTheStateUnderFaults) {
           sets.push_back(f);
         sets.push_back(std::string("protocol.pd=") + pd);
         DecisionLog log;
-        auto r = serve(pd_world(tp, pp, sets, seed), log);
-        EXPECT_EQ(r.oracle_mismatches, 0) << "a window page or a state arrived wrong, or a broken transfer was decoded";
+        const std::string sidecars =
+            "[[model.sidecar]]\nname = \"indexer\"\nsource = \"full\"\nwords = 2\n"
+            "[[model.sidecar]]\nname = \"compressor\"\nsource = \"swa\"\nwords = 1\n";
+        auto r = serve(pd_world(tp, pp, sets, seed, sidecars), log);
+        EXPECT_EQ(r.oracle_mismatches, 0) << "a window page, a state or a sidecar's words arrived wrong, or a broken transfer was decoded";
         EXPECT_EQ(r.divergences(), 0);
         EXPECT_EQ(r.verify_failures, 0);
         EXPECT_EQ(r.pd_sent_tokens, r.pd_received_tokens);

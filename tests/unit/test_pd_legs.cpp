@@ -75,6 +75,53 @@ TEST(PdLegs, EveryDecodeRankReceivesEachLayerAndHeadOnceFromAHolderAndSidesMirro
   }
 }
 
+// Sidecars (hybrid models): each decode rank of the stage holding a sidecar's source kind's first
+// layer gets exactly one leg of it, from a prefill rank of the stage holding that layer; sides mirror.
+TEST(PdLegs, EachDecodeHolderOfASidecarReceivesItOnceFromAPrefillHolder) {
+  const auto exp = parse_experiment(
+      "[model]\nlayers = 6\nkv_heads = 4\nlayer_types = \"full,full,swa,mamba,swa,full\"\nswa_window = 8\n"
+      "[[model.sidecar]]\nname = \"a\"\nsource = \"full\"\nwords = 1\n"
+      "[[model.sidecar]]\nname = \"b\"\nsource = \"swa\"\nwords = 2\n[workload]\nkind = \"gsp\"\n",
+      "legs", {});
+  for (int ptp : {1, 2, 4})
+    for (int ppp : {1, 2, 3})
+      for (int dtp : {1, 2, 4})
+        for (int dpp : {1, 2, 3}) {
+          TopologySpec spec;
+          spec.groups = {{"prefill", {ptp, 1, ppp}}, {"decode", {dtp, 1, dpp}}};
+          SCOPED_TRACE(spec.str());
+          std::set<std::tuple<int, int, int>> sent, received;  // (sender, receiver, sidecar)
+          for (int w = 0; w < spec.world_size(); ++w) {
+            const GridCoord c = layout_coord(spec, w);
+            const ModelGeometry g = ModelGeometry::for_rank(exp, c, spec.groups[static_cast<std::size_t>(c.group)].shape);
+            for (const auto& leg : pd_legs(exp, spec, c)) {
+              if (leg.sidecar < 0) continue;
+              const auto src = exp.model.sidecars[static_cast<std::size_t>(leg.sidecar)].source;
+              EXPECT_TRUE(g.local_of(src) > 0 && g.kind_first[static_cast<std::size_t>(src)] == 0)
+                  << "rank " << w << " does not hold sidecar " << leg.sidecar;
+              (c.group == 0 ? sent : received).insert({c.group == 0 ? w : leg.peer, c.group == 0 ? leg.peer : w, leg.sidecar});
+            }
+          }
+          EXPECT_EQ(sent, received);
+          // The source's first layers: full at 0, swa at 2. Decode holders: every TP rank of that stage.
+          const int pre = ptp * ppp;
+          for (int sidecar : {0, 1}) {
+            const std::uint64_t first = sidecar == 0 ? 0 : 2;
+            int n = 0;
+            for (int w = pre; w < spec.world_size(); ++w) {
+              const GridCoord c = layout_coord(spec, w);
+              const ModelGeometry g = ModelGeometry::for_rank(exp, c, spec.groups[1].shape);
+              const bool holds = g.layer_begin <= first && first < g.layer_end;
+              int legs = 0;
+              for (const auto& [s, r, i] : received) legs += r == w && i == sidecar ? 1 : 0;
+              EXPECT_EQ(legs, holds ? 1 : 0) << "decode rank " << w << " sidecar " << sidecar;
+              n += legs;
+            }
+            EXPECT_EQ(n, dtp) << "one leg per TP rank of the decode stage holding sidecar " << sidecar;
+          }
+        }
+}
+
 TEST(PdLegs, HandComputedTp2PrefillIntoTp1Decode) {
   const auto exp = model("mha");
   TopologySpec spec;
