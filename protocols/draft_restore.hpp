@@ -15,7 +15,9 @@
 //                Figure 3, "HiCache on, draft state lost").
 //   none         no draft model.
 //
-// The cache (cache/draft_state) implements the three layouts; this module chooses one.
+// The cache (cache/draft_state) implements the three layouts — for hybrid models over each kind the
+// draft has: FULL pages, SWA pages and recurrent states (DraftStates), moved by the hybrid host tier
+// with the target's copies (cache/hybrid_host_tier.hpp HybridDraftBytes); this module chooses one.
 #pragma once
 
 #include <optional>

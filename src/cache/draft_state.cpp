@@ -57,6 +57,35 @@ std::vector<transfer::Copy> DraftState::restore_copies(std::span<const PageId> d
   return {};
 }
 
+DraftStates::DraftStates(DraftLayout layout, StatePool& device, StatePool* target_host, std::size_t target_words)
+    : layout_(layout), device_(device), target_host_(target_host), target_words_(target_words) {
+  if (!target_host_) return;
+  if (layout_ == DraftLayout::Packed)
+    KVGRID_CHECK(target_host_->words_per_slot() == target_words_ + device_.words_per_slot(), "packed host state slots of ",
+                 target_host_->words_per_slot(), " words for ", target_words_, " target and ", device_.words_per_slot(), " draft words");
+  if (layout_ == DraftLayout::Sidecar) sidecar_ = std::make_unique<StatePool>(target_host_->capacity(), device_.words_per_slot());
+}
+
+std::optional<transfer::Copy> DraftStates::backup_copy(std::uint32_t host_slot, std::uint32_t device_slot) {
+  auto src = device_.slot(device_slot);
+  const std::size_t bytes = src.size() * sizeof(std::uint64_t);
+  if (sidecar_) return transfer::Copy{sidecar_->slot(host_slot).data(), src.data(), bytes};
+  if (layout_ == DraftLayout::Packed && target_host_)
+    return transfer::Copy{target_host_->slot(host_slot).data() + target_words_, src.data(), bytes};
+  return std::nullopt;
+}
+
+std::optional<transfer::Copy> DraftStates::restore_copy(std::uint32_t device_slot, std::uint32_t host_slot) {
+  auto dst = device_.slot(device_slot);
+  const std::size_t bytes = dst.size() * sizeof(std::uint64_t);
+  if (sidecar_) return transfer::Copy{dst.data(), sidecar_->slot(host_slot).data(), bytes};
+  if (layout_ == DraftLayout::Packed && target_host_)
+    return transfer::Copy{dst.data(), target_host_->slot(host_slot).data() + target_words_, bytes};
+  const std::uint32_t s[1] = {device_slot};
+  device_.poison(s);  // target_only: the draft gets nothing back
+  return std::nullopt;
+}
+
 std::size_t DraftState::object_bytes() const {
   return sidecar_ ? sidecar_->layer_block_bytes() * sidecar_->layers() : 0;
 }

@@ -23,11 +23,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "cache/kv_pool.hpp"
+#include "cache/state_pool.hpp"
 #include "transfer/transfer_engine.hpp"
 
 namespace kvgrid::cache {
@@ -70,6 +72,25 @@ class DraftState {
   KvPool* target_host_;
   std::size_t target_layers_;
   std::unique_ptr<KvPool> sidecar_;
+};
+
+// A hybrid draft's recurrent states (its MAMBA layers, at the target's state slots) in the same
+// three layouts over state slots: Packed — the target's host slot holds the draft's words after
+// its own (`target_words`); Sidecar — a host state pool of its own with the target's slot count;
+// TargetOnly — nothing moves, a restored slot's draft words are poisoned (the draft reads garbage).
+class DraftStates {
+ public:
+  DraftStates(DraftLayout layout, StatePool& device, StatePool* target_host, std::size_t target_words);
+  // Device → host / host → device of one slot (nullopt: nothing to copy).
+  std::optional<transfer::Copy> backup_copy(std::uint32_t host_slot, std::uint32_t device_slot);
+  std::optional<transfer::Copy> restore_copy(std::uint32_t device_slot, std::uint32_t host_slot);
+
+ private:
+  DraftLayout layout_;
+  StatePool& device_;
+  StatePool* target_host_;
+  std::size_t target_words_;
+  std::unique_ptr<StatePool> sidecar_;
 };
 
 // Why this draft cannot use `layout` (empty: it can): Packed shares the target's host slots, so the

@@ -42,14 +42,15 @@ HybridHostTier::HybridHostTier(HybridHostConfig cfg, unified::UnifiedTree& tree,
   KVGRID_CHECK(!bytes_.full_device == !bytes_.full_host && !bytes_.swa_device == !bytes_.swa_host &&
                    !bytes_.state_device == !bytes_.state_host,
                "hybrid host tier: a kind's bytes on one side only");
+  // (a packed draft's layers and words follow the target's in the host pools)
   if (bytes_.full_device)
-    KVGRID_CHECK(bytes_.full_device->block_compatible(*bytes_.full_host) && bytes_.full_host->layers() == bytes_.full_device->layers(),
+    KVGRID_CHECK(bytes_.full_device->block_compatible(*bytes_.full_host) && bytes_.full_host->layers() >= bytes_.full_device->layers(),
                  "host and device FULL pools differ in geometry");
   if (bytes_.swa_device)
-    KVGRID_CHECK(bytes_.swa_device->block_compatible(*bytes_.swa_host) && bytes_.swa_host->layers() == bytes_.swa_device->layers(),
+    KVGRID_CHECK(bytes_.swa_device->block_compatible(*bytes_.swa_host) && bytes_.swa_host->layers() >= bytes_.swa_device->layers(),
                  "host and device SWA pools differ in geometry");
   if (bytes_.state_device)
-    KVGRID_CHECK(bytes_.state_device->words_per_slot() == bytes_.state_host->words_per_slot(),
+    KVGRID_CHECK(bytes_.state_device->words_per_slot() <= bytes_.state_host->words_per_slot(),
                  "host and device MAMBA states differ in size");
 }
 
@@ -107,10 +108,12 @@ void HybridHostTier::host_accounts(unified::VerifyAccounts& acc) const {
 
 transfer::Event HybridHostTier::submit_backup(const unified::Node& n, const std::vector<std::vector<Slot>>& host) {
   std::vector<std::vector<transfer::Copy>> batches;
+  std::vector<transfer::Copy> draft;  // the draft's copies: one more batch, after the target's
   for (std::size_t c = 0; c < host.size(); ++c) {
     if (host[c].empty()) continue;
     const std::vector<Slot>& dev = *n.comp[c].value;
     std::vector<transfer::Copy> copies;
+    append_draft_backup(kinds_[c], host[c], dev, draft);
     switch (kinds_[c]) {
       case ComponentKind::Full:
         if (bytes_.full_device)
@@ -136,6 +139,7 @@ transfer::Event HybridHostTier::submit_backup(const unified::Node& n, const std:
         for (std::size_t i = 0; i < dev.size(); ++i) sc.host->write(host[c][i], sc.device->read(dev[i]));
     if (!copies.empty()) batches.push_back(std::move(copies));
   }
+  if (!draft.empty()) batches.push_back(std::move(draft));
   if (batches.empty()) return {};  // this stage holds none of the bytes: nothing to copy, nothing to fail
   // transfer.fail / transfer.delay apply to the node's first batch (its joined event fails or is late).
   if (cfg_.tier.transfer_fault && cfg_.tier.transfer_fault()) engine_.inject(0, true);
@@ -318,9 +322,9 @@ void HybridHostTier::load(const unified::LoadItem& item, std::span<const Slot> d
     case ComponentKind::Mamba:
       if (bytes_.state_device) {
         auto src = bytes_.state_host->slot(item.host[0].value());
-        auto dst = bytes_.state_device->slot(device[0].value());
+        auto dst = bytes_.state_device->slot(device[0].value());  // (the target's words: a packed draft's follow on the host)
         if (fails_from(1) == 0) engine_.inject(0, true);
-        state_events.push_back(engine_.submit(kLoadStream, {{dst.data(), src.data(), src.size() * sizeof(std::uint64_t)}}));
+        state_events.push_back(engine_.submit(kLoadStream, {{dst.data(), src.data(), dst.size() * sizeof(std::uint64_t)}}));
         record(state_events.back());
       }
       break;
@@ -328,6 +332,29 @@ void HybridHostTier::load(const unified::LoadItem& item, std::span<const Slot> d
   for (auto& sc : sidecars_)
     if (sc.device->source().value() == c)
       for (std::size_t i = 0; i < device.size(); ++i) sc.device->write(device[i], sc.host->read(item.host[i]));
+  // The draft's copies (speculative decoding): FULL's join the last layer's event, SWA's and
+  // MAMBA's are one more event the first forward waits for.
+  std::vector<transfer::Copy> draft;
+  const ComponentKind k = kinds_[c];
+  if (k == ComponentKind::Full && draft_.full) draft = draft_.full->restore_copies(page_ids(device), page_ids(item.host));
+  if (k == ComponentKind::Swa && draft_.swa) draft = draft_.swa->restore_copies(page_ids(device), page_ids(item.host));
+  if (k == ComponentKind::Mamba && draft_.states)
+    if (auto cp = draft_.states->restore_copy(device[0].value(), item.host[0].value())) draft.push_back(*cp);
+  if (draft.empty()) return;
+  transfer::Event ev = engine_.submit(kLoadStream, std::move(draft));
+  record(ev);
+  if (k == ComponentKind::Full && !layer_events.empty()) layer_events.back() = transfer::join({layer_events.back(), ev});
+  else state_events.push_back(ev);
+}
+
+void HybridHostTier::append_draft_backup(ComponentKind k, std::span<const Slot> host, std::span<const Slot> device,
+                                         std::vector<transfer::Copy>& out) {
+  std::vector<transfer::Copy> copies;
+  if (k == ComponentKind::Full && draft_.full) copies = draft_.full->backup_copies(page_ids(host), page_ids(device));
+  if (k == ComponentKind::Swa && draft_.swa) copies = draft_.swa->backup_copies(page_ids(host), page_ids(device));
+  if (k == ComponentKind::Mamba && draft_.states)
+    if (auto cp = draft_.states->backup_copy(host[0].value(), device[0].value())) copies.push_back(*cp);
+  out.insert(out.end(), copies.begin(), copies.end());
 }
 
 }  // namespace kvgrid::cache

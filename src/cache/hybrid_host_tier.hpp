@@ -37,6 +37,7 @@
 #include <span>
 #include <vector>
 
+#include "cache/draft_state.hpp"
 #include "cache/host_tier.hpp"
 #include "cache/kv_pool.hpp"
 #include "cache/state_pool.hpp"
@@ -68,6 +69,17 @@ struct HybridBytes {
   StatePool* state_host = nullptr;
 };
 
+// Speculative decoding (the last stage): the draft's bytes at the target's ids — its FULL layers at
+// FULL's pages, its SWA layers at SWA's, its states at MAMBA's slots (draft_state.hpp: packed,
+// sidecar or target_only; null: the draft has no layer of that kind). They move with the target's
+// copies as one more batch of the same joined event: a backup's ACK, a load-back's last FULL layer
+// and its SWA/MAMBA events complete only once the draft's copies landed.
+struct HybridDraftBytes {
+  DraftState* full = nullptr;
+  DraftState* swa = nullptr;
+  DraftStates* states = nullptr;
+};
+
 class HybridHostTier {
  public:
   static constexpr transfer::StreamId kWriteStream = 0, kLoadStream = 1;
@@ -77,6 +89,8 @@ class HybridHostTier {
   HybridHostTier(HybridHostConfig cfg, unified::UnifiedTree& tree, std::vector<ComponentKind> kinds, HybridBytes bytes,
                  std::vector<unified::PayloadSidecar*> sidecars, transfer::TransferEngine& engine, AckAgreement& agreement,
                  DecisionLog& log);
+
+  void set_draft(HybridDraftBytes d) { draft_ = d; }
 
   // After an insert: back up, top-down, the nodes of the path ending at `node` that hold a device
   // value without its host copy and no write in flight (as host slots last).
@@ -144,6 +158,8 @@ class HybridHostTier {
   std::optional<std::vector<unified::Slot>> alloc_local(unified::ComponentId c, std::int64_t n);
   void release_evicted(const unified::EvictResult& e);
   transfer::Event submit_backup(const unified::Node& n, const std::vector<std::vector<unified::Slot>>& host);
+  void append_draft_backup(ComponentKind k, std::span<const unified::Slot> host, std::span<const unified::Slot> device,
+                           std::vector<transfer::Copy>& out);
   void publish(Write& w, bool placeholder, bool ok);
 
   HybridHostConfig cfg_;
@@ -151,6 +167,7 @@ class HybridHostTier {
   unified::UnifiedTree& tree_;
   std::vector<ComponentKind> kinds_;
   HybridBytes bytes_;
+  HybridDraftBytes draft_;
   std::vector<HostSidecar> sidecars_;
   transfer::TransferEngine& engine_;
   AckAgreement& agreement_;

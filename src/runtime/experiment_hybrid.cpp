@@ -165,9 +165,27 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
                    " (a hybrid load-back's outcome is agreed inside the admission that needs it, and a stage cannot wait "
                    "there for the others)");
   }
-  refuse(m.draft.enabled() && e.cache.host_pages.value() > 0,
-         "model.draft.mode = \"" + m.draft.mode + "\" and cache.host_pages > 0 (speculative decoding: the draft's KV does "
-         "not move with the hybrid host tier yet)");
+  // Speculative decoding with the host tier: the draft's bytes move with the target's copies
+  // (cache/hybrid_host_tier.hpp HybridDraftBytes) — each of its kinds needs the target's host pool
+  // of that kind on the last stage, and in storage only a packed draft travels (inside the
+  // target's objects).
+  if (m.draft.enabled() && e.cache.host_pages.value() > 0) {
+    const bool storage = e.cache.storage != "none";
+    refuse(storage && m.draft.mode == "sidecar",
+           "model.draft.mode = \"sidecar\" and cache.storage = \"" + e.cache.storage +
+               "\" (a hybrid draft's own storage objects are not built; \"packed\" stores the draft inside the target's objects)");
+    refuse(storage && e.cache.storage_key_scheme == "unified",
+           "a draft model and cache.storage_key_scheme = \"unified\" (a packed draft's layers are outside the grid's chunks)");
+    for (const auto& g : e.topology.groups) {
+      const auto pp = static_cast<std::int64_t>(g.shape.pp), st = pp - 1;  // the last stage's layers
+      const std::int64_t begin = st * (m.layers / pp) + std::min(st, m.layers % pp);
+      for (LayerKind k : {LayerKind::Swa, LayerKind::Mamba})
+        refuse(draft.has(k) && std::find(kinds.begin() + begin, kinds.end(), k) == kinds.end(),
+               "model.draft.layer_types = \"" + m.draft.layer_types + "\" and cache.host_pages > 0 over pp = " +
+                   std::to_string(g.shape.pp) + ": the last stage holds no target " + layer_kind_name(k) +
+                   " layer, so no host pool of that kind carries the draft's " + layer_kind_name(k) + " data");
+    }
+  }
 }
 
 }  // namespace kvgrid

@@ -237,8 +237,8 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
                                     : 1.0;
   if (exp.cache.host_pages.value() > 0) {
     auto hc = kv_config(exp.cache.host_pages);  // per rank (sharded: its pages)
-    if (has_draft)
-      hc.layers = cache::draft_host_layers(*protocols::draft_layout(exp.model.draft.mode), geo.local_layers(), draft_geo.local_layers());
+    if (has_draft)  // (packed: the draft's FULL layers after the target's)
+      hc.layers = cache::draft_host_layers(*protocols::draft_layout(exp.model.draft.mode), hc.layers, draft_pool->layers());
     host_kv = std::make_unique<cache::KvPool>(hc);
     transfer::EngineConfig ec;
     ec.backend = exp.engine.transfer;
@@ -272,14 +272,18 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
                               },
                               load_fault(exp, grid, faults, log, restore_fault_rng)};
     if (auto* h = dc->hybrid()) {
-      // Every component's host copies: the SWA layers' pages and the MAMBA layers' states too.
+      // Every component's host copies: the SWA layers' pages and the MAMBA layers' states too
+      // (a packed draft's SWA layers and state words after the target's).
+      const bool packed = has_draft && *protocols::draft_layout(exp.model.draft.mode) == cache::DraftLayout::Packed;
       if (swa_pool) {
         cache::KvPoolConfig sc = swa_pool->config();
         sc.capacity = exp.cache.host_swa_pages;
+        if (packed && draft_swa_pool) sc.layers += draft_swa_pool->layers();
         swa_host = std::make_unique<cache::KvPool>(sc);
       }
       if (states)
-        states_host = std::make_unique<cache::StatePool>(static_cast<std::size_t>(exp.cache.host_mamba_slots), states->words_per_slot());
+        states_host = std::make_unique<cache::StatePool>(static_cast<std::size_t>(exp.cache.host_mamba_slots),
+                                                         states->words_per_slot() + (packed && draft_states ? draft_states->words_per_slot() : 0));
       h->attach_host_tier({std::move(htc), exp.cache.host_swa_pages.value(), exp.cache.host_mamba_slots, geo.local_layers()},
                           {pool.get(), host_kv.get(), swa_pool.get(), swa_host.get(), states.get(), states_host.get()}, *engine,
                           *agreement);
@@ -300,9 +304,16 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
     }
   }
   if (has_draft) {
-    draft = std::make_unique<cache::DraftState>(*protocols::draft_layout(exp.model.draft.mode), *draft_pool, host_kv.get(),
-                                                geo.local_layers());
-    dc->set_draft(draft.get());
+    const cache::DraftLayout layout = *protocols::draft_layout(exp.model.draft.mode);
+    draft = std::make_unique<cache::DraftState>(layout, *draft_pool, host_kv.get(), pool->layers());
+    if (auto* h = dc->hybrid(); h && h->host_tier()) {  // the draft's kinds move with the target's
+      if (draft_swa_pool) draft_swa = std::make_unique<cache::DraftState>(layout, *draft_swa_pool, swa_host.get(), swa_pool ? swa_pool->layers() : 0);
+      if (draft_states)
+        draft_state_slots = std::make_unique<cache::DraftStates>(layout, *draft_states, states_host.get(), states ? states->words_per_slot() : 0);
+      h->host_tier()->set_draft({draft.get(), draft_swa.get(), draft_state_slots.get()});
+    } else if (!dc->hybrid()) {
+      dc->set_draft(draft.get());
+    }
   }
   // P/D decode reads a restore steps after it started: its restores stay private until agreed.
   // protocol.pd_restore = unchecked (the bug): published at once, their outcome never looked at.

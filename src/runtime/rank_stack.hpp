@@ -55,6 +55,9 @@ struct RankStack {
   std::unique_ptr<cache::KvPool> draft_swa_pool;
   std::unique_ptr<cache::StatePool> draft_states;
   std::unique_ptr<cache::DraftState> draft;
+  // A hybrid draft with the host tier: its SWA layers and states moving with the target's.
+  std::unique_ptr<cache::DraftState> draft_swa;
+  std::unique_ptr<cache::DraftStates> draft_state_slots;
   std::unique_ptr<transfer::TransferEngine> engine;
   std::unique_ptr<cache::AckAgreement> agreement;  // protocol.tp_sync over the stage
   std::unique_ptr<cache::DeviceCache> dc;

@@ -1386,7 +1386,10 @@ def hybrid_spec():
     + MAMBA draft): rounds run, draft tokens are accepted (decode steps of several tokens), the
     draft's own window and state read right (no draft checksum mismatch), the history is reused,
     oracle OK and ranks agreeing; the #21 variant under multi-token acceptance (mtp_state_at_floor) is
-    caught by the oracle; with the host tier it is refused by name."""
+    caught by the oracle; with the host tier under device pressure (packed: the draft's FULL layers,
+    SWA layers and state words inside the target's host copies) the history comes back from the host
+    with exactly the device-only run's acceptance and no draft mismatch; sidecar with storage is
+    refused by name."""
     exp = os.path.join(SRC, "experiments", "hybrid_spec.toml")
     rc, so, se = run(4, exp, "--out", out("hsp"))
     expect(rc == 0 and "# verdict: OK" in so and "# rank divergences: 0 OK" in so, "hybrid_spec", so, se)
@@ -1397,9 +1400,17 @@ def hybrid_spec():
     expect(j["hit_rate"]["device"] > 0.3 and j["hybrid"]["mamba_states_saved"] > 0, "history reused", j["hit_rate"], j["hybrid"])
     rc, so, se = run(4, exp, "--out", out("hsp-bug"), "--set", "cache.component_bugs=mtp_state_at_floor")
     expect(rc != 0 and re.search(r"# oracle mismatches: [1-9]\d* FAILED", so), "mtp_state_at_floor caught", so, se)
-    rc, so, se = run_single(exp, "--out", out("hsp-bad"), "--set", "topology.tp=1", "--set", "topology.pp=1",
-                            "--set", "cache.host_pages=256")
-    expect(rc == 2 and "the draft's KV does not move with the hybrid host tier yet" in se, "draft + hybrid host refused", so, se)
+    host = ["--set", "cache.device_pages=300", "--set", "cache.swa_pages=160", "--set", "cache.mamba_slots=32",
+            "--set", "cache.host_pages=2000", "--set", "cache.host_swa_pages=1000", "--set", "cache.host_mamba_slots=128"]
+    rc, so2, se = run(4, exp, "--out", out("hsp-host"), *host)
+    m2 = re.search(r"# speculative decoding: (\d+) rounds, (\d+) of (\d+) proposed tokens accepted.*, 0 draft checksum mismatches", so2)
+    expect(rc == 0 and "# verdict: OK" in so2 and m2 and m2.groups() == m.groups(),
+           "with the host tier: the device-only run's rounds and acceptance, no draft mismatch", so2, se)
+    j = json.loads(tool("report", out("hsp-host"), "--json")[1])
+    expect(j["cached_tokens"]["host"] > 0, "history loaded back from the host", j["cached_tokens"])
+    rc, so, se = run_single(exp, "--out", out("hsp-bad"), "--set", "topology.tp=1", "--set", "topology.pp=1", *host,
+                            "--set", "model.draft.mode=sidecar", "--set", "cache.storage=file")
+    expect(rc == 2 and "a hybrid draft's own storage objects are not built" in se, "sidecar draft + hybrid storage refused", so, se)
     rc, so, se = run_single(os.path.join(SRC, "experiments", "component_bugs.toml"), "--out", out("hsp-bad"),
                             "--set", "cache.component_bugs=mtp_state_at_floor")
     expect(rc == 2 and 'model.draft.mode = "none" (it would change nothing)' in se, "mtp bug without a draft refused", so, se)

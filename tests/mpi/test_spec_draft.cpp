@@ -87,6 +87,63 @@ TEST(SpecDraft, HybridTargetsVerifySeveralTokensAStepThroughWindowsAndCheckpoint
   }
 }
 
+// A hybrid target and draft with the host tier (and storage for packed): the draft's FULL pages,
+// SWA pages and states move with the target's copies, so packed and sidecar accept exactly what the
+// HiCache-off run accepts, request by request, with no draft mismatch — also under transfer.fail,
+// transfer.delay and host.alloc.fail —, while target_only leaves restored drafts blind.
+TEST(SpecDraft, HybridDraftsMoveWithTheHostTier) {
+  const std::vector<std::string> hybrid = {
+      "model.layers=8", "model.layer_types=full,swa,full,mamba", "model.swa_window=10", "model.mamba_chunk=8",
+      "model.mamba_state=2", "model.draft.layers=3", "model.draft.layer_types=full,swa,mamba", "cache.device_pages=70",
+      "cache.swa_pages=40", "cache.mamba_slots=12", "cache.host_swa_pages=60", "cache.host_mamba_slots=24"};
+  for (const auto& [tp, pp] : layouts()) {
+    SCOPED_TRACE("TP" + std::to_string(tp) + " PP" + std::to_string(pp));
+    auto with = [&](std::vector<std::string> sets) {  // PP4: the last stage (full, mamba) has no SWA host pool
+      if (pp == 4) sets.push_back("model.draft.layer_types=full,mamba");
+      return sets;
+    };
+    auto off_sets = hybrid;
+    for (const char* s : {"model.draft.mode=packed", "cache.host_pages=0", "cache.storage=none", "cache.device_pages=400",
+                          "cache.swa_pages=200", "cache.mamba_slots=60"})
+      off_sets.push_back(s);
+    DecisionLog off_log;
+    auto off = serve(history(tp, pp, "", with(off_sets)), off_log);
+    ASSERT_EQ(off.oracle_mismatches, 0);
+    ASSERT_EQ(off.draft_mismatches, 0);
+    for (const char* mode : {"packed", "sidecar", "target_only", "packed+storage", "packed+faults"}) {
+      SCOPED_TRACE(mode);
+      auto sets = hybrid;
+      const std::string m(mode);
+      sets.push_back("model.draft.mode=" + m.substr(0, m.find('+')));
+      if (m.find("+storage") == std::string::npos) sets.push_back("cache.storage=none");
+      if (m.find("+faults") != std::string::npos)
+        for (const char* f : {"faults.transfer.fail.probability=0.05", "faults.transfer.delay.probability=0.1",
+                              "faults.host.alloc.fail.probability=0.03"})
+          sets.push_back(f);
+      DecisionLog log;
+      auto r = serve(history(tp, pp, testing::shared_temp_dir(std::string("hspec-") + std::to_string(tp) + "x" + std::to_string(pp) +
+                                                                  "-" + std::to_string(m.size())),
+                             with(sets)),
+                     log);
+      EXPECT_EQ(r.oracle_mismatches, 0);
+      EXPECT_EQ(r.divergences(), 0);
+      EXPECT_EQ(r.verify_failures, 0);
+      EXPECT_GT(r.host_tokens + r.storage_tokens, 0) << "the history comes back from the host (and storage)";
+      if (m == "target_only") {
+        EXPECT_GT(r.draft_mismatches, 0) << "restored prefixes leave the draft blind";
+      } else {
+        EXPECT_EQ(r.draft_mismatches, 0);
+        EXPECT_EQ(r.spec_digest, off.spec_digest) << "request by request, the acceptance of the run without host copies";
+      }
+      if (testing::world_rank() == 0)
+        std::printf("[ hybrid spec ] TP%dxPP%d %-14s: %lld/%lld accepted, %lld draft mismatches, host %lld storage %lld tokens\n", tp, pp,
+                    mode, static_cast<long long>(r.spec_accepted), static_cast<long long>(r.spec_proposed),
+                    static_cast<long long>(r.draft_mismatches), static_cast<long long>(r.host_tokens),
+                    static_cast<long long>(r.storage_tokens));
+    }
+  }
+}
+
 TEST(SpecDraft, PackedAndSidecarKeepTheAcceptanceOfHiCacheOffWhileTargetOnlyCollapses) {
   for (const auto& [tp, pp] : layouts()) {
     SCOPED_TRACE("TP" + std::to_string(tp) + " PP" + std::to_string(pp));

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <unistd.h>
@@ -270,6 +271,32 @@ TEST(DraftState, StorageRoundTripOfSidecarDraftObjectsShrinksToTheMinOnAMissingO
     reader.dc.verify();
   }
   std::filesystem::remove_all(dir);
+}
+
+// A hybrid draft's recurrent states: packed after the target's words in the host slot, sidecar in
+// a host pool of its own at the target's slot, target_only nowhere (a restored slot is poisoned).
+TEST(DraftStates, EachLayoutKeepsTheDraftsWordsWhereItSays) {
+  for (DraftLayout layout : {DraftLayout::Packed, DraftLayout::Sidecar, DraftLayout::TargetOnly}) {
+    SCOPED_TRACE(static_cast<int>(layout));
+    StatePool dev(4, 2), host(4, layout == DraftLayout::Packed ? 5 : 3);  // draft: 2 words; target: 3
+    DraftStates d(layout, dev, &host, 3);
+    dev.slot(2)[0] = 11;
+    dev.slot(2)[1] = 12;
+    auto run = [](const std::optional<transfer::Copy>& c) {
+      if (c) std::memcpy(c->dst, c->src, c->bytes);
+      return c.has_value();
+    };
+    EXPECT_EQ(run(d.backup_copy(3, 2)), layout != DraftLayout::TargetOnly);
+    if (layout == DraftLayout::Packed) {
+      EXPECT_EQ(host.slot(3)[3], 11u);
+      EXPECT_EQ(host.slot(3)[4], 12u);
+      EXPECT_EQ(host.slot(3)[0], StatePool::kPoison) << "the target's words are left alone";
+    }
+    EXPECT_EQ(run(d.restore_copy(4, 3)), layout != DraftLayout::TargetOnly);
+    const std::vector<std::uint64_t> back(dev.slot(4).begin(), dev.slot(4).end());
+    if (layout == DraftLayout::TargetOnly) EXPECT_EQ(back, (std::vector<std::uint64_t>{StatePool::kPoison, StatePool::kPoison}));
+    else EXPECT_EQ(back, (std::vector<std::uint64_t>{11, 12}));
+  }
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // that delays only the SWA pool's batches: nobody sees the host copy early, and the FULL copy
 // alone does not publish it), the host copies hold the device's bytes, and a load-back restores
 // FULL per layer and the SWA window as a separate event that lands only when its delayed copy
-// does.
+// does; a draft model's pages move with the target's (packed, sidecar, target_only).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -127,6 +127,82 @@ TEST(HybridHostTier, ABackupAckWaitsForItsSlowestComponentAndALoadBackForItsWind
   EXPECT_EQ(block(rig.swa_dev, 6, 0), swa_bytes);
   EXPECT_EQ(block(rig.full_dev, 6, 1), block(rig.full_host, fh[1].value(), 1));
   EXPECT_EQ(rig.tree.match_prefix(std::span<const TokenId>(t).first(9)).matched, Tokens(8));
+}
+
+// Speculative decoding with the hybrid host tier: the draft's FULL layer (at the target's page ids)
+// backs up with the target's pages — packed after the target's layers in the host page, or in a
+// sidecar pool — as one more batch of the node's joined event: with only the draft's copies
+// delayed, the ACK waits for them; a load-back's last FULL layer waits for the draft's restore and
+// brings its bytes back; target_only moves nothing and clears the restored draft rows.
+TEST(HybridHostTier, TheDraftMovesWithTheTargetAndItsAckWaitsForIt) {
+  for (DraftLayout layout : {DraftLayout::Packed, DraftLayout::Sidecar, DraftLayout::TargetOnly}) {
+    SCOPED_TRACE(static_cast<int>(layout));
+    std::uint64_t clock = 0;
+    DecisionLog log;
+    Solo agreement;
+    KvPool full_dev{{Pages(16), Tokens(kPage), 0, 2, {0, 1}, 1, Payload::Digest}};
+    KvPool full_host{{Pages(16), Tokens(kPage), 0, layout == DraftLayout::Packed ? 3u : 2u, {0, 1}, 1, Payload::Digest}};
+    KvPool draft_dev{{Pages(16), Tokens(kPage), 1u << 20, 1, {0, 1}, 1, Payload::Digest}};
+    transfer::EngineConfig ec;
+    ec.jitter = 0;
+    ec.bytes_per_ns = 1.0;
+    ec.now = [&clock] { return clock; };
+    ec.advance_to = [&clock](std::uint64_t t) { clock = std::max(clock, t); };
+    DelayPoolEngine engine(transfer::make_engine(ec), draft_dev, kDelay);
+    unified::UnifiedTree tree{Tokens(kPage)};
+    const ComponentId full = tree.add_component(std::make_unique<unified::FullComponent>());
+    HybridHostConfig hc;
+    hc.tier.host_pages = Pages(16);
+    hc.tier.load_back_threshold = Tokens(kPage);
+    hc.local_layers = 2;
+    HybridHostTier host(hc, tree, {ComponentKind::Full}, HybridBytes{&full_dev, &full_host, nullptr, nullptr, nullptr, nullptr},
+                        {}, engine, agreement, log);
+    DraftState draft(layout, draft_dev, &full_host, 2);
+    host.set_draft({&draft, nullptr, nullptr});
+    std::vector<TokenId> t(12);
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<TokenId>(7 + i);
+    for (std::uint32_t p : {1u, 2u}) {
+      fill(full_dev, p, p);
+      fill(draft_dev, p, 90 + p);
+    }
+    const auto draft_bytes = block(draft_dev, 2, 0);
+    const std::vector<InsertValue> v{InsertValue::pages({Slot(1), Slot(2)})};
+    unified::Node* n = tree.insert(std::span<const TokenId>(t).first(8), v).last_node;
+    host.backup_path(n);
+    const bool moves = layout != DraftLayout::TargetOnly;
+    EXPECT_EQ(engine.delayed, moves ? 1 : 0) << "the draft's copies are a batch of their own";
+    clock = 10'000;
+    host.acks().check();
+    EXPECT_EQ(n->at(full).backed(), !moves) << "published before the draft's copy landed";
+    clock = kDelay + 10'000;
+    host.acks().check();
+    ASSERT_TRUE(n->at(full).backed());
+    const auto fh = *n->at(full).host;
+    if (layout == DraftLayout::Packed) EXPECT_EQ(block(full_host, fh[1].value(), 2), draft_bytes) << "after the target's layers";
+    if (layout == DraftLayout::Sidecar) EXPECT_EQ(block(*draft.host(), fh[1].value(), 0), draft_bytes) << "at the target's host page";
+    // Demote, poison the device pages (target and draft), load back into slots 5 and 6.
+    ASSERT_EQ(tree.evict(full, 10).freed[full.value()].size(), 2u);
+    full_dev.poison(std::vector<PageId>{PageId(1), PageId(2)});
+    draft_dev.poison(std::vector<PageId>{PageId(1), PageId(2)});
+    auto m = tree.match_prefix(std::span<const TokenId>(t).first(9));
+    ASSERT_EQ(m.host_matched, Tokens(8));
+    auto items = tree.plan_load(m);
+    ASSERT_EQ(items.size(), 1u);
+    std::vector<transfer::Event> layers, states;
+    const std::uint64_t t0 = clock;
+    const std::vector<Slot> dev{Slot(5), Slot(6)};
+    host.load(items[0], dev, layers, states);
+    tree.commit_load(items[0], dev);
+    ASSERT_EQ(layers.size(), 2u);
+    EXPECT_TRUE(states.empty());
+    clock = t0 + 10'000;
+    EXPECT_TRUE(layers[0].query());
+    EXPECT_EQ(layers[1].query(), !moves) << "the last layer waits for the draft's restore";
+    layers[1].synchronize();
+    EXPECT_EQ(block(full_dev, 6, 1), block(full_host, fh[1].value(), 1));
+    if (moves) EXPECT_EQ(block(draft_dev, 6, 0), draft_bytes);
+    else EXPECT_NE(block(draft_dev, 6, 0), draft_bytes) << "target_only: the draft gets nothing back";
+  }
 }
 
 TEST(HybridHostTier, WriteThroughSelectiveBacksUpANodeOnceItsHitsReachTheThreshold) {
