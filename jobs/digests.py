@@ -4,7 +4,7 @@ tests/golden/decision_digests.txt and checked against it (except those over a st
 another job running at the same time, which are not reproducible by design): a refactoring that must not change
 behaviour (the serving loop's shape, a protocol moved behind an interface) keeps every digest.
 
-  jobs/digests.py --check [--seeds 1-3] [--quick]    compare (exit 1 on any difference)
+  jobs/digests.py --check [--seeds 1-3] [--quick] [--jobs N]    compare (exit 1 on any difference)
   jobs/digests.py --record [--seeds 1-3]             rewrite the file (after an intended change;
                                                      say in the commit which digests changed and why)
 
@@ -13,6 +13,7 @@ runs `--check --quick --seeds 1`. A digest is the decision-log digest of each gr
 (a P/D world has two groups), read from the run's /summary.
 """
 import argparse
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -73,20 +74,23 @@ def main():
     g.add_argument("--record", action="store_true")
     ap.add_argument("--seeds", default="1-3")
     ap.add_argument("--quick", action="store_true", help="skip the slow experiments")
+    ap.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2: digests do not depend on it)")
     a = ap.parse_args()
     exps = sorted(f[:-5] for f in os.listdir(os.path.join(SRC, "experiments")) if f.endswith(".toml") and f[:-5] not in SHARED)
     if a.quick:
         exps = [e for e in exps if e not in SLOW]
     want = read_golden()
     got, bad = {}, 0
-    with tempfile.TemporaryDirectory(prefix="kvgrid-digests-") as tmp:
-        for e in exps:
-            for s in seeds(a.seeds):
-                got[(e, s)] = d = digest(e, s, tmp)
-                w = want.get((e, s))
-                status = "recorded" if a.record else ("OK" if w == d else "MISSING" if w is None else "CHANGED")
-                bad += status in ("CHANGED", "MISSING")
-                print(f"{e:18} seed {s}: {d}  {status}" + (f" (recorded {w})" if status == "CHANGED" else ""), flush=True)
+    with tempfile.TemporaryDirectory(prefix="kvgrid-digests-") as tmp, \
+            concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        runs = [(e, s) for e in exps for s in seeds(a.seeds)]
+        futures = [pool.submit(digest, e, s, tmp) for e, s in runs]
+        for (e, s), fut in zip(runs, futures):  # in order, each as soon as it and those before it are done
+            got[(e, s)] = d = fut.result()
+            w = want.get((e, s))
+            status = "recorded" if a.record else ("OK" if w == d else "MISSING" if w is None else "CHANGED")
+            bad += status in ("CHANGED", "MISSING")
+            print(f"{e:18} seed {s}: {d}  {status}" + (f" (recorded {w})" if status == "CHANGED" else ""), flush=True)
     if a.record:
         want.update(got)
         with open(GOLDEN, "w") as f:

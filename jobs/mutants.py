@@ -188,7 +188,7 @@ def main():
     ctest = ["ctest", "--test-dir", build, "-j", str(a.jobs), "--timeout", "300", "-E", "cuda_build_check"]
     # The suite a survivor meets: everything but the Slurm label and the catalogue's own check
     # (which fails by construction on a mutated tree).
-    suite = ["ctest", "--test-dir", build, "-j", str(a.jobs), "--timeout", "300", "-LE", "slurm",
+    suite = ["ctest", "--test-dir", build, "-j", str(a.jobs), "--timeout", "300", "-LE", "slurm|unit_case",
              "-E", "cuda_build_check|cli_mutants_catalogue_current"]
     if a.suite_filter:
         suite += ["-R", a.suite_filter]

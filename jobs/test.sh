@@ -26,7 +26,8 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 start=$(date +%s)
 set +e
-(cd "$build_dir" && timeout --signal=TERM 600 ctest --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" -LE slurm "$@") | tee "$out"
+# (unit_case: each unit test as its own entry, for ctest -R; the suite runs them in one process, unit_tests)
+(cd "$build_dir" && timeout --signal=TERM 600 ctest --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" -LE 'slurm|unit_case' "$@") | tee "$out"
 rc=${PIPESTATUS[0]}
 set -e
 echo "# test suite: $(( $(date +%s) - start )) s"

@@ -30,6 +30,9 @@ PDEX = os.path.join(SRC, "experiments", "pd_example.toml")
 PDMT = os.path.join(SRC, "experiments", "pd_multiturn.toml")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1",
+           # a run that fails on purpose ends at once: mpirun's default second between its
+           # SIGTERM and SIGKILL to the other ranks cost ~2 s per failing run (a third of the CLI tests' time)
+           OMPI_MCA_odls_base_sigkill_timeout="0",
            HDF5_USE_FILE_LOCKING="FALSE")
 TMP = tempfile.mkdtemp(prefix="kvgrid-cli-")
 FAST = ["--set", "workload.tree.steps=60", "--set", "output.report_every=30"]
@@ -217,7 +220,7 @@ def watchdog_stall():
 
 def report_json():
     rc, so, se = run(8, QUICK, "--out", out("j"), "--set", "faults.rank.stall.probability=0.5",
-                     "--set", "faults.rank.stall.duration_ms=0")
+                     "--set", "faults.rank.stall.duration_ms=0", "--set", "workload.gsp.groups=4")  # 64 requests
     expect(rc == 0, "run", so, se)
     rc, so, se = tool("report", out("j/run.h5"), "--json")
     expect(rc == 0, "report --json", so, se)
@@ -227,7 +230,7 @@ def report_json():
                 "wall_s", "seed", "topology", "rounds"]:
         expect(key in j, f"report --json has {key}", so)
     expect(j["verdict"] == "OK" and j["complete"] is True and j["world_size"] == 8, "fields", so)
-    expect(j["requests"] == j["finished"] == 256 and j["failed"] == 0, "request counts", so)
+    expect(j["requests"] == j["finished"] == 64 and j["failed"] == 0, "request counts", so)
     expect(set(j["cached_tokens"]) == {"device", "host", "storage"}, "cached tokens by tier", so)
     expect(set(j["hit_rate"]) == {"device", "host", "storage", "total"}, "hit rate by tier", so)
     expect(j["computed_tokens"] == j["prompt_tokens"] - sum(j["cached_tokens"].values()), "computed tokens", so)
@@ -243,7 +246,7 @@ def report_json():
     expect(rc == 0 and "# verdict OK" in so and "TTFT (modelled)" in so, "text report", so)
     with h5py.File(out("j/run.h5"), "r") as f:
         rows = f["ranks/00004/requests"]  # last stage's leader (pp 1, cp 0, tp 0)
-        expect(rows.shape[0] == 256 and int(rows["oracle_ok"].min()) == 1, "requests table")
+        expect(rows.shape[0] == 64 and int(rows["oracle_ok"].min()) == 1, "requests table")
         expect(f["ranks/00000/requests"].shape[0] == 0, "only the checker records requests")
     # For tools: the report against its JSON Schema (docs/report.schema.json) — a serving run and a
     # tree run; digests as hex strings; SGLang bench_serving's names beside kvgrid's.
@@ -923,19 +926,19 @@ def pp_sync_sweep():
     and a command that reproduces it, and the rerun has the same first divergence."""
     env = sweep_env()
     pp = os.path.join(SRC, "experiments", "pp_sync.toml")
-    rows = sweep_rows(pp, "1-5", "protocol.pp_sync=pp_sync,independent_polling", "ppsweep")
+    rows = sweep_rows(pp, "1-4", "protocol.pp_sync=pp_sync,independent_polling", "ppsweep")
     good = [r for r in rows if "=pp_sync" in r["variant"]]
     bad = [r for r in rows if "independent_polling" in r["variant"]]
-    expect(len(good) == 5 and all(r["exit"] == "0" and r["verdict"] == "OK" for r in good), "pp_sync never diverges", rows)
+    expect(len(good) == 4 and all(r["exit"] == "0" and r["verdict"] == "OK" for r in good), "pp_sync never diverges", rows)
     failed = sum(1 for r in bad if r["exit"] != "0")
-    expect(failed >= 4, f"independent_polling diverges in most seeds ({failed} of 5)", rows)
+    expect(failed >= 3, f"independent_polling diverges in most seeds ({failed} of 4)", rows)
     # Storage prefetch decisions across stages: per_rank lets every stage stop on its own.
-    rows = sweep_rows(pp, "1-4", "protocol.prefetch_consensus=pp_consensus,per_rank", "pcsweep")
+    rows = sweep_rows(pp, "1-3", "protocol.prefetch_consensus=pp_consensus,per_rank", "pcsweep")
     good = [r for r in rows if "pp_consensus" in r["variant"]]
     bad = [r for r in rows if "per_rank" in r["variant"]]
     expect(all(r["exit"] == "0" and r["verdict"] == "OK" for r in good), "pp_consensus never diverges", rows)
     failed = sum(1 for r in bad if r["exit"] != "0")
-    expect(failed >= 3, f"prefetch per_rank diverges in most seeds ({failed} of 4)", rows)
+    expect(failed >= 2, f"prefetch per_rank diverges in most seeds ({failed} of 3)", rows)
     j = json.loads(tool("report", good[0]["run"] if os.path.isabs(good[0]["run"]) else os.path.join(SRC, good[0]["run"]),
                         "--json")[1])
     expect(j["hit_rate"]["storage"] > 0.05, "storage hits at PP 2", j["hit_rate"])

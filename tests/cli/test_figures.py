@@ -23,6 +23,9 @@ MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
 PLOTS = os.path.join(SRC, "results", "plots")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1",
+           # a run that fails on purpose ends at once: mpirun's default second between its
+           # SIGTERM and SIGKILL to the other ranks cost ~2 s per failing run (a third of the CLI tests' time)
+           OMPI_MCA_odls_base_sigkill_timeout="0",
            HDF5_USE_FILE_LOCKING="FALSE", MPLBACKEND="Agg")
 TMP = tempfile.mkdtemp(prefix="kvgrid-figures-")
 

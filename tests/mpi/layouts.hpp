@@ -43,4 +43,7 @@ inline int suite_seeds(int in_suite) {
   return in_suite;
 }
 
+// In the test suite (not a jobs/mpi_seeds.sh sweep): tests may thin their case × layout grids.
+inline bool in_suite() { return std::getenv("KVGRID_SEEDS") == nullptr; }
+
 }  // namespace kvgrid::testing

@@ -55,11 +55,11 @@ TEST(PpSync, HostTierAcrossStagesAgreesOverManySeedsAndFaults) {
       {"faults.storage.read.short.probability=0.3", last("storage.read.short")},
       {"faults.storage.write.fail.probability=0.3", last("storage.write.fail")},
   };
-  // A few seeds per case in the test suite (PP 2 at 2 ranks: 3; PP 4 at 4 and 8 ranks,
+  // A few seeds per case in the test suite (PP 2 at 2 ranks: 2; PP 4 at 4 and 8 ranks,
   // oversubscribed here: 1, and at 8 ranks — TP2 x PP4, the 4-rank run's PP 4 with TP — every
   // other case) — jobs/mpi_seeds.sh runs 50 (KVGRID_SEEDS) of every case.
-  const int seeds = testing::suite_seeds(testing::world_size() <= 2 ? 3 : 1);
-  const std::size_t stride = testing::world_size() > 4 && testing::suite_seeds(1) == 1 ? 2 : 1;
+  const int seeds = testing::suite_seeds(testing::world_size() <= 2 ? 2 : 1);
+  const std::size_t stride = testing::world_size() > 4 && testing::in_suite() ? 2 : 1;
   int run = 0;
   for (std::size_t ci = 0; ci < cases.size(); ci += stride) {
     const auto& c = cases[ci];
