@@ -84,6 +84,9 @@ class DraftStates {
   // Device → host / host → device of one slot (nullopt: nothing to copy).
   std::optional<transfer::Copy> backup_copy(std::uint32_t host_slot, std::uint32_t device_slot);
   std::optional<transfer::Copy> restore_copy(std::uint32_t device_slot, std::uint32_t host_slot);
+  // Sidecar: the draft's host states (at the target's host slots); null otherwise.
+  StatePool* sidecar() { return sidecar_.get(); }
+  const StatePool* sidecar() const { return sidecar_.get(); }
 
  private:
   DraftLayout layout_;

@@ -91,6 +91,7 @@ class HybridHostTier {
                  DecisionLog& log);
 
   void set_draft(HybridDraftBytes d) { draft_ = d; }
+  const HybridDraftBytes& draft() const { return draft_; }
 
   // After an insert: back up, top-down, the nodes of the path ending at `node` that hold a device
   // value without its host copy and no write in flight (as host slots last).

@@ -76,6 +76,15 @@ std::size_t HybridStorageSite::window_pages() const {
 
 // ---- objects --------------------------------------------------------------------------------
 
+KvPool* HybridStorageSite::draft_pool(ComponentKind k) const {
+  const DraftState* d = k == ComponentKind::Full ? host_.draft().full : k == ComponentKind::Swa ? host_.draft().swa : nullptr;
+  return d && d->separate_objects() ? const_cast<DraftState*>(d)->host() : nullptr;
+}
+
+StatePool* HybridStorageSite::draft_states() const {
+  return host_.draft().states ? host_.draft().states->sidecar() : nullptr;
+}
+
 std::size_t HybridStorageSite::object_bytes(ComponentKind k) const {
   if (!parts_.empty()) return has(k) ? part(k).offsets.back() * sizeof(std::uint64_t) : 0;
   const HybridBytes& b = host_.bytes();
@@ -83,6 +92,8 @@ std::size_t HybridStorageSite::object_bytes(ComponentKind k) const {
   if (k == ComponentKind::Full && b.full_host) n = b.full_host->layer_block_bytes() * b.full_host->layers();
   if (k == ComponentKind::Swa && b.swa_host) n = b.swa_host->layer_block_bytes() * b.swa_host->layers();
   if (k == ComponentKind::Mamba && b.state_host) n = b.state_host->words_per_slot() * sizeof(std::uint64_t);
+  if (const KvPool* d = draft_pool(k)) n += d->layer_block_bytes() * d->layers();  // a sidecar draft's, last
+  if (k == ComponentKind::Mamba && draft_states()) n += draft_states()->words_per_slot() * sizeof(std::uint64_t);
   if (k == ComponentKind::Mamba || !has(k)) return n;
   const ComponentId c = id_of(k);
   for (std::size_t i = 0; i < host_.sidecars(); ++i)
@@ -120,6 +131,12 @@ std::vector<std::uint8_t> HybridStorageSite::pack(ComponentKind k, Slot s) const
       auto w = sc.read(s);
       put(w.data(), w.size() * sizeof(std::uint64_t));
     }
+  if (const KvPool* d = draft_pool(k))  // a sidecar draft's bytes of this slot, last
+    for (std::size_t l = 0; l < d->layers(); ++l) put(d->layer_block(PageId(s.value()), l), d->layer_block_bytes());
+  if (k == ComponentKind::Mamba && draft_states()) {
+    auto w = draft_states()->slot(s.value());
+    put(w.data(), w.size() * sizeof(std::uint64_t));
+  }
   return out;
 }
 
@@ -155,6 +172,12 @@ void HybridStorageSite::unpack(ComponentKind k, Slot s, std::span<const std::uin
       const std::size_t w = sc.words_per_slot();
       take(job.sidecar_words[i].data() + index * w, w * sizeof(std::uint64_t));
     }
+  if (KvPool* d = draft_pool(k))
+    for (std::size_t l = 0; l < d->layers(); ++l) take(d->layer_block(PageId(s.value()), l), d->layer_block_bytes());
+  if (k == ComponentKind::Mamba && draft_states()) {
+    auto w = draft_states()->slot(s.value());
+    take(w.data(), w.size() * sizeof(std::uint64_t));
+  }
 }
 
 std::string HybridStorageSite::base_key(const PageDigest& d) const {

@@ -8,6 +8,10 @@
 //                         where the host has a copy: inside windows (elsewhere a host tombstone);
 //  * MAMBA `K_i.mamba`  — the recurrent state at the end of page i, written only where the host
 //                         has one (checkpoint depths).
+// A draft model (speculative decoding) travels inside these objects: packed, its layers and state
+// words are in the target's host pools already; sidecar, its host pools' bytes of the same slot
+// follow the target's (and the payload sidecars') in each object (the key's model part names the
+// draft's layout, so the two never read each other's objects).
 // A kind this stage holds no bytes of (no such layer here, no sidecar) has no objects: it counts
 // as present, and the stages that do hold its bytes decide through the MIN. Sidecars travel
 // inside their source's objects, so a sidecar is never missing where its source is (the MIN the
@@ -100,6 +104,10 @@ class HybridStorageSite final : public StorageSite {
   bool has_object(const std::string& base, ComponentKind k);
   void write_object(const std::string& base, ComponentKind k, unified::Slot s, bool full_page);
   std::size_t window_pages() const;  // the rounded SWA window in pages (0: no SWA)
+  // A sidecar draft's host bytes of kind k (speculative decoding; null: none, or packed — then the
+  // draft is inside the target's host pools): they travel at the end of k's objects.
+  KvPool* draft_pool(ComponentKind k) const;
+  StatePool* draft_states() const;
   unified::ComponentId id_of(ComponentKind k) const;
   bool has(ComponentKind k) const;
 

@@ -167,13 +167,10 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
   }
   // Speculative decoding with the host tier: the draft's bytes move with the target's copies
   // (cache/hybrid_host_tier.hpp HybridDraftBytes) — each of its kinds needs the target's host pool
-  // of that kind on the last stage, and in storage only a packed draft travels (inside the
-  // target's objects).
+  // of that kind on the last stage; in storage the draft travels inside the target's objects
+  // (rank_suffix keys only).
   if (m.draft.enabled() && e.cache.host_pages.value() > 0) {
     const bool storage = e.cache.storage != "none";
-    refuse(storage && m.draft.mode == "sidecar",
-           "model.draft.mode = \"sidecar\" and cache.storage = \"" + e.cache.storage +
-               "\" (a hybrid draft's own storage objects are not built; \"packed\" stores the draft inside the target's objects)");
     refuse(storage && e.cache.storage_key_scheme == "unified",
            "a draft model and cache.storage_key_scheme = \"unified\" (a packed draft's layers are outside the grid's chunks)");
     for (const auto& g : e.topology.groups) {

@@ -1391,7 +1391,7 @@ def hybrid_spec():
     oracle OK and ranks agreeing; the #21 variant under multi-token acceptance (mtp_state_at_floor) is
     caught by the oracle; with the host tier under device pressure (packed: the draft's FULL layers,
     SWA layers and state words inside the target's host copies) the history comes back from the host
-    with exactly the device-only run's acceptance and no draft mismatch; sidecar with storage is
+    with exactly the device-only run's acceptance and no draft mismatch; a draft with unified keys is
     refused by name."""
     exp = os.path.join(SRC, "experiments", "hybrid_spec.toml")
     rc, so, se = run(4, exp, "--out", out("hsp"))
@@ -1412,8 +1412,8 @@ def hybrid_spec():
     j = json.loads(tool("report", out("hsp-host"), "--json")[1])
     expect(j["cached_tokens"]["host"] > 0, "history loaded back from the host", j["cached_tokens"])
     rc, so, se = run_single(exp, "--out", out("hsp-bad"), "--set", "topology.tp=1", "--set", "topology.pp=1", *host,
-                            "--set", "model.draft.mode=sidecar", "--set", "cache.storage=file")
-    expect(rc == 2 and "a hybrid draft's own storage objects are not built" in se, "sidecar draft + hybrid storage refused", so, se)
+                            "--set", "cache.storage=file", "--set", "cache.storage_key_scheme=unified")
+    expect(rc == 2 and "a draft model and cache.storage_key_scheme = \"unified\"" in se, "draft + unified hybrid objects refused", so, se)
     rc, so, se = run_single(os.path.join(SRC, "experiments", "component_bugs.toml"), "--out", out("hsp-bad"),
                             "--set", "cache.component_bugs=mtp_state_at_floor")
     expect(rc == 2 and 'model.draft.mode = "none" (it would change nothing)' in se, "mtp bug without a draft refused", so, se)

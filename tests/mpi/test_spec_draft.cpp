@@ -89,9 +89,10 @@ TEST(SpecDraft, HybridTargetsVerifySeveralTokensAStepThroughWindowsAndCheckpoint
   }
 }
 
-// A hybrid target and draft with the host tier (and storage for packed): the draft's FULL pages,
+// A hybrid target and draft with the host tier (and storage): the draft's FULL pages,
 // SWA pages and states move with the target's copies, so packed and sidecar accept exactly what the
-// HiCache-off run accepts, request by request, with no draft mismatch — also under transfer.fail,
+// HiCache-off run accepts, request by request, with no draft mismatch — through storage objects too
+// (packed: inside the target's bytes; sidecar: after them), and under transfer.fail,
 // transfer.delay and host.alloc.fail —, while target_only leaves restored drafts blind.
 TEST(SpecDraft, HybridDraftsMoveWithTheHostTier) {
   const std::vector<std::string> hybrid = {
@@ -112,7 +113,7 @@ TEST(SpecDraft, HybridDraftsMoveWithTheHostTier) {
     auto off = serve(history(tp, pp, "", with(off_sets)), off_log);
     ASSERT_EQ(off.oracle_mismatches, 0);
     ASSERT_EQ(off.draft_mismatches, 0);
-    for (const char* mode : {"packed", "sidecar", "target_only", "packed+storage", "packed+faults"}) {
+    for (const char* mode : {"packed", "sidecar", "target_only", "packed+storage", "sidecar+storage", "packed+faults"}) {
       SCOPED_TRACE(mode);
       auto sets = hybrid;
       const std::string m(mode);
@@ -124,7 +125,7 @@ TEST(SpecDraft, HybridDraftsMoveWithTheHostTier) {
           sets.push_back(f);
       DecisionLog log;
       auto r = serve(history(tp, pp, testing::shared_temp_dir(std::string("hspec-") + std::to_string(tp) + "x" + std::to_string(pp) +
-                                                                  "-" + std::to_string(m.size())),
+                                                                  "-" + m.substr(0, 2) + std::to_string(m.size())),
                              with(sets)),
                      log);
       EXPECT_EQ(r.oracle_mismatches, 0);
