@@ -84,6 +84,8 @@ class DraftStates {
   // Device → host / host → device of one slot (nullopt: nothing to copy).
   std::optional<transfer::Copy> backup_copy(std::uint32_t host_slot, std::uint32_t device_slot);
   std::optional<transfer::Copy> restore_copy(std::uint32_t device_slot, std::uint32_t host_slot);
+  // Words a packed draft adds to each host slot (0: other layouts).
+  std::size_t packed_words() const { return layout_ == DraftLayout::Packed ? device_.words_per_slot() : 0; }
   // Sidecar: the draft's host states (at the target's host slots); null otherwise.
   StatePool* sidecar() { return sidecar_.get(); }
   const StatePool* sidecar() const { return sidecar_.get(); }

@@ -54,6 +54,21 @@ HybridHostTier::HybridHostTier(HybridHostConfig cfg, unified::UnifiedTree& tree,
                  "host and device MAMBA states differ in size");
 }
 
+void HybridHostTier::set_draft(HybridDraftBytes d) {
+  draft_ = d;
+  auto packed = [](const DraftState* x) { return x && x->layout() == DraftLayout::Packed ? x->device().layers() : 0; };
+  if (bytes_.full_device)
+    KVGRID_CHECK(bytes_.full_host->layers() == bytes_.full_device->layers() + packed(d.full), "FULL host pool of ",
+                 bytes_.full_host->layers(), " layers for ", bytes_.full_device->layers(), " target and ", packed(d.full), " packed draft layers");
+  if (bytes_.swa_device)
+    KVGRID_CHECK(bytes_.swa_host->layers() == bytes_.swa_device->layers() + packed(d.swa), "SWA host pool of ",
+                 bytes_.swa_host->layers(), " layers for ", bytes_.swa_device->layers(), " target and ", packed(d.swa), " packed draft layers");
+  if (bytes_.state_device)
+    KVGRID_CHECK(bytes_.state_host->words_per_slot() == bytes_.state_device->words_per_slot() + (d.states ? d.states->packed_words() : 0),
+                 "MAMBA host slots of ", bytes_.state_host->words_per_slot(), " words for ", bytes_.state_device->words_per_slot(),
+                 " target words and a packed draft's");
+}
+
 // ---- host slots -----------------------------------------------------------------------------
 
 void HybridHostTier::free_host(ComponentId c, std::span<const Slot> s) {

@@ -90,7 +90,8 @@ class HybridHostTier {
                  std::vector<unified::PayloadSidecar*> sidecars, transfer::TransferEngine& engine, AckAgreement& agreement,
                  DecisionLog& log);
 
-  void set_draft(HybridDraftBytes d) { draft_ = d; }
+  // (checks that the host pools hold the target's bytes plus, packed, the draft's — no more)
+  void set_draft(HybridDraftBytes d);
   const HybridDraftBytes& draft() const { return draft_; }
 
   // After an insert: back up, top-down, the nodes of the path ending at `node` that hold a device

@@ -76,6 +76,12 @@ std::size_t HybridStorageSite::window_pages() const {
 
 // ---- objects --------------------------------------------------------------------------------
 
+void HybridStorageSite::check_draft_keys() const {
+  const HybridDraftBytes& d = host_.draft();
+  KVGRID_CHECK(parts_.empty() || (!d.full && !d.swa && !d.states),
+               "a draft model with unified hybrid objects (refused at load: its layers are outside the grid's chunks)");
+}
+
 KvPool* HybridStorageSite::draft_pool(ComponentKind k) const {
   const DraftState* d = k == ComponentKind::Full ? host_.draft().full : k == ComponentKind::Swa ? host_.draft().swa : nullptr;
   return d && d->separate_objects() ? const_cast<DraftState*>(d)->host() : nullptr;
@@ -226,6 +232,7 @@ void HybridStorageSite::write_object(const std::string& base, ComponentKind k, S
 }
 
 void HybridStorageSite::backup(unified::Node* node) {
+  check_draft_keys();
   if (!ctx_.cfg.writer) return;  // MLA: TP rank 0 writes for everyone
   std::vector<const unified::Node*> path;
   for (const unified::Node* n = node; n != tree_.root(); n = n->parent) path.push_back(n);
@@ -250,6 +257,7 @@ void HybridStorageSite::backup(unified::Node* node) {
 // ---- prefetch -------------------------------------------------------------------------------
 
 std::unique_ptr<StorageSite::Job> HybridStorageSite::plan(std::span<const TokenId> prompt) {
+  check_draft_keys();
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
   const std::size_t threshold = static_cast<std::size_t>(ctx_.cfg.prefetch_threshold.value());
   const std::size_t max_pages = prompt.empty() ? 0 : (prompt.size() - 1) / p;  // reuse at most prompt - 1

@@ -108,6 +108,7 @@ class HybridStorageSite final : public StorageSite {
   // draft is inside the target's host pools): they travel at the end of k's objects.
   KvPool* draft_pool(ComponentKind k) const;
   StatePool* draft_states() const;
+  void check_draft_keys() const;  // unified objects carry no draft (refused at load; checked here)
   unified::ComponentId id_of(ComponentKind k) const;
   bool has(ComponentKind k) const;
 

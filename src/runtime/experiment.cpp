@@ -73,10 +73,11 @@ void check_relations(const ExperimentConfig& e, const std::string& src) {
       throw InputError(src + ": cache.cp_sharding = \"" + e.cache.cp_sharding + "\" in a P/D world needs equal tp and cp on "
                        "both sides (prefill " + pf.str() + ", decode " + dc.str() +
                        "): each page goes from its owner on prefill to its owner on decode");
-    // transfer tags: one slot per request in flight, one tag per layer
-    if (e.engine.max_running * e.model.layers > 30000)
-      throw InputError(src + ": engine.max_running × model.layers = " + std::to_string(e.engine.max_running * e.model.layers) +
-                       " exceeds the 30000 P/D transfer tags (one per request in flight and layer)");
+    // transfer tags: one slot per request in flight, one tag per layer and per sidecar
+    const std::int64_t tags = e.engine.max_running * (e.model.layers + static_cast<std::int64_t>(e.model.sidecars.size()));
+    if (tags > 30000)
+      throw InputError(src + ": engine.max_running × (model.layers + sidecars) = " + std::to_string(tags) +
+                       " exceeds the 30000 P/D transfer tags (one per request in flight and layer or sidecar)");
   }
   if (w.tree.prompt_tokens_min > w.tree.prompt_tokens_max)
     throw InputError(src + ": workload.tree.prompt_tokens_min = " + std::to_string(w.tree.prompt_tokens_min) +

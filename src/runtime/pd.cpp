@@ -102,6 +102,7 @@ PdLink::PdLink(const ExperimentConfig& exp, const RankGrid& grid, cache::KvPool&
   next_slot_ = static_cast<std::uint32_t>(exp.engine.max_running);
   slot_limit_ = static_cast<std::uint32_t>((32767 - kPdTagBase) /
                                             (std::max<std::int64_t>(exp.model.layers, 1) + static_cast<std::int64_t>(exp.model.sidecars.size())));
+  KVGRID_CHECK(next_slot_ <= slot_limit_, "P/D: ", next_slot_, " transfer slots exceed the ", slot_limit_, " MPI tags allow");
   zeros_.assign(pool.layer_block_bytes() / sizeof(std::uint64_t), 0);  // a broken leg's bytes (attach_hybrid: more)
 }
 
@@ -128,16 +129,30 @@ std::size_t PdLink::local_sidecar(const PdLeg& leg) const {
   return 0;
 }
 
+std::size_t PdLink::tail_window_page(std::size_t dpl, std::size_t prompt) const {
+  return static_cast<std::size_t>(cache::pd_swa_from(Tokens(static_cast<std::int64_t>(dpl)), Tokens(static_cast<std::int64_t>(prompt)),
+                                                     Tokens(exp_.model.swa_window), exp_.cache.page_size)
+                                      .value() /
+                                  exp_.cache.page_size.value());
+}
+
+std::vector<PageId> PdLink::tail_window(const ServeRequest& r, std::size_t dpl) const {
+  KVGRID_CHECK(r.res.hybrid != nullptr, "request ", r.spec.id, " of a hybrid model without its hybrid hold");
+  const std::size_t p = static_cast<std::size_t>(exp_.cache.page_size.value());
+  std::vector<PageId> pages;
+  for (std::size_t i = tail_window_page(dpl, r.prompt_len()); i < (r.prompt_len() + p - 1) / p; ++i) {
+    KVGRID_CHECK(r.res.hybrid->swa_table[i] != 0, "P/D: request ", r.spec.id, " holds no SWA page for page ", i, " of its tail window");
+    pages.push_back(PageId(r.res.hybrid->swa_table[i]));
+  }
+  return pages;
+}
+
 std::vector<std::uint32_t> PdLink::sidecar_slots(const PdLeg& leg, const ServeRequest& r, std::size_t dpl) const {
   const std::size_t p = static_cast<std::size_t>(exp_.cache.page_size.value());
   const std::size_t last = (r.prompt_len() + p - 1) / p;
   std::vector<std::uint32_t> slots;
   if (sidecar_specs_[local_sidecar(leg)].source == LayerKind::Swa) {  // the tail window's SWA pages
-    KVGRID_CHECK(r.res.hybrid != nullptr, "request ", r.spec.id, " of a hybrid model without its hybrid hold");
-    const std::size_t from = static_cast<std::size_t>(
-        cache::pd_swa_from(Tokens(static_cast<std::int64_t>(dpl)), Tokens(static_cast<std::int64_t>(r.prompt_len())),
-                           Tokens(exp_.model.swa_window), exp_.cache.page_size).value()) / p;
-    for (std::size_t i = from; i < last; ++i) slots.push_back(r.res.hybrid->swa_table[i]);
+    for (const PageId pg : tail_window(r, dpl)) slots.push_back(pg.value());
   } else {  // the suffix's FULL pages
     for (std::size_t i = dpl / p; i < last; ++i) slots.push_back(r.res.pages[i].value());
   }
@@ -181,15 +196,7 @@ std::vector<transfer::Block> PdLink::leg_blocks(const PdLeg& leg, const ServeReq
   const cache::HybridHold& h = *r.res.hybrid;
   if (kind == LayerKind::Swa) {
     KVGRID_CHECK(swa_pool_ != nullptr, "P/D: an SWA layer without the SWA pool");
-    const std::size_t from = static_cast<std::size_t>(
-        cache::pd_swa_from(Tokens(static_cast<std::int64_t>(dpl)), Tokens(static_cast<std::int64_t>(r.prompt_len())),
-                           Tokens(exp_.model.swa_window), exp_.cache.page_size).value()) / p;
-    std::vector<PageId> pages;
-    for (std::size_t i = from; i < last; ++i) {
-      KVGRID_CHECK(h.swa_table[i] != 0, "P/D: request ", r.spec.id, " holds no SWA page for page ", i, " of its tail window");
-      pages.push_back(PageId(h.swa_table[i]));
-    }
-    return head_blocks(*swa_pool_, pages, in_pool);
+    return head_blocks(*swa_pool_, tail_window(r, dpl), in_pool);
   }
   KVGRID_CHECK(states_ != nullptr && h.mamba != 0, "P/D: a MAMBA layer without the request's state");
   const std::size_t S = geo_.mamba_state, H = geo_.kv_heads.size();
@@ -285,7 +292,8 @@ std::vector<PdRecord> PdLink::send_suffixes(const std::vector<BatchEntry>& batch
     std::map<int, std::uint64_t> per_peer;  // the rank pairs' links run in parallel
     for (const auto& leg : legs_) {
       auto blocks = leg_blocks(leg, *e.req, b.dpl);
-      if (global_layer(leg.layer) >= b.breaks_at) {  // broken from here on: what arrives is zeros
+      // Broken from this layer on (a sidecar leg: whenever the transfer broke): what arrives is zeros.
+      if (leg.sidecar >= 0 ? b.breaks_at < static_cast<std::uint64_t>(exp_.model.layers) : global_layer(leg.layer) >= b.breaks_at) {
         for (auto& blk : blocks) blk.data = zeros_.data();
       } else {
         for (const auto& blk : blocks) bytes += blk.bytes, per_peer[leg.peer] += blk.bytes;
@@ -293,7 +301,7 @@ std::vector<PdRecord> PdLink::send_suffixes(const std::vector<BatchEntry>& batch
       events.push_back(link_->send(leg.peer, tag(b.slot, leg), blocks));
     }
     for (auto& ev : events) ev.synchronize();  // decode posted its receives when it answered
-    const bool broken = b.breaks_at < static_cast<std::uint64_t>(exp_.model.layers);  // (sidecar legs break with any layer)
+    const bool broken = b.breaks_at < static_cast<std::uint64_t>(exp_.model.layers);
     stats_.sent_bytes += static_cast<std::int64_t>(bytes);
     if (broken) {
       ++stats_.broken;
@@ -303,11 +311,9 @@ std::vector<PdRecord> PdLink::send_suffixes(const std::vector<BatchEntry>& batch
     stats_.sent_tokens += static_cast<std::int64_t>(e.req->prompt_len() - b.dpl);
     if (geo_.hybrid()) {  // by kind, once per request (each kind's legs carry the same pages or state)
       const std::int64_t last = static_cast<std::int64_t>((e.req->prompt_len() + p - 1) / p);
-      const Tokens L(static_cast<std::int64_t>(e.req->prompt_len())), dpl(static_cast<std::int64_t>(b.dpl));
-      if (geo_.local_of(LayerKind::Full) > 0) stats_.sent_full_pages += last - dpl.value() / static_cast<std::int64_t>(p);
+      if (geo_.local_of(LayerKind::Full) > 0) stats_.sent_full_pages += last - static_cast<std::int64_t>(b.dpl / p);
       if (geo_.local_of(LayerKind::Swa) > 0)
-        stats_.sent_swa_pages +=
-            last - cache::pd_swa_from(dpl, L, Tokens(exp_.model.swa_window), exp_.cache.page_size).value() / static_cast<std::int64_t>(p);
+        stats_.sent_swa_pages += last - static_cast<std::int64_t>(tail_window_page(b.dpl, e.req->prompt_len()));
       if (geo_.local_of(LayerKind::Mamba) > 0) ++stats_.sent_states;
     }
     // Modelled: the busiest of this rank's pairs (the leader's legs stand for every prefill rank's).

@@ -161,6 +161,9 @@ class PdLink {
   // Sidecar legs: this rank's sidecar of the leg, and the source slots whose words it moves.
   std::size_t local_sidecar(const PdLeg& leg) const;
   std::vector<std::uint32_t> sidecar_slots(const PdLeg& leg, const ServeRequest& r, std::size_t dpl) const;
+  // The prompt's tail window (pd_swa_from): its first page, and the request's SWA pages from there.
+  std::size_t tail_window_page(std::size_t dpl, std::size_t prompt) const;
+  std::vector<PageId> tail_window(const ServeRequest& r, std::size_t dpl) const;
   // `withdrawn`: its receives were cancelled — a message already on its way would match the next
   // receive on those tags, so the slot is retired and a fresh one (new tags) joins the free list,
   // as long as the tags stay under MPI's guaranteed bound.

@@ -90,14 +90,19 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
   cache::ShardKey sk;
   sk.model = "synth-l" + std::to_string(exp.model.layers) + "-h" + std::to_string(exp.model.kv_heads) + "-d" +
              std::to_string(exp.model.head_dim) + "-" + exp.model.attention + "-" + exp.engine.payload;
-  if (has_draft)  // objects of another draft layout must not be read as this one's
-    sk.model += "-draft" + std::to_string(exp.model.draft.layers) + "x" + std::to_string(exp.model.draft.kv_heads) + "x" +
-                std::to_string(exp.model.draft.head_dim) + "-" + exp.model.draft.mode;
-  if (geo.hybrid()) {  // objects of another layer pattern, window, grid or sidecar set must not be read as these
-    std::string pattern = exp.model.layer_types;
+  auto name_of = [](std::string pattern) {  // a layer pattern as a key part
     for (char& ch : pattern)
       if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '+';
-    sk.model += "-hybrid-" + pattern + "-w" + std::to_string(exp.model.swa_window) + "-c" +
+    return pattern;
+  };
+  if (has_draft) {  // objects of another draft layout must not be read as this one's
+    sk.model += "-draft" + std::to_string(exp.model.draft.layers) + "x" + std::to_string(exp.model.draft.kv_heads) + "x" +
+                std::to_string(exp.model.draft.head_dim) + "-" + exp.model.draft.mode;
+    // a hybrid object carries the draft's layers of each kind: its pattern names them
+    if (geo.hybrid()) sk.model += "-" + name_of(exp.model.draft.layer_types);
+  }
+  if (geo.hybrid()) {  // objects of another layer pattern, window, grid or sidecar set must not be read as these
+    sk.model += "-hybrid-" + name_of(exp.model.layer_types) + "-w" + std::to_string(exp.model.swa_window) + "-c" +
                 std::to_string(exp.model.mamba_chunk) + "-s" + std::to_string(exp.model.mamba_state);
     for (const auto& scc : exp.model.sidecars)  // a sidecar's words travel in its source's objects
       sk.model += "-" + scc.name + "." + layer_kind_name(scc.source) + std::to_string(scc.words);

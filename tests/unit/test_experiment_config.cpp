@@ -278,5 +278,18 @@ TEST(ExperimentConfig, HybridUnifiedObjectsPerComponentKind) {
                   "cache.storage_key_scheme = \"unified\" with a hybrid model's sidecars ([[model.sidecar]])");
 }
 
+// P/D transfer tags: one per request in flight and per layer or sidecar, under MPI's bound.
+TEST(ExperimentConfig, PdTransferTagsCountSidecars) {
+  const std::string pd =
+      "[topology.prefill]\ntp = 1\n[topology.decode]\ntp = 1\n[model]\nlayers = 8\nlayer_types = \"full,swa\"\n"
+      "swa_window = 16\n[workload]\nkind = \"gsp\"\n";
+  const std::string sidecars = "[[model.sidecar]]\nname = \"a\"\nsource = \"full\"\nwords = 1\n"
+                               "[[model.sidecar]]\nname = \"b\"\nsource = \"swa\"\nwords = 1\n";
+  EXPECT_EQ(error_of(pd, {"engine.max_running=3001"}), "");  // 3001 x 8 tags
+  expect_contains(error_of(pd + sidecars, {"engine.max_running=3001"}),
+                  "engine.max_running × (model.layers + sidecars) = 30010 exceeds the 30000 P/D transfer tags");
+  EXPECT_EQ(error_of(pd + sidecars, {"engine.max_running=3000"}), "");
+}
+
 }  // namespace
 }  // namespace kvgrid

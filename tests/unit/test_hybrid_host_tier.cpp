@@ -178,8 +178,12 @@ TEST(HybridHostTier, TheDraftMovesWithTheTargetAndItsAckWaitsForIt) {
     host.acks().check();
     ASSERT_TRUE(n->at(full).backed());
     const auto fh = *n->at(full).host;
-    if (layout == DraftLayout::Packed) EXPECT_EQ(block(full_host, fh[1].value(), 2), draft_bytes) << "after the target's layers";
-    if (layout == DraftLayout::Sidecar) EXPECT_EQ(block(*draft.host(), fh[1].value(), 0), draft_bytes) << "at the target's host page";
+    if (layout == DraftLayout::Packed) {
+      EXPECT_EQ(block(full_host, fh[1].value(), 2), draft_bytes) << "after the target's layers";
+    }
+    if (layout == DraftLayout::Sidecar) {
+      EXPECT_EQ(block(*draft.host(), fh[1].value(), 0), draft_bytes) << "at the target's host page";
+    }
     // Demote, poison the device pages (target and draft), load back into slots 5 and 6.
     ASSERT_EQ(tree.evict(full, 10).freed[full.value()].size(), 2u);
     full_dev.poison(std::vector<PageId>{PageId(1), PageId(2)});
@@ -200,8 +204,11 @@ TEST(HybridHostTier, TheDraftMovesWithTheTargetAndItsAckWaitsForIt) {
     EXPECT_EQ(layers[1].query(), !moves) << "the last layer waits for the draft's restore";
     layers[1].synchronize();
     EXPECT_EQ(block(full_dev, 6, 1), block(full_host, fh[1].value(), 1));
-    if (moves) EXPECT_EQ(block(draft_dev, 6, 0), draft_bytes);
-    else EXPECT_NE(block(draft_dev, 6, 0), draft_bytes) << "target_only: the draft gets nothing back";
+    if (moves) {
+      EXPECT_EQ(block(draft_dev, 6, 0), draft_bytes);
+    } else {
+      EXPECT_NE(block(draft_dev, 6, 0), draft_bytes) << "target_only: the draft gets nothing back";
+    }
   }
 }
 
