@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <limits>
 
 #include "cache/page_hash.hpp"
@@ -199,38 +200,16 @@ std::vector<std::string> HybridStorageSite::names(const std::string& base, Compo
 }
 
 bool HybridStorageSite::has_object(const std::string& base, ComponentKind k) {
-  for (const auto& name : names(base, k))
-    if (!ctx_.store.exists(name)) return false;
-  return true;
-}
-
-// A slot's objects (one, or one per chunk under unified keys) that storage does not have yet.
-void HybridStorageSite::write_object(const std::string& base, ComponentKind k, Slot s, bool full_page) {
   const auto keys = names(base, k);
-  if (keys.empty()) return;
-  const std::vector<bool> there = ctx_.store.present(keys);
-  if (std::all_of(there.begin(), there.end(), [](bool b) { return b; })) return;
-  if (ctx_.cfg.faults.write_fail && ctx_.cfg.faults.write_fail()) {
-    ++ctx_.stats.write_failed;  // nothing left behind: a later prefetch misses this object
-    return;
-  }
-  const auto bytes = pack(k, s);
-  bool ok = true;
-  for (std::size_t o = 0; o < keys.size(); ++o) {
-    if (there[o]) continue;
-    const std::size_t from = parts_.empty() ? 0 : part(k).offsets[o] * sizeof(std::uint64_t);
-    const std::size_t to = parts_.empty() ? bytes.size() : part(k).offsets[o + 1] * sizeof(std::uint64_t);
-    if (!ctx_.store.set(keys[o], std::span<const std::uint8_t>(bytes).subspan(from, to - from))) {
-      ok = false;
-      continue;
-    }
-    ++ctx_.stats.objects_written;
-    ctx_.stats.written_bytes += to - from;
-  }
-  if (!ok) ++ctx_.stats.write_failed;
-  else if (full_page) ++ctx_.stats.written_pages;
+  if (keys.size() == 1) return ctx_.store.exists(keys[0]);
+  const std::vector<bool> there = ctx_.store.present(keys);  // unified: every chunk, one round trip
+  return std::all_of(there.begin(), there.end(), [](bool b) { return b; });
 }
 
+// Write-through of a published host backup: the objects of every backed slot of the node (each
+// component's pages; MAMBA's state, named after the node's last page) are looked up at once (one
+// round trip on Redis); the missing objects of slots not hit by storage.write.fail are packed and
+// written as one batch. Objects already there are immutable and left alone.
 void HybridStorageSite::backup(unified::Node* node) {
   check_draft_keys();
   if (!ctx_.cfg.writer) return;  // MLA: TP rank 0 writes for everyone
@@ -241,16 +220,69 @@ void HybridStorageSite::backup(unified::Node* node) {
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
   const auto chain = page_hash_chain(tokens, p);
   const std::size_t first = static_cast<std::size_t>(node->start().value()) / p, pages = node->key.size() / p;
+  struct SlotWrite {
+    ComponentKind k;
+    Slot s;
+    std::size_t key0, keys;  // its objects: keys[key0, key0 + keys)
+  };
+  std::vector<SlotWrite> slots;
+  std::vector<std::string> keys;
+  auto add = [&](ComponentKind k, Slot s, const PageDigest& d) {
+    auto ks = names(base_key(d), k);
+    if (ks.empty()) return;  // no bytes of this kind here
+    slots.push_back({k, s, keys.size(), ks.size()});
+    for (auto& key : ks) keys.push_back(std::move(key));
+  };
   for (std::size_t c = 0; c < host_.kinds().size(); ++c) {
     const unified::ComponentData& d = node->comp[c];
     if (!d.backed()) continue;
     const ComponentKind k = host_.kinds()[c];
-    if (k == ComponentKind::Mamba) {  // the state at the node's end: named after its last page
-      write_object(base_key(chain[first + pages - 1]), k, (*d.host)[0], false);
+    if (k == ComponentKind::Mamba) add(k, (*d.host)[0], chain[first + pages - 1]);  // the state at the node's end
+    else
+      for (std::size_t j = 0; j < pages; ++j) add(k, (*d.host)[j], chain[first + j]);
+  }
+  if (slots.empty()) return;
+  const std::vector<bool> there = ctx_.store.present(keys);
+  std::vector<std::string> wkeys;
+  std::vector<std::span<const std::uint8_t>> wbytes;
+  std::vector<std::size_t> wslot;                 // the slot (index into slots) of each write
+  std::deque<std::vector<std::uint8_t>> packed;   // payloads, alive until the batch is written
+  std::vector<char> writing(slots.size(), 0);
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const SlotWrite& w = slots[i];
+    if (std::all_of(there.begin() + static_cast<std::ptrdiff_t>(w.key0), there.begin() + static_cast<std::ptrdiff_t>(w.key0 + w.keys),
+                    [](bool b) { return b; }))
+      continue;
+    if (ctx_.cfg.faults.write_fail && ctx_.cfg.faults.write_fail()) {
+      ++ctx_.stats.write_failed;  // nothing left behind: a later prefetch misses these objects
       continue;
     }
-    for (std::size_t j = 0; j < pages; ++j)
-      write_object(base_key(chain[first + j]), k, (*d.host)[j], k == ComponentKind::Full);
+    writing[i] = 1;
+    packed.push_back(pack(w.k, w.s));
+    const std::span<const std::uint8_t> bytes(packed.back());
+    for (std::size_t o = 0; o < w.keys; ++o) {
+      if (there[w.key0 + o]) continue;
+      const std::size_t from = parts_.empty() ? 0 : part(w.k).offsets[o] * sizeof(std::uint64_t);
+      const std::size_t to = parts_.empty() ? bytes.size() : part(w.k).offsets[o + 1] * sizeof(std::uint64_t);
+      wkeys.push_back(keys[w.key0 + o]);
+      wbytes.push_back(bytes.subspan(from, to - from));
+      wslot.push_back(i);
+    }
+  }
+  const std::vector<bool> ok = ctx_.store.set_batch(wkeys, wbytes);
+  std::vector<char> slot_ok(slots.size(), 1);
+  for (std::size_t o = 0; o < wkeys.size(); ++o) {
+    if (!ok[o]) {
+      slot_ok[wslot[o]] = 0;
+      continue;
+    }
+    ++ctx_.stats.objects_written;
+    ctx_.stats.written_bytes += wbytes[o].size();
+  }
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (!writing[i]) continue;
+    if (!slot_ok[i]) ++ctx_.stats.write_failed;
+    else if (slots[i].k == ComponentKind::Full) ++ctx_.stats.written_pages;
   }
 }
 

@@ -102,7 +102,6 @@ class HybridStorageSite final : public StorageSite {
   std::vector<std::string> names(const std::string& base, ComponentKind k) const;
   std::string base_key(const PageDigest& d) const;
   bool has_object(const std::string& base, ComponentKind k);
-  void write_object(const std::string& base, ComponentKind k, unified::Slot s, bool full_page);
   std::size_t window_pages() const;  // the rounded SWA window in pages (0: no SWA)
   // A sidecar draft's host bytes of kind k (speculative decoding; null: none, or packed — then the
   // draft is inside the target's host pools): they travel at the end of k's objects.
