@@ -76,20 +76,23 @@ void HybridHostTier::free_host(ComponentId c, std::span<const Slot> s) {
   pools_[c.value()].free(s);
   for (auto& sc : sidecars_)
     if (sc.device->source() == c) sc.host->drop(s);
-  // A freed host slot holds no old bytes (a read of it before a copy lands is a mismatch).
+  // A freed host slot holds no old bytes (a read of it before a copy lands is a mismatch) — nor
+  // does a sidecar draft's host slot beside it (a packed draft's bytes are poisoned with the target's).
+  auto sidecar_draft = [](DraftState* d) { return d && d->separate_objects() ? d->host() : nullptr; };
+  std::vector<std::uint32_t> st;
   switch (kinds_[c.value()]) {
     case ComponentKind::Full:
       if (bytes_.full_host) bytes_.full_host->poison(page_ids(s));
+      if (KvPool* d = sidecar_draft(draft_.full)) d->poison(page_ids(s));
       break;
     case ComponentKind::Swa:
       if (bytes_.swa_host) bytes_.swa_host->poison(page_ids(s), /*always=*/true);
+      if (KvPool* d = sidecar_draft(draft_.swa)) d->poison(page_ids(s), /*always=*/true);
       break;
     case ComponentKind::Mamba:
-      if (bytes_.state_host) {
-        std::vector<std::uint32_t> st;
-        for (Slot x : s) st.push_back(x.value());
-        bytes_.state_host->poison(st);
-      }
+      for (Slot x : s) st.push_back(x.value());
+      if (bytes_.state_host) bytes_.state_host->poison(st);
+      if (draft_.states && draft_.states->sidecar()) draft_.states->sidecar()->poison(st);
       break;
   }
 }

@@ -209,6 +209,15 @@ TEST(HybridHostTier, TheDraftMovesWithTheTargetAndItsAckWaitsForIt) {
     } else {
       EXPECT_NE(block(draft_dev, 6, 0), draft_bytes) << "target_only: the draft gets nothing back";
     }
+    if (layout == DraftLayout::Sidecar) {  // a freed host slot's draft bytes are poisoned with the target's
+      auto got = host.alloc_host(full, 1);
+      ASSERT_TRUE(got.has_value());
+      const std::uint32_t h = (*got)[0].value();
+      fill(*draft.host(), h, 7);
+      const auto before = block(*draft.host(), h, 0);
+      host.free_host(full, *got);
+      EXPECT_NE(block(*draft.host(), h, 0), before);
+    }
   }
 }
 
