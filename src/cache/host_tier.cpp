@@ -24,7 +24,10 @@ HostTier::HostTier(HostTierConfig cfg, RadixTree& tree, KvPool& device_kv, KvPoo
         writes_.pop_front();
         publish(w, placeholder, ok);
       }) {
-  pool_.set_on_free([this](std::span<const PageId> pages) { host_kv_.poison(pages); });  // freed host pages hold no old KV
+  pool_.set_on_free([this](std::span<const PageId> pages) {
+    host_kv_.poison(pages);  // freed host pages hold no old KV (a packed draft's rows included)
+    if (draft_ && draft_->separate_objects()) draft_->host()->poison(pages);  // nor a sidecar draft's
+  });
   // The host pool holds the device pool's layers first (packed drafts: then the draft's).
   KVGRID_CHECK(device_kv_.block_compatible(host_kv_) && host_kv_.layers() >= device_kv_.layers() &&
                    host_kv_.layer_base() == device_kv_.layer_base(),

@@ -182,6 +182,14 @@ TEST(DraftState, BackupAckAndLoadWaitForTheDraftCopyAlone) {
     EXPECT_EQ(folds(rig.draft_device, std::span<const PageId>(r->pages).first(3)), draft_folds);
     rig.dc.commit(RequestId(3), *r, a);
     rig.dc.verify();
+    if (mode == "sidecar") {  // a freed host page's draft bytes are poisoned with the target's
+      auto got = host->alloc_host(Pages(1));
+      ASSERT_TRUE(got.has_value());
+      KvPool& dh = *rig.draft->host();
+      std::fill_n(dh.layer_block((*got)[0], 0), dh.layer_block_bytes() / sizeof(std::uint64_t), 7);
+      host->free_host(*got);
+      EXPECT_NE(*dh.layer_block((*got)[0], 0), 7u);
+    }
   }
 }
 
