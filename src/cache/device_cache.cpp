@@ -236,7 +236,16 @@ void DeviceCache::end_restore(TreeNode* hold, TreeNode* boundary) {
   tree_.unlock(hold);
 }
 
+bool DeviceCache::restore_intact(const Reservation& r) {
+  bool ok = true;
+  for (const auto& ev : r.load_events) ok = ok && !ev.failed();
+  if (r.hybrid)
+    for (const auto& ev : r.hybrid->state_events) ok = ok && !ev.failed();
+  return ok;
+}
+
 void DeviceCache::confirm_restore(RequestId id, Reservation& r, std::span<const TokenId> prompt, bool ok) {
+  if (hybrid_) return hybrid_->confirm_restore(id, r, ok);
   for (auto& e : r.load_events) e.synchronize();  // a copy into our pages must land before anything else
   KVGRID_CONSENSUS(log_, "restore", {static_cast<std::int64_t>(id.value()), r.host_loaded.value()}, {ok ? 1 : 0});
   if (!r.restore_hold) return;
@@ -247,6 +256,7 @@ void DeviceCache::confirm_restore(RequestId id, Reservation& r, std::span<const 
 }
 
 std::vector<PageId> DeviceCache::drop_restore(RequestId id, Reservation& r, std::span<const TokenId> prompt) {
+  if (hybrid_) return hybrid_->drop_restore(id, r);
   KVGRID_CHECK(r.restore_hold != nullptr, "request ", id, " has no private restore to drop");
   confirm_restore(id, r, prompt, /*ok=*/false);  // waits for the copies, ends the restore unpublished
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());

@@ -64,6 +64,9 @@ struct Reservation {
   // Hybrid models: its SWA pages, MAMBA slots and lock on the unified tree (the tree's lock then
   // stands for `node`, which stays null).
   std::unique_ptr<HybridHold> hybrid;
+  // A private restore whose outcome is not agreed yet (full attention: restore_hold; hybrid:
+  // HybridHold::restoring).
+  bool restore_pending() const { return restore_hold != nullptr || (hybrid && hybrid->restoring); }
 };
 
 class DeviceCache {
@@ -99,7 +102,12 @@ class DeviceCache {
   // request's; `confirm_restore` publishes them after the restore's outcome was agreed (every rank
   // of the group calls it at the same point, with the agreed outcome). A failed restore is never
   // published: the caller aborts the request, which frees the pages.
-  void set_private_restores(bool on) { private_restores_ = on; }
+  void set_private_restores(bool on) {
+    private_restores_ = on;
+    if (hybrid_) hybrid_->set_private_restores(on);
+  }
+  // Whether none of r's load-back copies failed on this rank (the private restore's local outcome).
+  static bool restore_intact(const Reservation& r);
   // The agreed outcome of r's restore: ok → the restored range enters the tree (pages another
   // request published meanwhile replace ours, as in insert_computed). Waits for the copies.
   void confirm_restore(RequestId id, Reservation& r, std::span<const TokenId> prompt, bool ok);

@@ -150,7 +150,19 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
       return std::nullopt;  // the running requests' SWA footprints leave no room for its own
     }
   }
-  if (host_ && m.host_matched - m.matched >= host_->load_back_threshold()) load_back(id, prompt.first(view), m, r, *hold);
+  const bool loads = host_ && m.host_matched - m.matched >= host_->load_back_threshold();
+  std::vector<unified::LoadItem> private_items;  // (private restores: copied once the request is admitted)
+  if (loads && !private_restores_) load_back(id, prompt.first(view), m, r, *hold);
+  if (loads && private_restores_) {  // the host path stays while the request may still copy from it
+    hold->restore_lock = tree_.lock(m.host_node);
+    auto plan = tree_.plan_private_load(m);
+    KVGRID_CONSENSUS(log_, "private_plan", {static_cast<std::int64_t>(id.value())}, {plan ? n_of(plan->size()) : -1});
+    if (plan) private_items = std::move(*plan);
+    else {  // a copy past the boundary has no host copy: computed instead
+      tree_.unlock(hold->restore_lock);
+      hold->restore_lock = {};
+    }
+  }
   unified::Node* reuse_node = m.last_node;
   std::vector<Slot> fm = m.components[full_.value()].slots;
   if (cfg_.bugs.has(ComponentBug::ReadPastBoundary)) {
@@ -191,6 +203,7 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
     if (fresh) full_pool_.free(*fresh);
     free_states(states);
     tree_.unlock(hold->lock);
+    tree_.unlock(hold->restore_lock);
     // What was loaded stays cached in the tree: its copies land before anyone can read it.
     for (auto& e : r.load_events) e.synchronize();
     for (auto& e : hold->state_events) e.synchronize();
@@ -232,6 +245,10 @@ std::optional<Reservation> HybridCache::reserve(RequestId id, std::span<const To
   for (Slot s : fm) r.pages.push_back(PageId(s.value()));
   r.pages.insert(r.pages.end(), fresh->begin(), fresh->end());
   r.hybrid = std::move(hold);
+  if (!private_items.empty() && !load_privately(id, r, *r.hybrid, private_items, m.host_matched)) {
+    tree_.unlock(r.hybrid->restore_lock);
+    r.hybrid->restore_lock = {};
+  }
   debug_verify();
   return r;
 }
@@ -468,6 +485,7 @@ void HybridCache::abort(RequestId id, Reservation& r) {
   states_held_ -= n_of(st.size());
   free_states(st);
   tree_.unlock(h.lock);
+  tree_.unlock(h.restore_lock);  // (a private load-back not agreed yet: its copies landed above)
   r.hybrid.reset();
   r.pages.clear();
   KVGRID_CONSENSUS(log_, "release", {static_cast<std::int64_t>(id.value())}, {});

@@ -103,6 +103,12 @@ struct HybridHold {
   // Load-back copies of SWA pages and MAMBA states: they land before its first forward reads
   // (FULL's per-layer copies are Reservation::load_events).
   std::vector<transfer::Event> state_events;
+  // A private load-back (HybridCache::set_private_restores) whose outcome is not agreed yet: the
+  // loaded positions [shared, matched) are the request's own — FULL pages in its page table, the
+  // window's SWA pages as its own, the state in its checkpoint slot — and the host path they are
+  // copied from stays locked (restore_lock) until confirm_restore or drop_restore.
+  bool restoring = false;
+  unified::LockHandle restore_lock;
 };
 
 struct HybridCounters {
@@ -168,6 +174,15 @@ class HybridCache {
   // load-back's copies land and their outcome is agreed over the stage inside the admission; a
   // broken one is taken back whole (the request computes those positions).
   void set_agreed_loads(bool on) { agreed_loads_ = on; }
+  // Load-backs that can fail across pipeline stages (protocol.load_back = agreed, PP > 1): a
+  // load-back is private (HybridHold::restoring) until its outcome, agreed over every stage a step
+  // later, is applied — confirm_restore: the request computes on from its whole match and its next
+  // insert publishes what was loaded as if computed; drop_restore: the loaded FULL pages stay its
+  // own (returned for the caller to reset), the loaded SWA pages go back, the running state is the
+  // device boundary's again and matched shrinks to shared.
+  void set_private_restores(bool on) { private_restores_ = on; }
+  void confirm_restore(RequestId id, Reservation& r, bool ok);
+  std::vector<PageId> drop_restore(RequestId id, Reservation& r);
   // A storage tier over this cache's tree and host tier (hybrid_storage_site.hpp; needs the host
   // tier): objects per component, written when backups publish, prefetched as host copies.
   std::unique_ptr<StorageTier> make_storage_tier(StorageTierConfig cfg, AckAgreement& agreement);
@@ -204,6 +219,11 @@ class HybridCache {
   // The host part of `m` back on the device (as much as the pools can take), then m re-matched:
   // its device boundary is what was loaded. `r` collects the copies' events and evictions.
   void load_back(RequestId id, std::span<const TokenId> view, unified::MatchResult& m, Reservation& r, HybridHold& h);
+  // A private load-back of `items` (planned and locked at the match) into the admitted request's
+  // own slots; false (nothing copied) when its SWA pages cannot be had.
+  bool load_privately(RequestId id, Reservation& r, HybridHold& h, const std::vector<unified::LoadItem>& items, Tokens target);
+  // The #19 check of a load-back that restored `swa_loaded` SWA pages.
+  void check_window(RequestId id, std::int64_t swa_loaded);
   std::optional<std::vector<unified::Slot>> alloc_device(unified::ComponentId c, std::int64_t n, Pages* evicted);
   void debug_verify() const;
 
@@ -230,6 +250,7 @@ class HybridCache {
   std::function<void(std::uint32_t, std::uint32_t)> copy_state_;
   std::function<bool(RequestId, bool)> decide_allocation_;
   bool agreed_loads_ = false;            // load-backs agreed before they are read (set_agreed_loads)
+  bool private_restores_ = false;        // load-backs private until agreed (set_private_restores)
   AckAgreement* agreement_ = nullptr;    // the stage's (the host tier's)
   std::unique_ptr<HybridHostTier> host_;
   std::string window_breach_;  // the first load-back that restored more SWA pages than a window (none: empty)

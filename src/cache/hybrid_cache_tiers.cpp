@@ -63,12 +63,7 @@ void HybridCache::load_back(RequestId id, std::span<const TokenId> view, unified
     tree_.commit_load(it, std::move(*slots));
     ++done;
   }
-  // A request's SWA budget counts the tree's window it locks: a load-back restores at most that
-  // window (bug-catalogue #19). A breach is kept for verify() to report.
-  const std::int64_t window_pages = cfg_.swa ? (cfg_.window.value() + cfg_.page_size.value() - 1) / cfg_.page_size.value() : 0;
-  if (swa_loaded > window_pages && window_breach_.empty())
-    window_breach_ = "request " + std::to_string(id.value()) + ": a load-back restored " + std::to_string(swa_loaded) +
-                     " SWA pages, more than its window's " + std::to_string(window_pages);
+  check_window(id, swa_loaded);
   if (done < items.size()) {
     // Loaded values past where the device boundary falls back are unlocked from here: their
     // copies land before anyone can evict them and reuse their slots.
@@ -115,6 +110,118 @@ void HybridCache::load_back(RequestId id, std::span<const TokenId> view, unified
                    {n_of(done), n_of(items.size()), m.matched.value()});
 }
 
+void HybridCache::check_window(RequestId id, std::int64_t swa_loaded) {
+  // A request's SWA budget counts the tree's window it locks: a load-back restores at most that
+  // window (bug-catalogue #19). A breach is kept for verify() to report.
+  const std::int64_t window_pages = cfg_.swa ? (cfg_.window.value() + cfg_.page_size.value() - 1) / cfg_.page_size.value() : 0;
+  if (swa_loaded > window_pages && window_breach_.empty())
+    window_breach_ = "request " + std::to_string(id.value()) + ": a load-back restored " + std::to_string(swa_loaded) +
+                     " SWA pages, more than its window's " + std::to_string(window_pages);
+}
+
+// ---- private load-backs (across pipeline stages) ------------------------------------------
+
+bool HybridCache::load_privately(RequestId id, Reservation& r, HybridHold& h, const std::vector<unified::LoadItem>& items,
+                                 Tokens target) {
+  const std::int64_t p = cfg_.page_size.value();
+  const Tokens device = r.shared;
+  // The device boundary is a boundary every component accepts, so the window before it is live:
+  // every copy lands at or past it, and the SWA copies cover one run of pages ending at target.
+  std::int64_t swa_n = 0;
+  Tokens swa_from = target;
+  for (const auto& it : items) {
+    KVGRID_CHECK(it.node->start() >= device, "request ", id, ": a private load-back of node ", it.node->id, " [",
+                 it.node->start(), ", ", it.node->end, ") before its device boundary ", device);
+    if (cfg_.swa && it.component == swa_) {
+      swa_n += n_of(it.host.size());
+      swa_from = std::min(swa_from, it.node->start());
+    }
+  }
+  KVGRID_CHECK(swa_n * p == (target - swa_from).value(), "request ", id, ": a private load-back of ", swa_n,
+               " SWA pages for [", swa_from, ", ", target, ")");
+  std::optional<std::vector<Slot>> swa;
+  if (swa_n > 0) swa = alloc_swa(swa_n);
+  KVGRID_CONSENSUS(log_, "private_load", {static_cast<std::int64_t>(id.value()), n_of(items.size())},
+                   {target.value(), swa_n == 0 || swa ? 1 : 0});
+  if (swa_n > 0 && !swa) return false;  // the request computes from its device boundary
+  for (const auto& it : items) {
+    std::vector<Slot> dst;
+    if (it.component == full_) {  // into its own pages of those positions (not fresh: never reset)
+      for (std::int64_t i = it.node->start().value() / p; i < it.node->end.value() / p; ++i)
+        dst.push_back(Slot(r.pages[static_cast<std::size_t>(i)].value()));
+    } else if (cfg_.swa && it.component == swa_) {
+      const auto at = static_cast<std::size_t>((it.node->start() - swa_from).value() / p);
+      dst.assign(swa->begin() + static_cast<std::ptrdiff_t>(at), swa->begin() + static_cast<std::ptrdiff_t>(at + it.host.size()));
+    } else {
+      KVGRID_CHECK(it.node->end == target && h.mamba_ckpt != 0, "request ", id, ": a private state load at ", it.node->end);
+      dst.push_back(Slot(h.mamba_ckpt));
+    }
+    host_->load(it, dst, r.load_events, h.state_events);
+    if (cfg_.mamba && it.component == mamba_) {  // its running state starts from the loaded one
+      if (!h.state_events.empty()) h.state_events.back().synchronize();
+      if (copy_state_) copy_state_(h.mamba_ckpt, h.mamba);
+      h.ckpt_at = target;
+    }
+  }
+  if (swa) {
+    for (std::size_t i = 0; i < swa->size(); ++i) h.swa_table[static_cast<std::size_t>(swa_from.value() / p) + i] = (*swa)[i].value();
+    h.swa.own = std::move(*swa);
+    h.swa.own_from = swa_from;  // [device, swa_from): outside the window, never held
+    swa_held_ += swa_n;
+    check_window(id, swa_n);
+  }
+  const Pages restored((target - device).value() / p);
+  r.fresh -= restored;  // (the scheduler resets fresh pages for new content)
+  r.matched = target;
+  r.host_loaded = target - device;
+  h.restoring = true;
+  return true;
+}
+
+void HybridCache::confirm_restore(RequestId id, Reservation& r, bool ok) {
+  HybridHold& h = *r.hybrid;
+  KVGRID_CHECK(h.restoring, "request ", id, " has no private load-back to decide");
+  for (auto& e : r.load_events) e.synchronize();  // a copy from the host path lands before it can go
+  for (auto& e : h.state_events) e.synchronize();
+  KVGRID_CONSENSUS(log_, "restore", {static_cast<std::int64_t>(id.value()), r.host_loaded.value()}, {ok ? 1 : 0});
+  tree_.unlock(h.restore_lock);
+  h.restore_lock = {};
+  h.restoring = false;
+  debug_verify();
+}
+
+std::vector<PageId> HybridCache::drop_restore(RequestId id, Reservation& r) {
+  confirm_restore(id, r, /*ok=*/false);
+  HybridHold& h = *r.hybrid;
+  const std::int64_t p = cfg_.page_size.value();
+  const auto from = static_cast<std::size_t>(r.shared.value() / p), to = static_cast<std::size_t>(r.matched.value() / p);
+  std::vector<PageId> pages(r.pages.begin() + static_cast<std::ptrdiff_t>(from), r.pages.begin() + static_cast<std::ptrdiff_t>(to));
+  r.fresh += Pages(static_cast<std::int64_t>(pages.size()));
+  if (cfg_.swa) {  // the request takes SWA pages again as it computes from its device boundary
+    for (std::size_t i = from; i < to; ++i) h.swa_table[i] = 0;
+    swa_held_ -= n_of(h.swa.own.size());
+    tree_.drop_sidecars(swa_, h.swa.own);
+    free_swa(h.swa.own);
+    h.swa.own.clear();
+    h.swa.own_from = r.shared;
+  }
+  if (cfg_.mamba) {  // the running state is the device boundary's again (none at the root: the forward starts afresh)
+    h.ckpt_at = Tokens(0);
+    if (r.shared.value() > 0 && copy_state_) {
+      const auto& v = h.lock.node->at(mamba_).value;
+      KVGRID_CHECK(v && v->size() == 1, "request ", id, ": its device boundary ", r.shared, " holds no MAMBA state");
+      copy_state_((*v)[0].value(), h.mamba);
+    }
+  }
+  r.matched = r.shared;
+  r.host_loaded = Tokens(0);
+  r.storage_loaded = Tokens(0);
+  r.load_events.clear();
+  h.state_events.clear();
+  debug_verify();
+  return pages;
+}
+
 std::unique_ptr<StorageTier> HybridCache::make_storage_tier(StorageTierConfig cfg, AckAgreement& agreement) {
   KVGRID_CHECK(host_ != nullptr, "the hybrid storage tier needs the host tier");
   const Tokens window = cfg_.swa ? cfg_.window : Tokens(0), chunk = cfg_.mamba ? cfg_.mamba_chunk : Tokens(0);
@@ -130,14 +237,24 @@ bool HybridCache::expect_suffix(RequestId id, Reservation& r, Tokens prompt) {
   if (!cfg_.swa) return true;
   HybridHold& h = *r.hybrid;
   const std::int64_t p = cfg_.page_size.value();
-  KVGRID_CHECK(h.swa.own.empty() && h.swa.own_from == r.matched, "request ", id, " took SWA pages before its suffix arrived");
+  // Its own SWA pages end at its match: none, or (a private restore) the window loaded before it.
+  KVGRID_CHECK(h.swa.own_from.value() + n_of(h.swa.own.size()) * p == r.matched.value(), "request ", id,
+               " took SWA pages before its suffix arrived");
   const Tokens from = pd_swa_from(r.matched, prompt, cfg_.window, cfg_.page_size);
   const std::int64_t want = (prompt.value() + p - 1) / p - from.value() / p;
   if (want <= 0) return true;
   auto got = alloc_swa(want);
   KVGRID_CONSENSUS(log_, "pd_swa_alloc", {static_cast<std::int64_t>(id.value()), from.value(), want}, {got ? 1 : 0});
   if (!got) return false;
-  h.swa.own_from = from;  // [matched, from): never held here (tombstones at its commit, as if freed)
+  if (from > r.matched) {  // a loaded window ends before the prompt's tail window: nobody reads it
+    for (std::size_t i = static_cast<std::size_t>(h.swa.own_from.value() / p); i < static_cast<std::size_t>(r.matched.value() / p); ++i)
+      h.swa_table[i] = 0;
+    swa_held_ -= n_of(h.swa.own.size());
+    tree_.drop_sidecars(swa_, h.swa.own);
+    free_swa(h.swa.own);
+    h.swa.own.clear();
+  }
+  if (h.swa.own.empty()) h.swa.own_from = from;  // [matched, from): never held here (tombstones at its commit, as if freed)
   for (std::int64_t i = 0; i < want; ++i) {
     h.swa_table[static_cast<std::size_t>(from.value() / p + i)] = (*got)[static_cast<std::size_t>(i)].value();
     h.swa.own.push_back((*got)[static_cast<std::size_t>(i)]);

@@ -436,6 +436,9 @@ class UnifiedTree {
   // in registration order); splits where a component asks (load_split) first and refreshes
   // m.host_node and m.host_path. Empty when host_matched == matched.
   std::vector<LoadItem> plan_load(MatchResult& m);
+  // A private load-back's plan (into the request's own slots): every copy a component wants past
+  // the device boundary, from the host even where the device holds it; nullopt: one has no host copy.
+  std::optional<std::vector<LoadItem>> plan_private_load(MatchResult& m);
   // A load-back's copy landed: `device` (one slot per host slot) becomes the item's value.
   void commit_load(const LoadItem& item, std::vector<Slot> device);
   // The load-back's outcome was agreed broken: the committed value goes again (the node keeps its
@@ -552,6 +555,8 @@ class UnifiedTree {
   std::uint64_t page_hash(std::span<const TokenId> page) const;
   // Splits `child` so that a new parent holds its first `split_tokens` tokens; returns the parent.
   Node* split(Node* child, std::size_t split_tokens);
+  // plan_load's cuts; refreshes m's host path and returns the whole path to m.host_node.
+  std::vector<Node*> split_for_load(MatchResult& m);
   // Splits `node` at every depth in `at` (sorted, strictly inside); returns its fragments in order.
   std::vector<Node*> split_at(Node* node, std::vector<Tokens> at);
   std::vector<Tokens> insert_splits(const InsertContext& ctx, const Node* node, Tokens start, Tokens end) const;

@@ -71,6 +71,35 @@ EvictResult UnifiedTree::evict_host(ComponentId c, std::int64_t slots) {
 std::vector<LoadItem> UnifiedTree::plan_load(MatchResult& m) {
   std::vector<LoadItem> items;
   if (m.host_matched <= m.matched) return items;
+  for (Node* n : split_for_load(m))
+    for (std::size_t c = 0; c < components_.size(); ++c) {
+      const Component& comp = *components_[c];
+      const ComponentData& d = n->comp[c];
+      if (d.live() || !comp.load_wanted(*n, m.host_matched)) continue;
+      KVGRID_CHECK(d.backed(), comp.name(), " needs node ", n->id, " [", n->start(), ", ", n->end,
+                   ") on the device to reach ", m.host_matched, " but it has no host copy there");
+      items.push_back({n, comp.id(), *d.host});
+    }
+  return items;
+}
+
+std::optional<std::vector<LoadItem>> UnifiedTree::plan_private_load(MatchResult& m) {
+  std::vector<LoadItem> items;
+  if (m.host_matched <= m.matched) return items;
+  for (Node* n : split_for_load(m)) {
+    if (n->end <= m.matched) continue;
+    for (std::size_t c = 0; c < components_.size(); ++c) {
+      const Component& comp = *components_[c];
+      const ComponentData& d = n->comp[c];
+      if (!comp.load_wanted(*n, m.host_matched)) continue;
+      if (!d.backed()) return std::nullopt;
+      items.push_back({n, comp.id(), *d.host});
+    }
+  }
+  return items;
+}
+
+std::vector<Node*> UnifiedTree::split_for_load(MatchResult& m) {
   std::vector<Node*> path = path_to(m.host_node);
   for (const auto& comp : components_) {  // cut where a component loads only part of a node
     auto at = comp->load_split(path, m.host_matched);
@@ -84,16 +113,7 @@ std::vector<LoadItem> UnifiedTree::plan_load(MatchResult& m) {
   m.host_path.clear();
   for (Node* n : path)
     if (n->end > m.matched) m.host_path.push_back(n);
-  for (Node* n : path)
-    for (std::size_t c = 0; c < components_.size(); ++c) {
-      const Component& comp = *components_[c];
-      const ComponentData& d = n->comp[c];
-      if (d.live() || !comp.load_wanted(*n, m.host_matched)) continue;
-      KVGRID_CHECK(d.backed(), comp.name(), " needs node ", n->id, " [", n->start(), ", ", n->end,
-                   ") on the device to reach ", m.host_matched, " but it has no host copy there");
-      items.push_back({n, comp.id(), *d.host});
-    }
-  return items;
+  return path;
 }
 
 void UnifiedTree::commit_load(const LoadItem& item, std::vector<Slot> device) {

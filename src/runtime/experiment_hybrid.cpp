@@ -130,11 +130,6 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
     if (bad) throw InputError(src + ": " + what + " with " + why + " is not supported yet (hybrid models run at the device, host and storage tiers)");
   };
   refuse(e.workload.kind == "tree", "workload.kind = \"tree\" (the hybrid model needs the serving loop)");
-  if (e.topology.groups.size() > 1) {  // P/D: the suffix's FULL pages, the tail window's SWA pages, the state at the end
-    refuse(e.cache.host_pages.value() > 0 && e.topology.groups[1].shape.pp > 1,
-           "cache.host_pages > 0 in a P/D world whose decode group has pp = " + std::to_string(e.topology.groups[1].shape.pp) +
-               " (a hybrid restore's outcome is agreed inside decode's admission, where a stage cannot wait for the others)");
-  }
   refuse(e.cache.cp_sharding != "replicated", "cache.cp_sharding = \"" + e.cache.cp_sharding + "\" (CP replicated only)");
   for (const auto& g : e.topology.groups) {  // every stage keeps a full layer (its FULL pool holds the prefix)
     const auto pp = static_cast<std::int64_t>(g.shape.pp), base = m.layers / pp, extra = m.layers % pp;
@@ -158,12 +153,6 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
     for (const auto& name : e.cache.component_bugs)
       refuse(name != "swa_load_whole_node",
              "cache.component_bugs = \"" + name + "\" (the record's device-tier bugs run without a host tier)");
-    for (const auto& f : e.faults)
-      for (const auto& g : e.topology.groups)
-        refuse(f.name == "transfer.load.fail" && g.shape.pp > 1,
-               "faults.\"transfer.load.fail\" over pp = " + std::to_string(g.shape.pp) +
-                   " (a hybrid load-back's outcome is agreed inside the admission that needs it, and a stage cannot wait "
-                   "there for the others)");
   }
   // Speculative decoding with the host tier: the draft's bytes move with the target's copies
   // (cache/hybrid_host_tier.hpp HybridDraftBytes) — each of its kinds needs the target's host pool

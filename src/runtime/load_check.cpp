@@ -33,8 +33,7 @@ void LoadCheckStep::admitted(std::int64_t step) {
     if (!r->awaiting_restore) continue;
     // A copy's failure is reported with its event; the request's first read still waits for each
     // layer's copy to land (the forward's per-layer waits, modelled and real).
-    bool ok = true;
-    for (const auto& ev : r->res.load_events) ok = ok && !ev.failed();
+    const bool ok = cache::DeviceCache::restore_intact(r->res);
     if (!ok) emit_(step, r->spec.id.value(), "load_broken", r->res.host_loaded.value(), 0, 0, 1);  // this rank's copies
     agreement_.add(r->spec.id, 0, ok);
   }

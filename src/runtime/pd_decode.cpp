@@ -76,19 +76,22 @@ void PdDecodeStep::records(std::int64_t step, const std::vector<PdRecord>& in) {
     }
     KVGRID_CHECK(kind == kPdSent, "P/D record of kind ", kind, " from the prefill leader");
     std::uint64_t ready = value;  // the transfer's modelled end, then this rank's restores
-    bool ok = true;
-    for (const auto& ev : r->res.load_events) {
-      ev.synchronize();
-      ready = std::max(ready, ev.complete_ns());
-      ok = ok && !ev.failed();
-    }
+    auto landed = [&](const std::vector<transfer::Event>& evs) {
+      for (const auto& ev : evs) {
+        ev.synchronize();
+        ready = std::max(ready, ev.complete_ns());
+      }
+    };
+    landed(r->res.load_events);
+    if (r->res.hybrid) landed(r->res.hybrid->state_events);
+    const bool ok = cache::DeviceCache::restore_intact(r->res);
     clock_ = std::max(clock_, ready);
     if (auto* h = dc_.hybrid()) h->suffix_received(r->res, Tokens(static_cast<std::int64_t>(r->prompt_len())));
     const std::int64_t dpl = r->res.matched.value();
     res_.pd_received_tokens += static_cast<std::int64_t>(r->prompt_len()) - dpl;
     hooks_.emit(step, id, "pd_recv", static_cast<std::int64_t>(r->prompt_len()) - dpl, dpl, static_cast<std::int64_t>(ready),
                 ok ? 0 : 1);  // 1: this rank's restore broke
-    if (r->res.restore_hold)
+    if (r->res.restore_pending())
       restores_.add(RequestId(id), ready, ok);
     else  // nothing restored: nothing to agree
       sched_.kv_arrived(RequestId(id), ready, hooks_.wall_ns());

@@ -75,8 +75,10 @@ void add_tier_stats(RankSummaryRow& m, const cache::DeviceCache& dc) {
     m.full_alone_tokens = c.full_alone_tokens;
     m.swa_cost_tokens = c.swa_cost_tokens;
     m.mamba_cost_tokens = c.mamba_cost_tokens;
-    m.load_failed = c.load_failed;  // (agreed over the stage: the same on every rank of it)
-    m.load_recomputed_tokens = c.load_recomputed_tokens;
+    // (agreed inside the admission at one stage: the same on every rank of it; across stages the
+    // load-back plug-in counted them)
+    m.load_failed += c.load_failed;
+    m.load_recomputed_tokens += c.load_recomputed_tokens;
     m.tree_pages = h->tree().held_slots(cache::unified::ComponentId(0));
     m.tree_nodes = static_cast<std::int64_t>(h->tree().node_count());
     const auto& ss = h->tree().session_stats();

@@ -322,10 +322,10 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   }
   // P/D decode reads a restore steps after it started: its restores stay private until agreed.
   // protocol.pd_restore = unchecked (the bug): published at once, their outcome never looked at.
-  // Hybrid models (decode PP = 1): the restore's outcome is agreed inside the admission instead,
+  // Hybrid models at decode PP = 1: the restore's outcome is agreed inside the admission instead,
   // before decode_prefix_len is answered — a broken restore is taken back and the suffix grows.
   if (pd_role(exp, grid) == PdRole::Decode && protocols::private_restores(protocols::parse_pd_restore(exp.protocol.pd_restore))) {
-    if (dc->hybrid()) dc->hybrid()->set_agreed_loads(true);
+    if (dc->hybrid() && shape.pp == 1) dc->hybrid()->set_agreed_loads(true);
     else dc->set_private_restores(true);
   }
   // Load-backs that can fail (transfer.load.fail) stay private until their outcome is agreed
@@ -334,7 +334,7 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   private_loads = pd_role(exp, grid) != PdRole::Decode &&
                   protocols::private_load_backs(protocols::parse_load_back(exp.protocol.load_back),
                                                 faults.configured("transfer.load.fail"));
-  if (private_loads && dc->hybrid()) {  // hybrid models (one stage): agreed inside the admission
+  if (private_loads && dc->hybrid() && shape.pp == 1) {  // hybrid models, one stage: agreed inside the admission
     dc->hybrid()->set_agreed_loads(true);
     private_loads = false;
   }

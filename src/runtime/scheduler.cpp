@@ -108,7 +108,7 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
       w.awaiting_kv = true;
       continue;
     }
-    if (w.res.restore_hold) {  // its load-back's outcome is agreed before anyone reads it
+    if (w.res.restore_pending()) {  // its load-back's outcome is agreed before anyone reads it
       w.awaiting_restore = true;
       continue;
     }

@@ -103,8 +103,9 @@ TEST(Pd, BrokenTransfersFailExactlyTheirRequestsUnderFaults) {
 // match; the suffix's FULL pages, the prompt's tail window of SWA pages and the state at its end
 // arrive intact (oracle OK) — with the two sidecars' words of the FULL and SWA pages sent — under
 // broken transfers, device allocation failures, link delays,
-// aborts and stage skew; full_transfer sends every prompt whole; with decode's host tier (one
-// stage) restores of every component, broken ones agreed and taken back inside the admission.
+// aborts and stage skew; full_transfer sends every prompt whole; with decode's host tier restores
+// of every component — at one stage broken ones agreed and taken back inside the admission, across
+// stages private until agreed, a broken one failing its request.
 TEST(Pd, HybridModelsReceiveTheSuffixTheTailWindowAndTheStateUnderFaults) {
   if (layouts().empty()) GTEST_SKIP() << "needs an even world";
   const std::vector<std::string> hybrid = {"model.layers=8", "model.layer_types=full,swa,full,mamba", "model.swa_window=10", "model.mamba_chunk=8",
@@ -115,7 +116,6 @@ TEST(Pd, HybridModelsReceiveTheSuffixTheTailWindowAndTheStateUnderFaults) {
     for (const char* pd : {"decode_reuse", "full_transfer", "decode_reuse+host"})
       for (std::int64_t seed = 21; seed < 21 + testing::suite_seeds(2); ++seed) {
         const bool host = std::string(pd) == "decode_reuse+host";
-        if (host && pp > 1) continue;  // decode's hybrid restores are agreed inside its admission: one stage
         SCOPED_TRACE("TP" + std::to_string(tp) + " PP" + std::to_string(pp) + " " + pd + " seed " + std::to_string(seed));
         auto sets = hybrid;
         if (host) {  // decode restores from its host tier, and some restores break (taken back: the suffix grows)
