@@ -28,7 +28,7 @@ MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
 # Not reproducible by design: a job over a store another job writes at the same time (its
 # decisions depend on the other's progress; tests/cli/test_storage.py runs it with its partner).
 SHARED = {"buckets"}
-SLOW = {"cp_sharding", "mooncake_replay", "urc_swa", "urc_all"}  # over 15 s each here (the Figure 4 pair: jobs/figure.sh urc_tiers)
+SLOW = {"cp_sharding", "mooncake_replay", "policy_sim", "urc_swa", "urc_all"}  # over 15 s each here (policy_sim: a benchmark) (the Figure 4 pair: jobs/figure.sh urc_tiers)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1", HDF5_USE_FILE_LOCKING="FALSE")
 

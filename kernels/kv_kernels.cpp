@@ -1,6 +1,7 @@
 #include "kv_kernels.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include <Kokkos_Core.hpp>
 
@@ -52,19 +53,26 @@ void write_tokens_digest(const PageLayout& g, std::uint64_t* pool, std::span<con
                slot.size(), " slots, ", F.size(), " features");
   check_pages(g, page);
   for (auto s : slot) KVGRID_CHECK(s < g.page_size, "slot ", s, " >= page_size ", g.page_size);
-  // One work item per (layer, head): it owns that word of every page, so no atomics are needed,
-  // and consecutive tokens of one page are summed before a single add (coef × ΣPF = Σ coef × PF).
+  // Consecutive tokens of one page are summed first — Σ P(s) F, the same for every layer and head
+  // — then one work item per (layer, head) owns that word of every page (no atomics) and adds
+  // coef × Σ P(s) F (= Σ coef × P(s) F) per run of tokens.
+  std::vector<std::uint32_t> run_page;
+  std::vector<std::uint64_t> run_sum;
+  for (std::size_t i = 0; i < page.size();) {
+    const std::uint32_t p = page[i];
+    std::uint64_t sum = 0;
+    for (; i < page.size() && page[i] == p; ++i) sum += g.slot_coef[slot[i]] * F[i];
+    run_page.push_back(p);
+    run_sum.push_back(sum);
+  }
+  const std::uint32_t* rp = run_page.data();
+  const std::uint64_t* rs = run_sum.data();
+  const std::size_t runs = run_page.size();
   Kokkos::parallel_for(
       "kvgrid::write_tokens_digest", Kokkos::RangePolicy<Exec>(0, g.layers * g.heads), KOKKOS_LAMBDA(const std::size_t k) {
         const std::size_t h = k % g.heads, l = k / g.heads;
         const std::uint64_t coef = kv_coeff(g.layer_base + l, g.head_ids[h]);
-        std::size_t i = 0;
-        while (i < page.size()) {
-          const std::uint32_t p = page[i];
-          std::uint64_t sum = 0;
-          for (; i < page.size() && page[i] == p; ++i) sum += g.slot_coef[slot[i]] * F[i];
-          pool[g.digest_index(p, l, h)] += sum * coef;
-        }
+        for (std::size_t r = 0; r < runs; ++r) pool[g.digest_index(rp[r], l, h)] += rs[r] * coef;
       });
   Kokkos::fence();
 }

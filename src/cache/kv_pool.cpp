@@ -97,10 +97,14 @@ void KvPool::fold_tokens(std::span<const std::uint32_t> page, std::span<const st
   KVGRID_CHECK(out.size() == F.size() * layout_.layers * layout_.heads && slot.size() == F.size(), "fold_tokens sizes");
   const std::size_t lh = coef_.size();
   for (std::size_t i = 0; i < F.size(); ++i) {
-    KVGRID_CHECK(slot[i] < layout_.page_size, "slot ", slot[i], " >= page_size ", layout_.page_size);
-    const std::uint64_t w = kernels::page_coeff((first_pos + i) / layout_.page_size) * slot_coef_[slot[i]] * F[i];
+    const std::uint64_t w = token_weight(first_pos + i, slot[i], F[i]);
     for (std::size_t k = 0; k < lh; ++k) out[i * lh + k] = w * coef_[k];
   }
+}
+
+std::uint64_t KvPool::token_weight(std::size_t pos, std::uint32_t slot, std::uint64_t F) const {
+  KVGRID_CHECK(slot < layout_.page_size, "slot ", slot, " >= page_size ", layout_.page_size);
+  return kernels::page_coeff(pos / layout_.page_size) * slot_coef_[slot] * F;
 }
 
 void KvPool::fold_slots(std::uint32_t page, std::size_t n, std::size_t index, std::span<std::uint64_t> out) const {

@@ -71,6 +71,11 @@ class KvPool {
   // scratch features F.
   void fold_tokens(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot,
                    std::span<const std::uint64_t> F, std::size_t first_pos, std::span<std::uint64_t> out) const;
+  // Digest mode's fold of one token is rank one: token_weight(position, slot, F) × fold_coef(k) for
+  // k = local layer × heads + head (what fold_tokens writes), so a caller can sum the weights and
+  // fold once per chunk.
+  std::uint64_t token_weight(std::size_t pos, std::uint32_t slot, std::uint64_t F) const;
+  std::span<const std::uint64_t> fold_coefs() const { return coef_; }
   // Full payload: adds the fold of slots [0, n) of `page`, read as page-table entry `index`, into
   // out [l * heads + h] — a partial page's written tokens (its other slots may hold a previous
   // owner's KV or poison).

@@ -156,6 +156,11 @@ TreeNode* RadixTree::split(TreeNode* child, std::size_t split_tokens) {
   mid->lock_ref = child->lock_ref;
   mid->last_access = child->last_access;
   mid->ext = child->ext.split_prefix(Pages(static_cast<std::int64_t>(split_tokens / p)));
+  if (!child->page_digests.empty()) {
+    const auto cut = child->page_digests.begin() + static_cast<std::ptrdiff_t>(split_tokens / p);
+    mid->page_digests.assign(child->page_digests.begin(), cut);
+    child->page_digests.erase(child->page_digests.begin(), cut);
+  }
   ++node_count_;
 
   std::unique_ptr<TreeNode> owned = std::move(it->second);
@@ -548,8 +553,13 @@ std::uint64_t RadixTree::digest() const {
     auto [n, chain] = stack.back();
     stack.pop_back();
     const std::uint64_t tiers = (n->device.empty() ? 0 : 1) | (n->host.empty() ? 0 : 2);
+    auto& pd = n->page_digests;
+    if (pd.size() != n->key.size() / p) {  // (new since the last digest)
+      pd.resize(n->key.size() / p);
+      for (std::size_t i = 0; i < pd.size(); ++i) pd[i] = hash_u32(std::span<const TokenId>(n->key.data() + i * p, p));
+    }
     for (std::size_t i = 0; i < n->key.size() / p; ++i) {
-      chain = hash_combine(chain, hash_u32(std::span<const TokenId>(n->key.data() + i * p, p)));
+      chain = hash_combine(chain, pd[i]);
       // wrapping sum: independent of traversal order and of where nodes are split
       acc += mix64(chain ^ mix64(static_cast<std::uint64_t>(n->lock_ref) + 0x5bd1e995ULL + (tiers << 40)));
     }

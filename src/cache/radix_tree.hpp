@@ -72,6 +72,8 @@ struct TreeNode {
   NodeExt ext;
   bool in_evictable = false;       // a device-eviction candidate
   bool in_host_evictable = false;  // a host-eviction candidate
+  // digest()'s hash of each page of `key`, kept between digests (a split divides it).
+  mutable std::vector<std::uint64_t> page_digests;
 
   Pages pages() const { return Pages(static_cast<std::int64_t>(device.size())); }  // device pages
   Pages key_pages(std::size_t page_size) const { return Pages(static_cast<std::int64_t>(key.size() / page_size)); }

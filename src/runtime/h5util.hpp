@@ -64,6 +64,8 @@ class AppendTable {
   Handle dset_;
   hid_t type_ = -1;  // borrowed
   std::uint64_t rows_ = 0;
+  Handle dxpl_;                            // the writes' transfer list, with our buffers
+  std::vector<unsigned char> tconv_, bkg_;  // HDF5's conversion and background buffers
 };
 
 // Number of rows of a 1-D dataset.

@@ -199,23 +199,62 @@ void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tok
     for (std::size_t i = 0; i < n; ++i) stage_pages_[i] = static_cast<std::uint32_t>((start + i) / page_size_ - first + 1);
     staging_->write(stage_pages_, slots_, F_);
     staging_->fold_tokens(stage_pages_, slots_, F_, start, folds_);
+  } else if (pool_.payload() == cache::Payload::Digest) {
+    forward_digest(st, start, end, full_out);
+    return finish_forward(st, first, start, end, page_table, ht, out);
   } else {
     pool_.fold_tokens(pages_, slots_, F_, start, folds_);
   }
 
-  for (std::size_t l = 0; l < L; ++l) {
-    std::uint64_t acc = 0;
-    for (std::size_t h = 0; h < H; ++h) {
-      std::uint64_t run = st.run[l * H + h];
-      const std::uint64_t coef = qcoef_[l * H + h];
-      for (std::size_t i = 0; i < n; ++i) {
-        run += folds_[(i * L + l) * H + h];
-        if (g_.owns_query(start + i, start, end)) acc += G_[i] * coef * run;
-      }
-      st.run[l * H + h] = run;
+  // Token by token, in folds_' own order (a long chunk's folds are megabytes: a strided pass per
+  // layer and head was bound by memory). The sums wrap modulo 2^64, so their order is immaterial.
+  std::fill(full_out.begin(), full_out.end(), 0);
+  const std::size_t LH = L * H;
+  std::uint64_t* run = st.run.data();
+  const bool every_query = g_.cp_size == 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t* f = folds_.data() + i * LH;
+    for (std::size_t k = 0; k < LH; ++k) run[k] += f[k];
+    if (!every_query && !g_.owns_query(start + i, start, end)) continue;
+    for (std::size_t l = 0; l < L; ++l) {
+      std::uint64_t dot = 0;
+      for (std::size_t h = 0; h < H; ++h) dot += qcoef_[l * H + h] * run[l * H + h];
+      full_out[l] += G_[i] * dot;
     }
-    full_out[l] = acc;
   }
+  finish_forward(st, first, start, end, page_table, ht, out);
+}
+
+void SyntheticModel::forward_digest(ModelRequestState& st, std::size_t start, std::size_t end, std::span<std::uint64_t> full_out) {
+  // Digest mode: token i's fold is w_i × c_k (KvPool::token_weight, fold_coefs), so with W_i the
+  // running sum of the weights, run_k after token i is run_k + c_k W_i and layer l's output
+  //   Σ_i G_i Σ_h q_lh (run_lh + c_lh W_i) = (Σ_h q_lh run_lh) ΣG + (Σ_h q_lh c_lh) Σ_i G_i W_i
+  // (over the owned queries) — one pass over the tokens, then one over the layers and heads; the
+  // same words as the per-token fold, modulo 2^64.
+  const std::size_t L = g_.local_of(LayerKind::Full), H = g_.kv_heads.size();
+  const auto c = pool_.fold_coefs();
+  KVGRID_CHECK(c.size() == L * H && st.run.size() == L * H, "digest fold of ", c.size(), " coefficients for ", L, " x ", H);
+  const bool every_query = g_.cp_size == 1;
+  std::uint64_t W = 0, sum_g = 0, sum_gw = 0;
+  for (std::size_t i = 0; i < end - start; ++i) {
+    W += pool_.token_weight(start + i, slots_[i], F_[i]);
+    if (!every_query && !g_.owns_query(start + i, start, end)) continue;
+    sum_g += G_[i];
+    sum_gw += G_[i] * W;
+  }
+  for (std::size_t l = 0; l < L; ++l) {
+    std::uint64_t d0 = 0, q = 0;
+    for (std::size_t h = 0; h < H; ++h) {
+      d0 += qcoef_[l * H + h] * st.run[l * H + h];
+      q += qcoef_[l * H + h] * c[l * H + h];
+    }
+    full_out[l] = d0 * sum_g + q * sum_gw;
+  }
+  for (std::size_t k = 0; k < L * H; ++k) st.run[k] += c[k] * W;
+}
+
+void SyntheticModel::finish_forward(ModelRequestState& st, bool first, std::size_t start, std::size_t end,
+                                    std::span<const PageId> page_table, const HybridTables& ht, std::span<std::uint64_t> out) {
   if (!g_.hybrid()) return;
   if (swa_pool_) forward_swa(start, end, ht, kind_out_[static_cast<std::size_t>(LayerKind::Swa)]);
   if (!sidecars_.empty()) forward_sidecars(st, first, start, end, page_table, ht);

@@ -116,6 +116,10 @@ class SyntheticModel {
 
  private:
   void forward_swa(std::size_t start, std::size_t end, const HybridTables& ht, std::span<std::uint64_t> out);
+  // Digest mode's FULL layers in one pass over the chunk (model.cpp), and what follows them.
+  void forward_digest(ModelRequestState& st, std::size_t start, std::size_t end, std::span<std::uint64_t> full_out);
+  void finish_forward(ModelRequestState& st, bool first, std::size_t start, std::size_t end,
+                      std::span<const PageId> page_table, const HybridTables& ht, std::span<std::uint64_t> out);
   void forward_sidecars(ModelRequestState& st, bool first, std::size_t start, std::size_t end,
                         std::span<const PageId> page_table, const HybridTables& ht);
   std::uint64_t sidecar_fold(std::size_t i, std::uint32_t slot, std::size_t pos) const;

@@ -193,6 +193,10 @@ std::vector<std::unique_ptr<ServeRequest>> Scheduler::complete_step(const std::v
     if (e.prefill) cache_.insert_computed(r.spec.id, r.res, std::span<const TokenId>(r.tokens).first(r.computed));
     if (e.prefill && !r.prefill_done()) continue;
     // The prefill finished (first token) or a decode step ran: one more token.
+    if (r.ph_len < r.computed && r.model.hashed == r.computed) {  // the forward hashed these very tokens
+      r.ph = r.model.ph;
+      r.ph_len = r.computed;
+    }
     for (; r.ph_len < r.computed; ++r.ph_len) r.ph = kernels::prefix_hash_step(r.ph, r.tokens[r.ph_len]);
     const TokenId t = kernels::next_token(r.ph, cfg_.vocab);
     r.generated += 1;

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Replay speed (docs/performance.md "Replay speed"): experiments/policy_sim.toml — the
+# configuration of SGLang's standalone HiCache policy simulator on the Mooncake synthetic trace
+# (1 rank, page 512, L1 = device, L2 = host, write-through) — at the three L1/L2 capacities the
+# docs compare, REPEAT runs each (median), printing kvgrid's hit rates in page units, wall time and
+# prompt pages per second. Then the 8-rank replay (experiments/mooncake_replay.toml) once.
+#
+#   jobs/bench_replay.sh [--repeat N] [--baseline REV] [--no-8rank]
+#
+# --baseline REV builds commit REV in a worktree (results/bench/baseline-REV) and runs the same
+# commands with it, alternating with this tree's build run by run, so both see the same machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repeat=3 baseline="" eight=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --repeat) repeat="$2"; shift 2 ;;
+    --baseline) baseline="$2"; shift 2 ;;
+    --no-8rank) eight=0; shift ;;
+    *) echo "bench_replay: unknown argument '$1' (--repeat N, --baseline REV, --no-8rank)" >&2; exit 2 ;;
+  esac
+done
+jobs/setup.sh >/dev/null
+. jobs/env.sh
+bins=("build/kvgrid")
+names=("this tree")
+if [ -n "$baseline" ]; then
+  rev=$(git rev-parse --short "$baseline")
+  wt="results/bench/baseline-$rev"
+  if [ ! -x "$wt/build/kvgrid" ]; then
+    mkdir -p results/bench
+    [ -d "$wt" ] || git worktree add -f "$wt" "$rev" >/dev/null
+    (cd "$wt" && KVGRID_CUDA_CHECK=0 jobs/setup.sh >/dev/null)
+  fi
+  bins+=("$wt/build/kvgrid")
+  names+=("baseline $rev")
+fi
+out=$(mktemp -d /tmp/kvgrid-bench-replay.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+pages=121877  # the trace's prompt pages of 512 tokens (sum of ceil(input_length / 512))
+
+# One run: prints "wall_s loop_s l1 l1l2" (hit rates in page units).
+one() {
+  local bin="$1" np="$2" exp="$3"; shift 3
+  rm -rf "$out/run"
+  local t0 t1
+  t0=$(date +%s.%N)
+  mpirun -np "$np" "$bin" run "$exp" --out "$out/run" "$@" >"$out/log" 2>&1 || { tail -20 "$out/log" >&2; exit 1; }
+  t1=$(date +%s.%N)
+  "$bin" report "$out/run" --json | /usr/bin/python3 -c '
+import json, sys
+j = json.load(sys.stdin); c = j["cached_tokens"]; t0, t1, pages = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+l1 = c["device"] / 512 / pages; l2 = (c["device"] + c["host"]) / 512 / pages
+print(f"{t1 - t0:.3f} {j[\"wall_s\"]:.3f} {l1:.4f} {l2:.4f}")' "$t0" "$t1" "$pages"
+}
+
+median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+
+echo "# policy_sim (1 rank, page 512, write-through, one request at a time), $repeat runs each, median wall"
+printf "# %-14s %-11s %8s %8s %8s %10s\n" "build" "L1/L2" "L1 hit" "L1+L2" "wall s" "pages/s"
+for cap in "2000 8000" "5000 20000" "20000 80000"; do
+  set -- $cap
+  declare -A walls=()
+  declare -A hits=()
+  for ((k = 0; k < repeat; ++k)); do
+    for i in "${!bins[@]}"; do
+      read -r wall loop l1 l2 < <(one "${bins[$i]}" 1 experiments/policy_sim.toml --set "cache.device_pages=$1" --set "cache.host_pages=$2")
+      walls[$i]+="$wall "
+      hits[$i]="$l1 $l2"
+    done
+  done
+  for i in "${!bins[@]}"; do
+    w=$(tr ' ' '\n' <<<"${walls[$i]}" | grep . | median)
+    read -r l1 l2 <<<"${hits[$i]}"
+    printf "  %-14s %-11s %8s %8s %8.2f %10.0f\n" "${names[$i]}" "$1/$2" "$l1" "$l2" "$w" "$(awk "BEGIN {print $pages / $w}")"
+  done
+  unset walls hits
+done
+if [ "$eight" = 1 ]; then
+  echo "# mooncake_replay (8 ranks, TP2 x CP2 x PP2), one run each"
+  for i in "${!bins[@]}"; do
+    read -r wall loop l1 l2 < <(one "${bins[$i]}" 8 experiments/mooncake_replay.toml)
+    printf "  %-14s wall %8.1f s (loop %.1f s)\n" "${names[$i]}" "$wall" "$loop"
+  done
+fi
