@@ -51,7 +51,7 @@ one() {
 import json, sys
 j = json.load(sys.stdin); c = j["cached_tokens"]; t0, t1, pages = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 l1 = c["device"] / 512 / pages; l2 = (c["device"] + c["host"]) / 512 / pages
-print(f"{t1 - t0:.3f} {j[\"wall_s\"]:.3f} {l1:.4f} {l2:.4f}")' "$t0" "$t1" "$pages"
+print("%.3f %.3f %.4f %.4f" % (t1 - t0, j["wall_s"], l1, l2))' "$t0" "$t1" "$pages"
 }
 
 median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }

@@ -102,6 +102,20 @@ void KvPool::fold_tokens(std::span<const std::uint32_t> page, std::span<const st
   }
 }
 
+void KvPool::token_weights(std::size_t first_pos, std::span<const std::uint64_t> F, std::vector<std::uint64_t>& w) const {
+  w.resize(F.size());
+  const std::size_t p = layout_.page_size;
+  std::size_t page = first_pos / p, slot = first_pos % p;
+  std::uint64_t Q = kernels::page_coeff(page);  // once per page
+  for (std::size_t i = 0; i < F.size(); ++i) {
+    w[i] = Q * slot_coef_[slot] * F[i];
+    if (++slot == p) {
+      slot = 0;
+      Q = kernels::page_coeff(++page);
+    }
+  }
+}
+
 std::uint64_t KvPool::token_weight(std::size_t pos, std::uint32_t slot, std::uint64_t F) const {
   KVGRID_CHECK(slot < layout_.page_size, "slot ", slot, " >= page_size ", layout_.page_size);
   return kernels::page_coeff(pos / layout_.page_size) * slot_coef_[slot] * F;

@@ -75,6 +75,8 @@ class KvPool {
   // k = local layer × heads + head (what fold_tokens writes), so a caller can sum the weights and
   // fold once per chunk.
   std::uint64_t token_weight(std::size_t pos, std::uint32_t slot, std::uint64_t F) const;
+  // The weights of consecutive positions first_pos, first_pos + 1, … with features F (into w).
+  void token_weights(std::size_t first_pos, std::span<const std::uint64_t> F, std::vector<std::uint64_t>& w) const;
   std::span<const std::uint64_t> fold_coefs() const { return coef_; }
   // Full payload: adds the fold of slots [0, n) of `page`, read as page-table entry `index`, into
   // out [l * heads + h] — a partial page's written tokens (its other slots may hold a previous

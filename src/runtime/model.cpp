@@ -174,17 +174,21 @@ void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tok
   slots_.resize(n);
   F_.resize(n);
   G_.resize(n);
+  std::size_t page = start / page_size_, slot = start % page_size_;
   for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t pos = start + i;
-    st.ph = prefix_hash_step(st.ph, tokens[pos]);
+    st.ph = prefix_hash_step(st.ph, tokens[start + i]);
     F_[i] = token_feature(st.ph);
     G_[i] = query_weight(st.ph);
-    pages_[i] = page_table[pos / page_size_].value();
-    slots_[i] = static_cast<std::uint32_t>(pos % page_size_);
+    pages_[i] = page_table[page].value();
+    slots_[i] = static_cast<std::uint32_t>(slot);
+    if (++slot == page_size_) {
+      slot = 0;
+      ++page;
+    }
   }
   st.hashed = end;
   pool_.write(pages_, slots_, F_);  // sharded: only the owned pages' tokens
-  folds_.resize(n * L * H);
+  if (pool_.payload() == cache::Payload::Full) folds_.resize(n * L * H);  // (digest mode needs none)
   if (pool_.sharded() && pool_.payload() == cache::Payload::Full) {
     // Attention reads the whole chunk, owned or not: from the staging buffer.
     const std::size_t first = start / page_size_, need = (end - 1) / page_size_ - first + 1;
@@ -236,8 +240,9 @@ void SyntheticModel::forward_digest(ModelRequestState& st, std::size_t start, st
   KVGRID_CHECK(c.size() == L * H && st.run.size() == L * H, "digest fold of ", c.size(), " coefficients for ", L, " x ", H);
   const bool every_query = g_.cp_size == 1;
   std::uint64_t W = 0, sum_g = 0, sum_gw = 0;
+  pool_.token_weights(start, F_, w_);
   for (std::size_t i = 0; i < end - start; ++i) {
-    W += pool_.token_weight(start + i, slots_[i], F_[i]);
+    W += w_[i];
     if (!every_query && !g_.owns_query(start + i, start, end)) continue;
     sum_g += G_[i];
     sum_gw += G_[i] * W;
@@ -439,6 +444,7 @@ std::uint64_t chain(std::uint64_t in, std::span<const std::uint64_t> layer_check
 Oracle::Oracle(const ModelGeometry& g, Tokens page_size)
     : page_size_(static_cast<std::uint64_t>(page_size.value())), draft_(g.first_layer != 0) {
   KVGRID_CHECK(page_size_ > 0, "oracle of a model with page size ", page_size);
+  for (std::uint64_t s = 0; s < page_size_; ++s) slot_coef_.push_back(slot_coeff(s));
   kinds_ = g.model_kinds;
   if (kinds_.empty()) kinds_.assign(g.layers, LayerKind::Full);
   window_ = g.swa_window;
@@ -479,10 +485,16 @@ std::uint64_t Oracle::expected(OracleRequestState& st, RequestId id, std::span<c
   KVGRID_CHECK(st.hashed <= start, "oracle asked for [", start, ", ", end, ") after ", st.hashed, " positions");
   std::vector<std::uint64_t> Tm(M * Hs, 0);  // per MAMBA layer and state head: sum of G(q) * fold(s_q)
   std::uint64_t T = 0, Tw = 0;
+  // R(q) = Q(page) P(slot), the page's coefficient taken once per page.
+  std::uint64_t page = st.hashed / page_size_, slot = st.hashed % page_size_, Q = page_coeff(page);
   for (std::size_t q = st.hashed; q < end; ++q) {
     st.ph = prefix_hash_step(st.ph, tokens[q]);
     const std::uint64_t F = token_feature(st.ph), G = query_weight(st.ph);
-    st.S += position_coeff(q, page_size_) * F;
+    st.S += Q * slot_coef_[slot] * F;  // position_coeff(q, page_size_) * F
+    if (++slot == page_size_) {
+      slot = 0;
+      Q = page_coeff(++page);
+    }
     if (swa) st.S_at.push_back(st.S);
     for (std::size_t m = 0; m < M; ++m)
       for (std::size_t h = 0; h < Hs; ++h) {

@@ -144,7 +144,7 @@ class SyntheticModel {
   std::unique_ptr<cache::KvPool> staging_;
   // scratch
   std::vector<std::uint32_t> pages_, slots_, stage_pages_;
-  std::vector<std::uint64_t> F_, G_, folds_;
+  std::vector<std::uint64_t> F_, G_, folds_, w_;
 };
 
 // The value a chunk enters the pipeline with (the draft's chain: `draft` = true).
@@ -170,6 +170,7 @@ class Oracle {
  private:
   std::vector<std::uint64_t> K_;  // per layer: sum over heads of N * M (MAMBA: unused)
   std::uint64_t page_size_;
+  std::vector<std::uint64_t> slot_coef_;  // P(s) per slot of a page (R(t) = Q(t / page) P(t % page))
   bool draft_ = false;            // a draft model's oracle (its own chain seed)
   // hybrid
   std::vector<LayerKind> kinds_;

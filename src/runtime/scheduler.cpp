@@ -13,7 +13,8 @@ Scheduler::Scheduler(SchedulerConfig cfg, cache::DeviceCache& cache) : cfg_(cfg)
 void Scheduler::enqueue(RequestSpec spec, std::uint64_t wall_ns) {
   KVGRID_CHECK(!spec.prompt.empty() && spec.output_len >= 1, "request ", spec.id, " with an empty prompt or no output");
   auto r = std::make_unique<ServeRequest>();
-  r->tokens = spec.prompt;
+  r->tokens.reserve(spec.prompt.size() + spec.output_len);  // (its generated tokens append without a move)
+  r->tokens.assign(spec.prompt.begin(), spec.prompt.end());
   r->spec = std::move(spec);
   r->ph = kernels::kPrefixSeed;
   r->seen_wall_ns = wall_ns;

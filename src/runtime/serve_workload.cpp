@@ -454,8 +454,7 @@ class MooncakeWorkload : public ServeWorkload {
       r.session = l.session;
       if (l.session && opened_.insert(l.session).second) events_.push_back(SessionEvent{SessionEvent::Open, l.session});
       r.prompt.resize(static_cast<std::size_t>(l.hash_ids.size()) * kBlock);
-      for (std::size_t b = 0; b < l.hash_ids.size(); ++b)
-        mooncake_block_tokens(l.hash_ids[b], std::span<TokenId>(r.prompt).subspan(b * kBlock, kBlock), vocab_);
+      for (std::size_t b = 0; b < l.hash_ids.size(); ++b) block(l.hash_ids[b], std::span<TokenId>(r.prompt).subspan(b * kBlock, kBlock));
       r.prompt.resize(l.input_length);
       out.push_back(std::move(r));
       ++next_;
@@ -478,6 +477,27 @@ class MooncakeWorkload : public ServeWorkload {
   static constexpr std::size_t kBlock = 512;
 
  private:
+  // A block's tokens: later turns resend their history, so the blocks made recently are kept
+  // (direct-mapped by hash id; the tokens are the same either way).
+  void block(std::uint64_t hash_id, std::span<TokenId> out) {
+    if (cached_.empty()) {  // (only the rank that draws the arrivals makes tokens)
+      cached_.resize(kCached * kBlock);
+      cached_id_.resize(kCached);
+      filled_.resize(kCached);
+    }
+    const std::size_t at = static_cast<std::size_t>(mix64(hash_id) % kCached);
+    TokenId* kept = cached_.data() + at * kBlock;
+    if (!filled_[at] || cached_id_[at] != hash_id) {
+      mooncake_block_tokens(hash_id, std::span<TokenId>(kept, kBlock), vocab_);
+      cached_id_[at] = hash_id;
+      filled_[at] = 1;
+    }
+    std::copy(kept, kept + kBlock, out.begin());
+  }
+  static constexpr std::size_t kCached = 4096;  // blocks (8 MiB of tokens)
+  std::vector<std::uint64_t> cached_id_;
+  std::vector<std::uint8_t> filled_;
+  std::vector<TokenId> cached_;
   std::vector<Line> lines_;
   std::uint64_t vocab_;
   std::size_t next_ = 0;

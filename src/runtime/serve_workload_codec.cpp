@@ -7,7 +7,11 @@
 namespace kvgrid {
 
 std::vector<std::uint32_t> encode_specs(std::span<const RequestSpec> reqs) {
-  std::vector<std::uint32_t> buf{static_cast<std::uint32_t>(reqs.size())};
+  std::size_t words = 1;
+  for (const auto& r : reqs) words += 9 + r.prompt.size();
+  std::vector<std::uint32_t> buf;
+  buf.reserve(words);
+  buf.push_back(static_cast<std::uint32_t>(reqs.size()));
   for (const auto& r : reqs) {
     buf.insert(buf.end(), {static_cast<std::uint32_t>(r.id.value()), static_cast<std::uint32_t>(r.id.value() >> 32),
                            static_cast<std::uint32_t>(r.arrival_ns), static_cast<std::uint32_t>(r.arrival_ns >> 32),

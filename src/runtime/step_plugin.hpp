@@ -40,6 +40,9 @@ struct ServeStep {
   std::uint64_t start_ns = 0;              // modelled clock when the forward starts
   std::vector<std::pair<std::uint64_t, std::uint64_t>> accepts;  // drafts verified at this step
   std::size_t rounds_started = 0;
+  // PP0's leader: the arrivals it encoded into `in.specs`, kept whole so that it need not decode
+  // its own message (empty elsewhere, and when the inputs came from a plug-in).
+  std::vector<RequestSpec> own_specs;
 };
 
 class StepPlugin {

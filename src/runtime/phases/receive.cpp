@@ -14,7 +14,7 @@ namespace kvgrid {
 
 void ServeLoop::receive(Step& s) {
   const std::int64_t step = s.index;
-  const std::string what = "step " + std::to_string(step) + " inputs";
+  auto what = [step] { return "step " + std::to_string(step) + " inputs"; };  // (for the messages of a failed exchange)
   if (first_stage_ && leader_) {
     bool received = false;
     for (auto& p : plugins_) received = received || p->leader_receives_inputs(s);
@@ -22,11 +22,11 @@ void ServeLoop::receive(Step& s) {
   }
   if (first_stage_) {
     for (auto& p : plugins_) p->first_stage_inputs(s);
-    if (stage_size_ > 1) s.in = bcast_step(s.in, leader_, grid_.stage(), what + " over stage 0");
+    if (stage_size_ > 1) s.in = bcast_step(s.in, leader_, grid_.stage(), what() + " over stage 0");
     clock_ = std::max(clock_, s.in.clock_ns);
   } else {
     const int from = grid_.coord().pp - 1;
-    s.in = recv_step(grid_.pp_prev(), grid_.pp(), what + " from stage " + std::to_string(from));
+    s.in = recv_step(grid_.pp_prev(), grid_.pp(), what() + " from stage " + std::to_string(from));
     clock_ = std::max(clock_, s.in.clock_ns + static_cast<std::uint64_t>(exp_.cost.pp_link_ns));
     emit(step, 0, "pp_recv", from, static_cast<std::int64_t>(s.in.clock_ns), s.in.write_acks, 0);
   }
@@ -60,6 +60,7 @@ void ServeLoop::leader_inputs(Step& s) {
   in.total = workload_->total_requests();
   if (!specs.empty()) in.specs = encode_specs(specs);
   for (auto& p : plugins_) p->leader_after_arrivals(s, specs);
+  s.own_specs = std::move(specs);  // (what in.specs encodes, after the plug-ins' changes)
 }
 
 void ServeLoop::apply_inputs(Step& s) {
@@ -74,7 +75,7 @@ void ServeLoop::apply_inputs(Step& s) {
   // the same order).
   for (const SessionEvent& e : decode_session_events(in.sessions)) dc_.session_event(e.kind == SessionEvent::Open, e.session);
   if (!in.specs.empty()) {
-    for (auto& sp : decode_specs(in.specs)) {
+    for (auto& sp : s.own_specs.empty() ? decode_specs(in.specs) : std::move(s.own_specs)) {
       sp.session_gen = dc_.session_arrival(sp.id, sp.session);
       ++res_.requests;
       sched_.enqueue(std::move(sp), wall_ns());
