@@ -441,18 +441,14 @@ class UnifiedTree {
   std::optional<std::vector<LoadItem>> plan_private_load(MatchResult& m);
   // A load-back's copy landed: `device` (one slot per host slot) becomes the item's value.
   void commit_load(const LoadItem& item, std::vector<Slot> device);
-  // The load-back's outcome was agreed broken: the committed value goes again (the node keeps its
-  // host copy) and its device slots are returned to the caller, who frees them.
+  // Its outcome was agreed broken: the value goes (the host copy stays), its slots back to free.
   std::vector<Slot> uncommit_load(const LoadItem& item);
-  // A storage prefetch landed: host copies for tokens[below->end, tokens.size()) under `below` (a
-  // node on the key's path that the caller holds locked, or the root). `host` has one offer per
-  // component: paged, slots for the pages of [from, key end) (InsertValue::pages, from >=
-  // below->end); point, at most one slot, the state at the key's end. Existing nodes on the way
-  // take the copies they lack, new nodes hold host copies only; nodes are cut where a paged
-  // offer starts and at the key's end. The walk stops at a node with a write in flight (its copy
-  // comes from that write): it and everything below take nothing. Host copies of FULL form a
-  // prefix as long as `below` has one (the caller's anchor). Returns, per component, the slots
-  // the tree did not take (the caller frees them).
+  // A storage prefetch landed: host copies for tokens[below->end, size) under `below` (on the
+  // key's path, locked by the caller, or the root); one offer per component — paged: slots for
+  // [from, key end), from >= below->end; point: at most the state at the key's end. Nodes on the
+  // way take the copies they lack, new nodes hold host copies only, cut where a paged offer starts
+  // and at the key's end; the walk stops at a node with a write in flight (nothing below takes
+  // any). FULL's host copies stay a prefix. Returns per component the slots not taken (to free).
   std::vector<std::vector<Slot>> insert_host(Node* below, std::span<const TokenId> tokens, std::span<const InsertValue> host);
 
   // ---- used by components ----
