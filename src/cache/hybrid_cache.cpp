@@ -453,6 +453,13 @@ std::uint64_t HybridCache::session_arrival(RequestId id, std::uint64_t session) 
   return g;
 }
 
+void HybridCache::release_own_swa(HybridHold& h) {
+  swa_held_ -= n_of(h.swa.own.size());
+  tree_.drop_sidecars(swa_, h.swa.own);
+  free_swa(h.swa.own);
+  h.swa.own.clear();
+}
+
 void HybridCache::abort(RequestId id, Reservation& r) {
   if (!r.hybrid) return;
   HybridHold& h = *r.hybrid;
@@ -474,10 +481,7 @@ void HybridCache::abort(RequestId id, Reservation& r) {
   KVGRID_CHECK(r.private_pages.value() == 0, "request ", id, " still holds ", r.private_pages, " private pages");
   swa_budget_ -= h.swa_budget;
   if (cfg_.swa) {
-    swa_held_ -= n_of(h.swa.own.size());
-    tree_.drop_sidecars(swa_, h.swa.own);
-    free_swa(h.swa.own);
-    h.swa.own.clear();
+    release_own_swa(h);
   }
   std::vector<std::uint32_t> st;
   if (h.mamba_own) st.push_back(h.mamba_own);

@@ -212,6 +212,8 @@ class HybridCache {
   void make_room(unified::ComponentId c, std::int64_t want, std::int64_t free_now, Pages* evicted);
   void release(const unified::EvictResult& e, Pages* evicted);
   void free_swa(std::span<const unified::Slot> s);
+  // A request's own SWA pages go back to the pool (their sidecar entries dropped).
+  void release_own_swa(HybridHold& h);
   void free_states(std::span<const std::uint32_t> s);
   std::optional<std::vector<unified::Slot>> alloc_swa(std::int64_t n);
   std::optional<std::uint32_t> alloc_state();

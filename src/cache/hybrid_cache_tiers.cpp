@@ -199,10 +199,7 @@ std::vector<PageId> HybridCache::drop_restore(RequestId id, Reservation& r) {
   r.fresh += Pages(static_cast<std::int64_t>(pages.size()));
   if (cfg_.swa) {  // the request takes SWA pages again as it computes from its device boundary
     for (std::size_t i = from; i < to; ++i) h.swa_table[i] = 0;
-    swa_held_ -= n_of(h.swa.own.size());
-    tree_.drop_sidecars(swa_, h.swa.own);
-    free_swa(h.swa.own);
-    h.swa.own.clear();
+    release_own_swa(h);
     h.swa.own_from = r.shared;
   }
   if (cfg_.mamba) {  // the running state is the device boundary's again (none at the root: the forward starts afresh)
@@ -249,10 +246,7 @@ bool HybridCache::expect_suffix(RequestId id, Reservation& r, Tokens prompt) {
   if (from > r.matched) {  // a loaded window ends before the prompt's tail window: nobody reads it
     for (std::size_t i = static_cast<std::size_t>(h.swa.own_from.value() / p); i < static_cast<std::size_t>(r.matched.value() / p); ++i)
       h.swa_table[i] = 0;
-    swa_held_ -= n_of(h.swa.own.size());
-    tree_.drop_sidecars(swa_, h.swa.own);
-    free_swa(h.swa.own);
-    h.swa.own.clear();
+    release_own_swa(h);
   }
   if (h.swa.own.empty()) h.swa.own_from = from;  // [matched, from): never held here (tombstones at its commit, as if freed)
   for (std::int64_t i = 0; i < want; ++i) {

@@ -117,12 +117,12 @@ void AppendTable::append(const void* rows, std::size_t n) {
   // (At least 64 KiB: HDF5 refuses a buffer below what its conversion path wants for a row, which
   // can exceed the row itself.)
   const std::size_t bytes = std::max<std::size_t>(n * H5Tget_size(type_), 64 << 10);
-  if (tconv_.size() < bytes) {
+  if (tconv_.size() < bytes) {  // (the transfer list points at the buffers: set again when they move)
     tconv_.resize(bytes);
     bkg_.resize(bytes);
+    if (!dxpl_) dxpl_ = Handle(KVGRID_HDF5_CHECK(H5Pcreate(H5P_DATASET_XFER)), Handle::Kind::Plist);
+    KVGRID_HDF5_CHECK(H5Pset_buffer(dxpl_.get(), tconv_.size(), tconv_.data(), bkg_.data()));
   }
-  if (!dxpl_) dxpl_ = Handle(KVGRID_HDF5_CHECK(H5Pcreate(H5P_DATASET_XFER)), Handle::Kind::Plist);
-  KVGRID_HDF5_CHECK(H5Pset_buffer(dxpl_.get(), tconv_.size(), tconv_.data(), bkg_.data()));
   KVGRID_HDF5_CHECK(H5Dwrite(dset_.get(), type_, mspace.get(), fspace.get(), dxpl_.get(), rows));
   rows_ += n;
 }
