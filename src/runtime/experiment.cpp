@@ -65,14 +65,8 @@ void check_relations(const ExperimentConfig& e, const std::string& src) {
       if (bad) throw InputError(src + ": " + what + " is not supported in a P/D world yet");
     };
     refuse(d.enabled(), "model.draft.mode = \"" + d.mode + "\" (speculative decoding)");
-    // Sharded pools: a page goes from its prefill owner to its decode owner, the same rank index
-    // when both shard groups are alike (the owner of position page P is P mod N on both sides).
-    const auto& pf = e.topology.groups[0].shape;
-    const auto& dc = e.topology.groups[1].shape;
-    if (e.cache.cp_sharding != "replicated" && (pf.tp != dc.tp || pf.cp != dc.cp))
-      throw InputError(src + ": cache.cp_sharding = \"" + e.cache.cp_sharding + "\" in a P/D world needs equal tp and cp on "
-                       "both sides (prefill " + pf.str() + ", decode " + dc.str() +
-                       "): each page goes from its owner on prefill to its owner on decode");
+    // Sharded pools: each page goes from its prefill owner to its decode owner (pd_legs), whatever
+    // the two shard groups.
     // transfer tags: one slot per request in flight, one tag per layer and per sidecar
     const std::int64_t tags = e.engine.max_running * (e.model.layers + static_cast<std::int64_t>(e.model.sidecars.size()));
     if (tags > 30000)

@@ -1,11 +1,13 @@
 #include "runtime/pd.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/agree.hpp"
 #include "core/check.hpp"
 #include "core/wait.hpp"
 #include "cache/hybrid_cache.hpp"
+#include "protocols/cp_sharding.hpp"
 
 namespace kvgrid {
 
@@ -20,6 +22,31 @@ PdRole pd_role(const ExperimentConfig& exp, const RankGrid& grid) {
   return grid.coord().group == 0 ? PdRole::Prefill : PdRole::Decode;
 }
 
+namespace {
+// A rank's page shard in its group: N ranks along `axis`, this one owning positions ≡ rank (mod N).
+struct PageShard {
+  std::uint32_t n = 1, rank = 0;
+  char axis = '-';  // 'c' (CP), 't' (attention-TP, MLA at CP 1) or '-' (not sharded)
+};
+PageShard page_shard(const ExperimentConfig& exp, const GridShape& shape, const GridCoord& c) {
+  PageShard s;
+  if (!protocols::shards_pages(exp.cache.cp_sharding)) return s;
+  s.n = protocols::shard_group_size(shape, exp.model.attention == "mla");
+  if (s.n == 1) return s;
+  s.axis = shape.cp > 1 ? 'c' : 't';
+  s.rank = static_cast<std::uint32_t>(shape.cp > 1 ? c.cp : c.tp);
+  return s;
+}
+// The positions both owners hold: {i : i ≡ a.rank (mod a.n), i ≡ b.rank (mod b.n)} as a residue
+// modulo lcm(a.n, b.n), or false when there is none (the residues differ modulo the gcd).
+bool common_pages(const PageShard& a, const PageShard& b, std::uint32_t& mod, std::uint32_t& res) {
+  mod = std::lcm(a.n, b.n);
+  for (res = a.rank; res < mod; res += a.n)
+    if (res % b.n == b.rank) return true;
+  return false;
+}
+}  // namespace
+
 std::vector<PdLeg> pd_legs(const ExperimentConfig& exp, const TopologySpec& spec, const GridCoord& me) {
   std::vector<PdLeg> legs;
   if (spec.groups.size() != 2) return legs;
@@ -27,32 +54,36 @@ std::vector<PdLeg> pd_legs(const ExperimentConfig& exp, const TopologySpec& spec
   const GridShape& mine = spec.groups[static_cast<std::size_t>(me.group)].shape;
   const GridShape& theirs = spec.groups[static_cast<std::size_t>(other)].shape;
   const GridShape& pre = spec.groups[0].shape;
+  const GridShape& dec = spec.groups[1].shape;
   const ModelGeometry g = ModelGeometry::for_rank(exp, me, mine);
   // The other group's ranks holding global layer gl: its stage, then its CP and TP ranks paired
-  // with this one.
+  // with this one. A replicated axis of prefill has one source per decode rank (decode rank c
+  // takes prefill rank c mod prefill's size); prefill's shard axis has the page's owner.
   for (std::size_t l = 0; l < g.local_layers(); ++l) {
     const std::uint64_t gl = g.layer_begin + l;
     int stage = 0;
     while (ModelGeometry::for_rank(exp, GridCoord{other, 0, 0, stage, 0}, theirs).layer_end <= gl) ++stage;
     for (int cp = 0; cp < theirs.cp; ++cp) {
-      // decode CP rank c takes prefill CP rank c mod prefill CP's KV
-      const int dcp = me.group == 1 ? me.cp : cp, pcp = me.group == 0 ? me.cp : cp;
-      if (dcp % pre.cp != pcp) continue;
       for (int tp = 0; tp < theirs.tp; ++tp) {
-        const ModelGeometry o = ModelGeometry::for_rank(exp, GridCoord{other, tp, cp, stage, 0}, theirs);
-        std::size_t hb = 0, he = 0;
+        const GridCoord oc{other, tp, cp, stage, 0};
+        const GridCoord& pc = me.group == 0 ? me : oc;
+        const GridCoord& dc = me.group == 1 ? me : oc;
+        const PageShard ps = page_shard(exp, pre, pc), ds = page_shard(exp, dec, dc);
+        if (ps.axis != 'c' && dc.cp % pre.cp != pc.cp) continue;
+        PdLeg leg{layout_rank(spec, other, stage, cp, tp), l, 0, 0};
+        if (!common_pages(ps, ds, leg.page_mod, leg.page_res)) continue;
+        const ModelGeometry o = ModelGeometry::for_rank(exp, oc, theirs);
         if (g.mla) {  // latent KV on every TP rank: decode TP t from prefill TP t mod prefill TP
-          const int dtp = me.group == 1 ? me.tp : tp, ptp = me.group == 0 ? me.tp : tp;
-          if (dtp % pre.tp != ptp) continue;
-          he = 1;
+          if (ps.axis != 't' && dc.tp % pre.tp != pc.tp) continue;
+          leg.head_end = 1;
         } else {  // contiguous head slices: the overlap, in this rank's head indices
           const std::uint32_t lo = std::max(g.kv_heads.front(), o.kv_heads.front());
           const std::uint32_t hi = std::min(g.kv_heads.back(), o.kv_heads.back()) + 1;
           if (lo >= hi) continue;
-          hb = lo - g.kv_heads.front();
-          he = hi - g.kv_heads.front();
+          leg.head_begin = lo - g.kv_heads.front();
+          leg.head_end = hi - g.kv_heads.front();
         }
-        legs.push_back({layout_rank(spec, other, stage, cp, tp), l, hb, he});
+        legs.push_back(leg);
       }
     }
   }
@@ -77,13 +108,19 @@ std::vector<PdLeg> pd_legs(const ExperimentConfig& exp, const TopologySpec& spec
 }
 
 namespace {
-// The KV heads [hb, he) of `layer` in each page this pool owns (heads are contiguous in a block).
-std::vector<transfer::Block> head_blocks(cache::KvPool& pool, std::span<const PageId> pages, const PdLeg& leg) {
-  auto blocks = cache::layer_blocks(pool, pages, leg.layer);
+// The KV heads [hb, he) of `layer` in the pages at prompt positions first, first + 1, ... that the
+// leg carries (i ≡ page_res mod page_mod; heads are contiguous in a block). Sharded: this rank owns
+// them — a page held by another owner is a placement bug, which debug checks stop here.
+std::vector<transfer::Block> head_blocks(cache::KvPool& pool, std::span<const PageId> pages, std::size_t first,
+                                         const PdLeg& leg) {
+  std::vector<transfer::Block> blocks;
   const std::size_t per_head = pool.layer_block_bytes() / pool.heads();
-  for (auto& b : blocks) {
-    b.data = static_cast<std::uint8_t*>(b.data) + leg.head_begin * per_head;
-    b.bytes = (leg.head_end - leg.head_begin) * per_head;
+  for (std::size_t k = 0; k < pages.size(); ++k) {
+    if ((first + k) % leg.page_mod != leg.page_res) continue;
+    KVGRID_CHECK(!KVGRID_DEBUG_CHECKS_ON() || pool.owns(pages[k]), "P/D: page ", pages[k], " at position ", first + k,
+                 " is not owned by this rank (", leg.page_res, " mod ", leg.page_mod, ")");
+    blocks.push_back({reinterpret_cast<std::uint8_t*>(pool.layer_block(pages[k], leg.layer)) + leg.head_begin * per_head,
+                      (leg.head_end - leg.head_begin) * per_head});
   }
   return blocks;
 }
@@ -175,7 +212,7 @@ std::vector<transfer::Block> PdLink::leg_blocks(const PdLeg& leg, const ServeReq
   const std::size_t p = static_cast<std::size_t>(exp_.cache.page_size.value());
   const std::size_t last = (r.prompt_len() + p - 1) / p;
   if (!geo_.hybrid())
-    return head_blocks(pool_, std::span<const PageId>(r.res.pages.data() + dpl / p, last - dpl / p), leg);
+    return head_blocks(pool_, std::span<const PageId>(r.res.pages.data() + dpl / p, last - dpl / p), dpl / p, leg);
   if (leg.sidecar >= 0) {  // prefill: each source page's words, read where the sidecar keeps them
     const cache::unified::PayloadSidecar& sc = *sidecars_[local_sidecar(leg)];
     std::vector<transfer::Block> blocks;
@@ -191,12 +228,12 @@ std::vector<transfer::Block> PdLink::leg_blocks(const PdLeg& leg, const ServeReq
   PdLeg in_pool = leg;
   in_pool.layer = k;
   if (kind == LayerKind::Full)
-    return head_blocks(pool_, std::span<const PageId>(r.res.pages.data() + dpl / p, last - dpl / p), in_pool);
+    return head_blocks(pool_, std::span<const PageId>(r.res.pages.data() + dpl / p, last - dpl / p), dpl / p, in_pool);
   KVGRID_CHECK(r.res.hybrid != nullptr, "request ", r.spec.id, " of a hybrid model without its hybrid hold");
   const cache::HybridHold& h = *r.res.hybrid;
   if (kind == LayerKind::Swa) {
     KVGRID_CHECK(swa_pool_ != nullptr, "P/D: an SWA layer without the SWA pool");
-    return head_blocks(*swa_pool_, tail_window(r, dpl), in_pool);
+    return head_blocks(*swa_pool_, tail_window(r, dpl), tail_window_page(dpl, r.prompt_len()), in_pool);
   }
   KVGRID_CHECK(states_ != nullptr && h.mamba != 0, "P/D: a MAMBA layer without the request's state");
   const std::size_t S = geo_.mamba_state, H = geo_.kv_heads.size();

@@ -3,7 +3,8 @@
 // that need it (`PdLeg`: one message per request, leg and layer; with equal layouts prefill rank w
 // sends everything to decode rank w + group size; MLA's latent KV, held by every TP rank, comes to
 // decode TP rank t from prefill TP rank t mod prefill TP; decode CP rank c takes prefill CP rank
-// c mod prefill CP's). The two groups run the serving loop in lockstep; their PP0 leaders exchange
+// c mod prefill CP's; CP-sharded pools: each page from its prefill owner to its decode owner, the
+// shard groups may differ in size and axis). The two groups run the serving loop in lockstep; their PP0 leaders exchange
 // one control message per step in each direction:
 //
 //   P(s)  prefill leader → decode leader, at the start of prefill step s: the arrivals of step s,
@@ -67,11 +68,17 @@ PdRole pd_role(const ExperimentConfig& exp, const RankGrid& grid);
 // unused) moves the sidecar's words of the pages its source sends — every TP rank of the stage
 // holding the source kind's first layer keeps the sidecar whole, so decode rank (tp, cp) takes them
 // from prefill rank (tp mod prefill TP, cp mod prefill CP).
+// CP-sharded pools (cache.cp_sharding): a page at prompt position i lives on shard rank i mod N of
+// each side's shard group, so the leg between a prefill owner and a decode owner carries exactly the
+// suffix pages whose position i ≡ `page_res` (mod `page_mod`), page_mod = lcm(N_prefill, N_decode)
+// (the Chinese remainder of both owners' residues; a pair without a common residue has no leg).
+// Unsharded sides have N = 1: page_mod 1, every page.
 struct PdLeg {
   int peer = -1;
   std::size_t layer = 0;
   std::size_t head_begin = 0, head_end = 0;
   int sidecar = -1;
+  std::uint32_t page_mod = 1, page_res = 0;
   bool operator==(const PdLeg&) const = default;
 };
 // This rank's legs (pure layout arithmetic: both sides derive the same pairs). Empty in a

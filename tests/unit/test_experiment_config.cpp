@@ -118,10 +118,10 @@ TEST(ExperimentConfig, TwoGroupWorld) {
   EXPECT_NO_THROW(parse_experiment("[topology.prefill]\ntp = 2\npp = 2\n[topology.decode]\ntp = 2\n[workload]\nkind = \"gsp\"\n", "pd", {}));
   expect_contains(error_of("[topology.prefill]\ntp = 3\n[topology.decode]\ntp = 2\n[workload]\nkind = \"gsp\"\n[model]\nkv_heads = 4\n"),
                   "is not divisible by the prefill group's tp = 3");
-  // Sharded pools pair owners: equal tp and cp on both sides.
-  expect_contains(error_of("[topology.prefill]\ncp = 2\n[topology.decode]\ncp = 1\n[workload]\nkind = \"gsp\"\n[cache]\n"
-                           "cp_sharding = \"sharded\"\n"),
-                  "cache.cp_sharding = \"sharded\" in a P/D world needs equal tp and cp on both sides");
+  // Sharded pools pair page owners, whatever the two shard groups.
+  EXPECT_NO_THROW(parse_experiment("[topology.prefill]\ncp = 2\n[topology.decode]\ncp = 1\ntp = 2\n[workload]\nkind = \"gsp\"\n[cache]\n"
+                                   "cp_sharding = \"sharded\"\n",
+                                   "pd", {}));
   EXPECT_NO_THROW(parse_experiment("[topology.prefill]\ncp = 2\n[topology.decode]\ncp = 2\npp = 2\n[workload]\nkind = \"gsp\"\n"
                                    "[cache]\ncp_sharding = \"sharded\"\n",
                                    "pd", {}));

@@ -75,6 +75,84 @@ TEST(PdLegs, EveryDecodeRankReceivesEachLayerAndHeadOnceFromAHolderAndSidesMirro
   }
 }
 
+// CP-sharded pools (cache.cp_sharding = sharded), page-level: over shard groups that differ in size
+// and axis (CP, or TP for MLA at CP 1), each decode rank receives each (layer, head) of every
+// position it owns exactly once, from the prefill rank that holds that layer and head and owns
+// that position; sends and receives pair up. Positions 0..35 cover every lcm of the sizes here.
+TEST(PdLegs, ShardedPoolsMoveEachPageFromItsPrefillOwnerToItsDecodeOwner) {
+  std::vector<GridShape> shapes;
+  for (int tp : {1, 2, 4})
+    for (int cp : {1, 2, 3})
+      for (int pp : {1, 2}) shapes.push_back({tp, cp, pp});
+  // (shard group size, this rank's shard) as rank_stack builds them (protocols/cp_sharding.hpp)
+  auto owner = [](const GridShape& s, const GridCoord& c, bool mla) -> std::pair<int, int> {
+    if (s.cp > 1) return {s.cp, c.cp};
+    if (mla && s.tp > 1) return {s.tp, c.tp};
+    return {1, 0};
+  };
+  using PageKey = std::tuple<int, int, std::uint64_t, std::uint32_t, int>;  // sender, receiver, layer, head, position
+  for (const std::string attention : {"mha", "mla"}) {
+    auto exp = model(attention);
+    exp.cache.cp_sharding = "sharded";
+    const bool mla = attention == "mla";
+    for (const auto& p : shapes)
+      for (const auto& d : shapes) {
+        TopologySpec spec;
+        spec.groups = {{"prefill", p}, {"decode", d}};
+        SCOPED_TRACE(attention + " sharded " + spec.str());
+        std::set<PageKey> sent, received;
+        for (int w = 0; w < spec.world_size(); ++w) {
+          const GridCoord c = layout_coord(spec, w);
+          const ModelGeometry g = ModelGeometry::for_rank(exp, c, spec.groups[static_cast<std::size_t>(c.group)].shape);
+          for (const auto& leg : pd_legs(exp, spec, c))
+            for (int i = 0; i < 36; ++i) {
+              if (static_cast<std::uint32_t>(i) % leg.page_mod != leg.page_res) continue;
+              for (std::size_t h = leg.head_begin; h < leg.head_end; ++h) {
+                const int s = c.group == 0 ? w : leg.peer, r = c.group == 0 ? leg.peer : w;
+                EXPECT_TRUE((c.group == 0 ? sent : received).insert({s, r, g.layer_begin + leg.layer, g.kv_heads[h], i}).second);
+              }
+            }
+        }
+        EXPECT_EQ(sent, received) << "sends and receives must pair up";
+        std::map<std::tuple<int, std::uint64_t, std::uint32_t, int>, int> got;
+        for (const auto& [s, r, l, h, i] : received) {
+          ++got[{r, l, h, i}];
+          const GridCoord sc = layout_coord(spec, s);
+          const ModelGeometry sg = ModelGeometry::for_rank(exp, sc, p);
+          EXPECT_TRUE(l >= sg.layer_begin && l < sg.layer_end) << "rank " << s << " does not hold layer " << l;
+          EXPECT_TRUE(std::find(sg.kv_heads.begin(), sg.kv_heads.end(), h) != sg.kv_heads.end());
+          const auto [n, mine] = owner(p, sc, mla);
+          EXPECT_EQ(i % n, mine) << "prefill rank " << s << " does not own position " << i;
+        }
+        for (int w = p.size(); w < spec.world_size(); ++w) {
+          const GridCoord c = layout_coord(spec, w);
+          const ModelGeometry g = ModelGeometry::for_rank(exp, c, d);
+          const auto [n, mine] = owner(d, c, mla);
+          for (std::uint64_t l = g.layer_begin; l < g.layer_end; ++l)
+            for (auto h : g.kv_heads)
+              for (int i = 0; i < 36; ++i)
+                EXPECT_EQ((got[{w, l, h, i}]), i % n == mine ? 1 : 0) << "decode rank " << w << " layer " << l << " head " << h << " position " << i;
+        }
+      }
+  }
+}
+
+TEST(PdLegs, HandComputedCp4PrefillIntoCp2DecodeSharded) {
+  auto exp = model("mha");
+  exp.cache.cp_sharding = "sharded";
+  TopologySpec spec;
+  spec.groups = {{"prefill", {1, 4, 1}}, {"decode", {1, 2, 1}}};
+  // Decode CP rank 1 (world 5) owns odd positions: 1 and 5 mod 4 come from prefill CP ranks 1 and 3.
+  auto legs = pd_legs(exp, spec, layout_coord(spec, 5));
+  ASSERT_EQ(legs.size(), 12u);  // 6 layers × 2 owners
+  EXPECT_EQ(legs[0], (PdLeg{1, 0, 0, 4, -1, 4, 1}));
+  EXPECT_EQ(legs[1], (PdLeg{3, 0, 0, 4, -1, 4, 3}));
+  // Prefill CP rank 2 (world 2) owns positions ≡ 2 (mod 4): all to decode CP rank 0 (world 4).
+  legs = pd_legs(exp, spec, layout_coord(spec, 2));
+  ASSERT_EQ(legs.size(), 6u);
+  for (const auto& leg : legs) EXPECT_EQ(leg, (PdLeg{4, leg.layer, 0, 4, -1, 4, 2}));
+}
+
 // Sidecars (hybrid models): each decode rank of the stage holding a sidecar's source kind's first
 // layer gets exactly one leg of it, from a prefill rank of the stage holding that layer; sides mirror.
 TEST(PdLegs, EachDecodeHolderOfASidecarReceivesItOnceFromAPrefillHolder) {
