@@ -20,7 +20,6 @@ std::size_t draft_host_layers(DraftLayout layout, std::size_t target_layers, std
 
 DraftState::DraftState(DraftLayout layout, KvPool& device, KvPool* target_host, std::size_t target_layers)
     : layout_(layout), packed_(layout == DraftLayout::Packed), device_(device), target_host_(target_host), target_layers_(target_layers) {
-  KVGRID_CHECK(!device_.sharded(), "a draft model over a CP-sharded pool");
   if (!target_host_) return;
   if (packed_) {
     if (!target_host_->block_compatible(device_))

@@ -53,10 +53,6 @@ void check_relations(const ExperimentConfig& e, const std::string& src) {
     if (d.enabled() && e.model.attention == "mha" && d.kv_heads % g.shape.tp != 0)
       throw InputError(src + ": model.draft.kv_heads = " + std::to_string(d.kv_heads) + " is not divisible by the " +
                        g.name + " group's tp = " + std::to_string(g.shape.tp) + " (the draft splits heads like the target)");
-    if (d.enabled() && e.cache.cp_sharding != "replicated" &&
-        protocols::shard_group_size(g.shape, e.model.attention == "mla") > 1)
-      throw InputError(src + ": model.draft.mode = \"" + d.mode + "\" with cache.cp_sharding = \"" + e.cache.cp_sharding +
-                       "\": draft KV over a sharded pool is not supported (use cache.cp_sharding = \"replicated\")");
   }
   // P/D: the groups may differ in tp, cp and pp (runtime/pd.hpp pairs the ranks that hold each
   // layer and head).

@@ -261,11 +261,12 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   hook_pools();
   restore = protocols::make_restore_placement(exp.cache.cp_sharding);
   if (shard->size > 1) dc->set_restore_placement(restore.get());
-  if (shard->size > 1)
-    gather = std::make_unique<protocols::LayerGather>(
-        protocols::LayerGather::Config{exp.cache.gather_pages, exp.cache.gather_overlap, 8,
-                                       protocols::parse_gather_order(exp.protocol.layer_gather)},
-        *shard, *pool);
+  if (shard->size > 1) {
+    const protocols::LayerGather::Config gc{exp.cache.gather_pages, exp.cache.gather_overlap, 8,
+                                            protocols::parse_gather_order(exp.protocol.layer_gather)};
+    gather = std::make_unique<protocols::LayerGather>(gc, *shard, *pool);
+    if (has_draft) draft_gather = std::make_unique<protocols::LayerGather>(gc, *shard, *draft_pool);
+  }
   if (host_kv) {
     cache::HostTierConfig htc{exp.cache.host_pages, exp.cache.write_policy,
                               static_cast<std::uint64_t>(exp.cache.write_through_threshold), exp.cache.load_back_threshold,

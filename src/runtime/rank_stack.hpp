@@ -63,6 +63,10 @@ struct RankStack {
   std::unique_ptr<cache::DeviceCache> dc;
   std::unique_ptr<cache::RestorePlacement> restore;
   std::unique_ptr<protocols::LayerGather> gather;  // CP sharding only
+  // CP sharding with a draft (last stage): the draft's pages, sharded with the target's ownership,
+  // are read through their own gather over the same shard group (its slots, like the draft's pool,
+  // come on top of cache.device_pages).
+  std::unique_ptr<protocols::LayerGather> draft_gather;
   std::unique_ptr<cache::CrossStageAgreement> cross_stage;        // protocol.prefetch_consensus (PP > 1)
   std::unique_ptr<cache::CrossStageAgreement> publish_agreement;  // protocol.pp_sync's publish (PP > 1)
   std::unique_ptr<protocols::PpSync> pp_sync;  // protocol.pp_sync: write ACKs and admissions across stages

@@ -93,7 +93,8 @@ void ServeLoop::add_plugins() {
     plugins_.push_back(std::make_unique<SpecDecodeStep>(SpecDecodeStep::Context{
         .exp = exp_, .grid = grid_, .sched = sched_, .clock = clock_, .res = res_,
         .draft_geo = stack_.has_draft ? &stack_.draft_geo : nullptr, .draft_pool = stack_.draft_pool.get(),
-        .draft_swa_pool = stack_.draft_swa_pool.get(), .draft_states = stack_.draft_states.get(), .emit = emit_fn}));
+        .draft_swa_pool = stack_.draft_swa_pool.get(), .draft_states = stack_.draft_states.get(),
+        .draft_gather = stack_.draft_gather.get(), .kv_bytes_scale = stack_.kv_bytes_scale, .emit = emit_fn}));
   if (stack_.private_loads)
     plugins_.push_back(std::make_unique<LoadCheckStep>(grid_, sched_, dc_, pool_, stack_.draft_pool.get(), emit_fn));
   if (pd_.role() == PdRole::Prefill)

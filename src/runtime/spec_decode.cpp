@@ -66,6 +66,8 @@ SpecDecodeStep::SpecDecodeStep(Context ctx)
       clock_(ctx.clock),
       res_(ctx.res),
       draft_pool_(ctx.draft_pool),
+      draft_gather_(ctx.draft_gather),
+      kv_bytes_scale_(ctx.kv_bytes_scale),
       emit_(std::move(ctx.emit)),
       Ld_(ctx.draft_geo ? ctx.draft_geo->local_layers() : 0) {
   if (ctx.draft_geo) {
@@ -98,10 +100,30 @@ void SpecDecodeStep::after_aborts(ServeStep& s) {
 
 void SpecDecodeStep::scheduled(ServeStep& /*s*/) {
   if (draft_pool_) draft_pool_->reset(sched_.fresh_pages());
+  gather_ns_ = 0;
+}
+
+void SpecDecodeStep::gather_draft(ServeStep& s) {
+  std::vector<protocols::GatherItem> items;
+  const std::size_t ps = static_cast<std::size_t>(exp_.cache.page_size.value());
+  for (auto& e : s.batch)
+    if (!e.req->draft.primed && e.start > 0) {
+      model_->prime_for_gather(e.req->draft);
+      const std::size_t n = (e.start + ps - 1) / ps;
+      items.push_back({std::span<const PageId>(e.req->res.pages).first(n), e.req->draft.run, e.start % ps});
+    }
+  if (items.empty()) return;
+  const std::uint64_t bytes = draft_gather_->run(items, {});
+  // Modelled: one gather per draft layer, after the target's (the draft runs after its last layer).
+  gather_ns_ = static_cast<std::uint64_t>(static_cast<double>(Ld_) * (exp_.cost.gather_latency_us * 1e3 +
+                                                                      static_cast<double>(bytes) * kv_bytes_scale_ / exp_.cost.gather_gb_s));
+  emit_(s.index, static_cast<std::uint64_t>(items.size()), "draft_gather", static_cast<std::int64_t>(Ld_),
+        static_cast<std::int64_t>(gather_ns_), static_cast<std::int64_t>(bytes), 0);
 }
 
 void SpecDecodeStep::forward_entry(ServeStep& s, std::size_t i, std::span<std::uint64_t> partials) {
   if (!model_) return;
+  if (i == 0 && draft_gather_) gather_draft(s);
   auto& e = s.batch[i];  // the draft reads its own pages (restored with the target's, or not)
   HybridTables ht;  // a hybrid draft: its SWA pages and states sit at the target's ids
   if (const auto* h = e.req->res.hybrid.get()) ht = {h->swa_table, h->mamba, h->mamba_ckpt};
@@ -111,7 +133,7 @@ void SpecDecodeStep::forward_entry(ServeStep& s, std::size_t i, std::span<std::u
 std::uint64_t SpecDecodeStep::forward_ns(const ServeStep& s, const StepWork& work) const {
   if (!model_) return 0;
   const auto& shape = grid_.shape();
-  return draft_step_ns(exp_.cost, exp_.model.draft, work, s.batch, Ld_, shape.tp, shape.cp);
+  return gather_ns_ + draft_step_ns(exp_.cost, exp_.model.draft, work, s.batch, Ld_, shape.tp, shape.cp);
 }
 
 void SpecDecodeStep::verify_entry(ServeStep& s, std::size_t i, std::span<const std::uint64_t> partials) {

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "protocols/layer_gather.hpp"
 #include "runtime/cost.hpp"
 #include "runtime/experiment.hpp"
 #include "runtime/scheduler.hpp"
@@ -61,6 +62,10 @@ class SpecDecodeStep : public StepPlugin {
     // A hybrid draft's SWA pool and states (null: none of that kind), indexed like the target's.
     cache::KvPool* draft_swa_pool = nullptr;
     cache::StatePool* draft_states = nullptr;
+    // CP-sharded pools: the draft's layer gather (null: not sharded, or not the last stage), and
+    // what a digest byte stands for in modelled time.
+    protocols::LayerGather* draft_gather = nullptr;
+    double kv_bytes_scale = 1.0;
     Emit emit;
   };
   explicit SpecDecodeStep(Context ctx);
@@ -71,6 +76,10 @@ class SpecDecodeStep : public StepPlugin {
   void scheduled(ServeStep& s) override;
   std::size_t partials_per_entry() const override { return Ld_; }
   void forward_entry(ServeStep& s, std::size_t i, std::span<std::uint64_t> partials) override;
+  // CP-sharded pools, before the draft's first entry: the draft's own layer gather of the cached
+  // prefixes of the batch's requests computed here for the first time (the target's gather phase
+  // already waited for their restores, whose joined events cover the draft's copies).
+  void gather_draft(ServeStep& s);
   std::uint64_t forward_ns(const ServeStep& s, const StepWork& work) const override;
   void verify_entry(ServeStep& s, std::size_t i, std::span<const std::uint64_t> partials) override;
   void message(ServeStep& s) override;
@@ -87,6 +96,9 @@ class SpecDecodeStep : public StepPlugin {
   std::uint64_t& clock_;
   ServeResult& res_;
   cache::KvPool* draft_pool_;
+  protocols::LayerGather* draft_gather_;
+  double kv_bytes_scale_;
+  std::uint64_t gather_ns_ = 0;  // this step's draft gather, modelled
   Emit emit_;
   const std::size_t Ld_;  // the draft's layers here (last stage; 0 elsewhere)
   std::unique_ptr<SyntheticModel> model_;

@@ -73,6 +73,7 @@ TableDoc events_table() {
           {"gather", "CP layer gather of a batch: args = (modelled start ns, modelled end ns, bytes per layer); request = requests gathered"},
           {"oracle_mismatch", "the last stage's checksum differs from the oracle's: args = (start position, end position, -); status 1"},
           {"draft_mismatch", "the draft's checksum differs from its oracle: args = (start, end, -)"},
+          {"draft_gather", "CP layer gather of the draft's cached prefixes (last stage): args = (draft layers, modelled ns of their gathers, bytes per layer); request = requests gathered"},
           {"draft_round", "a speculative round verified: args = (tokens proposed, accepted, 1 if the draft was intact)"},
           {"finish", "a request finished: args = (prompt tokens, cached tokens, output tokens); status 1 if its oracle failed"},
           {"d2h", "device -> host backup copy: args = (modelled start ns, modelled end ns, bytes); request = copy id"},

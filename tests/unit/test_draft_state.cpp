@@ -226,9 +226,8 @@ TEST(DraftState, ExperimentChecksTheDraftsLayout) {
   EXPECT_NE(error("[model.draft]\nmode = \"sidecar\"\nkv_heads = 3\n").find("model.draft.kv_heads = 3 is not divisible"),
             std::string::npos);
   EXPECT_EQ(error("[model.draft]\nmode = \"sidecar\"\n[cache]\ncp_sharding = \"sharded\"\n"), "");  // MHA at CP 1: nothing sharded
-  EXPECT_NE(error("[model.draft]\nmode = \"sidecar\"\n[cache]\ncp_sharding = \"sharded\"\n", {"model.attention=mla"})
-                .find("draft KV over a sharded pool is not supported"),
-            std::string::npos);
+  // MLA sharded over TP: the draft's pages follow the target's owners (its own layer gather)
+  EXPECT_EQ(error("[model.draft]\nmode = \"sidecar\"\n[cache]\ncp_sharding = \"sharded\"\n", {"model.attention=mla"}), "");
   EXPECT_NE(error("[model.draft]\nmode = \"sidecar\"\n", {"workload.kind=tree"}).find("needs a serving workload"),
             std::string::npos);
 }
