@@ -60,13 +60,18 @@ void check_relations(const ExperimentConfig& e, const std::string& src) {
     auto refuse = [&](bool bad, const std::string& what) {
       if (bad) throw InputError(src + ": " + what + " is not supported in a P/D world yet");
     };
-    refuse(d.enabled(), "model.draft.mode = \"" + d.mode + "\" (speculative decoding)");
+    // Speculative decoding: the suffix carries the draft's FULL layers (pd_legs); a hybrid draft's
+    // SWA windows and states have no legs.
+    refuse(d.enabled() && d.layer_types != "full", "model.draft.layer_types = \"" + d.layer_types +
+                                                     "\" (a hybrid draft: its SWA windows and states are not transferred)");
     // Sharded pools: each page goes from its prefill owner to its decode owner (pd_legs), whatever
     // the two shard groups.
     // transfer tags: one slot per request in flight, one tag per layer and per sidecar
-    const std::int64_t tags = e.engine.max_running * (e.model.layers + static_cast<std::int64_t>(e.model.sidecars.size()));
+    const std::int64_t draft_layers = d.enabled() && d.mode != "target_only" ? d.layers : 0;
+    const std::int64_t tags =
+        e.engine.max_running * (e.model.layers + draft_layers + static_cast<std::int64_t>(e.model.sidecars.size()));
     if (tags > 30000)
-      throw InputError(src + ": engine.max_running × (model.layers + sidecars) = " + std::to_string(tags) +
+      throw InputError(src + ": engine.max_running × (model.layers + draft layers + sidecars) = " + std::to_string(tags) +
                        " exceeds the 30000 P/D transfer tags (one per request in flight and layer or sidecar)");
   }
   if (w.tree.prompt_tokens_min > w.tree.prompt_tokens_max)

@@ -12,8 +12,9 @@
 namespace kvgrid {
 
 namespace {
-// Transfer tags: kPdTagBase + slot × (model.layers + sidecars) + global layer, or + model.layers +
-// sidecar index for a sidecar leg.
+// Transfer tags: kPdTagBase + slot × (transfer layers + sidecars) + transfer layer (the target's
+// global layer, or model.layers + the draft's layer), or + transfer layers + sidecar index for a
+// sidecar leg.
 constexpr int kPdTagBase = 1000;
 }
 
@@ -47,6 +48,10 @@ bool common_pages(const PageShard& a, const PageShard& b, std::uint32_t& mod, st
 }
 }  // namespace
 
+bool pd_sends_draft(const ExperimentConfig& exp) {
+  return exp.model.draft.enabled() && exp.model.draft.mode != "target_only";
+}
+
 std::vector<PdLeg> pd_legs(const ExperimentConfig& exp, const TopologySpec& spec, const GridCoord& me) {
   std::vector<PdLeg> legs;
   if (spec.groups.size() != 2) return legs;
@@ -56,13 +61,11 @@ std::vector<PdLeg> pd_legs(const ExperimentConfig& exp, const TopologySpec& spec
   const GridShape& pre = spec.groups[0].shape;
   const GridShape& dec = spec.groups[1].shape;
   const ModelGeometry g = ModelGeometry::for_rank(exp, me, mine);
-  // The other group's ranks holding global layer gl: its stage, then its CP and TP ranks paired
-  // with this one. A replicated axis of prefill has one source per decode rank (decode rank c
-  // takes prefill rank c mod prefill's size); prefill's shard axis has the page's owner.
-  for (std::size_t l = 0; l < g.local_layers(); ++l) {
-    const std::uint64_t gl = g.layer_begin + l;
-    int stage = 0;
-    while (ModelGeometry::for_rank(exp, GridCoord{other, 0, 0, stage, 0}, theirs).layer_end <= gl) ++stage;
+  // The legs of local layer l (of geometry `mg`: the target's or the draft's) with the other
+  // group's ranks of stage `stage`: its CP and TP ranks paired with this one. A replicated axis of
+  // prefill has one source per decode rank (decode rank c takes prefill rank c mod prefill's
+  // size); prefill's shard axis has the page's owner.
+  auto pair_up = [&](const ModelGeometry& mg, std::size_t l, int stage, bool draft) {
     for (int cp = 0; cp < theirs.cp; ++cp) {
       for (int tp = 0; tp < theirs.tp; ++tp) {
         const GridCoord oc{other, tp, cp, stage, 0};
@@ -71,21 +74,34 @@ std::vector<PdLeg> pd_legs(const ExperimentConfig& exp, const TopologySpec& spec
         const PageShard ps = page_shard(exp, pre, pc), ds = page_shard(exp, dec, dc);
         if (ps.axis != 'c' && dc.cp % pre.cp != pc.cp) continue;
         PdLeg leg{layout_rank(spec, other, stage, cp, tp), l, 0, 0};
+        leg.draft = draft;
         if (!common_pages(ps, ds, leg.page_mod, leg.page_res)) continue;
-        const ModelGeometry o = ModelGeometry::for_rank(exp, oc, theirs);
-        if (g.mla) {  // latent KV on every TP rank: decode TP t from prefill TP t mod prefill TP
+        if (mg.mla) {  // latent KV on every TP rank: decode TP t from prefill TP t mod prefill TP
           if (ps.axis != 't' && dc.tp % pre.tp != pc.tp) continue;
           leg.head_end = 1;
         } else {  // contiguous head slices: the overlap, in this rank's head indices
-          const std::uint32_t lo = std::max(g.kv_heads.front(), o.kv_heads.front());
-          const std::uint32_t hi = std::min(g.kv_heads.back(), o.kv_heads.back()) + 1;
+          const ModelGeometry o = draft ? ModelGeometry::draft_for_rank(exp, oc, theirs) : ModelGeometry::for_rank(exp, oc, theirs);
+          const std::uint32_t lo = std::max(mg.kv_heads.front(), o.kv_heads.front());
+          const std::uint32_t hi = std::min(mg.kv_heads.back(), o.kv_heads.back()) + 1;
           if (lo >= hi) continue;
-          leg.head_begin = lo - g.kv_heads.front();
-          leg.head_end = hi - g.kv_heads.front();
+          leg.head_begin = lo - mg.kv_heads.front();
+          leg.head_end = hi - mg.kv_heads.front();
         }
         legs.push_back(leg);
       }
     }
+  };
+  for (std::size_t l = 0; l < g.local_layers(); ++l) {
+    const std::uint64_t gl = g.layer_begin + l;
+    int stage = 0;
+    while (ModelGeometry::for_rank(exp, GridCoord{other, 0, 0, stage, 0}, theirs).layer_end <= gl) ++stage;
+    pair_up(g, l, stage, false);
+  }
+  // Speculative decoding: the draft's layers live on the last stage of each group, its heads split
+  // over TP like the target's; its pages are the target's (the same suffix, the same owners).
+  if (pd_sends_draft(exp) && me.pp == mine.pp - 1) {
+    const ModelGeometry dg = ModelGeometry::draft_for_rank(exp, me, mine);
+    for (std::size_t l = 0; l < dg.local_layers(); ++l) pair_up(dg, l, theirs.pp - 1, true);
   }
   // Sidecars: whole on every TP rank of the stage holding their source kind's first layer; decode
   // rank (tp, cp) takes prefill rank (tp mod prefill TP, cp mod prefill CP)'s words.
@@ -133,12 +149,12 @@ PdLink::PdLink(const ExperimentConfig& exp, const RankGrid& grid, cache::KvPool&
       fault_rng_(rank_stream(exp.engine.seed, grid.world_rank()).fork("pd.transfer.fail.layer")) {
   if (role_ == PdRole::None) return;
   legs_ = pd_legs(exp, grid.spec(), grid.coord());
+  transfer_layers_ = static_cast<std::uint64_t>(exp.model.layers + (pd_sends_draft(exp) ? exp.model.draft.layers : 0));
   leader_peer_ = role_ == PdRole::Prefill ? grid.spec().groups[0].shape.size() : 0;
   link_ = transfer::make_mpi_transport(grid.world());
   for (std::int64_t s = exp.engine.max_running; s-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(s));
   next_slot_ = static_cast<std::uint32_t>(exp.engine.max_running);
-  slot_limit_ = static_cast<std::uint32_t>((32767 - kPdTagBase) /
-                                            (std::max<std::int64_t>(exp.model.layers, 1) + static_cast<std::int64_t>(exp.model.sidecars.size())));
+  slot_limit_ = static_cast<std::uint32_t>((32767 - kPdTagBase) / (std::max<std::uint64_t>(transfer_layers_, 1) + exp.model.sidecars.size()));
   KVGRID_CHECK(next_slot_ <= slot_limit_, "P/D: ", next_slot_, " transfer slots exceed the ", slot_limit_, " MPI tags allow");
   zeros_.assign(pool.layer_block_bytes() / sizeof(std::uint64_t), 0);  // a broken leg's bytes (attach_hybrid: more)
 }
@@ -157,6 +173,11 @@ void PdLink::attach_hybrid(cache::KvPool* swa_pool, cache::StatePool* states,
   if (states) words = std::max(words, states->words_per_slot());
   for (const auto* sc : sidecars_) words = std::max(words, sc->words_per_slot());
   zeros_.assign(words, 0);
+}
+
+void PdLink::attach_draft(cache::KvPool* draft_pool) {
+  draft_pool_ = draft_pool;
+  if (draft_pool_) zeros_.resize(std::max(zeros_.size(), draft_pool_->layer_block_bytes() / sizeof(std::uint64_t)), 0);
 }
 
 std::size_t PdLink::local_sidecar(const PdLeg& leg) const {
@@ -203,14 +224,21 @@ std::uint64_t PdLink::global_layer(std::size_t local_layer) const {
 }
 
 int PdLink::tag(std::uint32_t slot, const PdLeg& leg) const {
-  const auto layers = static_cast<std::uint64_t>(exp_.model.layers);
-  const std::uint64_t at = leg.sidecar >= 0 ? layers + static_cast<std::uint64_t>(leg.sidecar) : global_layer(leg.layer);
-  return kPdTagBase + static_cast<int>(slot * (layers + exp_.model.sidecars.size()) + at);
+  const std::uint64_t at = leg.sidecar >= 0 ? transfer_layers_ + static_cast<std::uint64_t>(leg.sidecar) : transfer_layer(leg);
+  return kPdTagBase + static_cast<int>(slot * (transfer_layers_ + exp_.model.sidecars.size()) + at);
+}
+
+std::uint64_t PdLink::transfer_layer(const PdLeg& leg) const {
+  return leg.draft ? static_cast<std::uint64_t>(exp_.model.layers) + leg.layer : global_layer(leg.layer);
 }
 
 std::vector<transfer::Block> PdLink::leg_blocks(const PdLeg& leg, const ServeRequest& r, std::size_t dpl) {
   const std::size_t p = static_cast<std::size_t>(exp_.cache.page_size.value());
   const std::size_t last = (r.prompt_len() + p - 1) / p;
+  if (leg.draft) {
+    KVGRID_CHECK(draft_pool_ != nullptr, "P/D: a draft leg on a rank without the draft's pool");
+    return head_blocks(*draft_pool_, std::span<const PageId>(r.res.pages.data() + dpl / p, last - dpl / p), dpl / p, leg);
+  }
   if (!geo_.hybrid())
     return head_blocks(pool_, std::span<const PageId>(r.res.pages.data() + dpl / p, last - dpl / p), dpl / p, leg);
   if (leg.sidecar >= 0) {  // prefill: each source page's words, read where the sidecar keeps them
@@ -258,7 +286,7 @@ PdLink::DecodeAnswers PdLink::receive_answers(std::int64_t step, std::uint64_t& 
       clock = std::max(clock, d.clock_ns + static_cast<std::uint64_t>(exp_.cost.pd_latency_us * 1e3));
       relay.push_back({kPdAdmitted, id, value});
       if (faults_.evaluate("pd.transfer.fail", static_cast<std::uint64_t>(step)))
-        relay.push_back({kPdFault, id, fault_rng_.below(static_cast<std::uint64_t>(exp_.model.layers))});
+        relay.push_back({kPdFault, id, fault_rng_.below(transfer_layers_)});
     }
     if (kind == kPdFinished) finished(RequestId(id), value);
     if (kind == kPdIdle) out.idle = value != 0;
@@ -330,7 +358,7 @@ std::vector<PdRecord> PdLink::send_suffixes(const std::vector<BatchEntry>& batch
     for (const auto& leg : legs_) {
       auto blocks = leg_blocks(leg, *e.req, b.dpl);
       // Broken from this layer on (a sidecar leg: whenever the transfer broke): what arrives is zeros.
-      if (leg.sidecar >= 0 ? b.breaks_at < static_cast<std::uint64_t>(exp_.model.layers) : global_layer(leg.layer) >= b.breaks_at) {
+      if (leg.sidecar >= 0 ? b.breaks_at < transfer_layers_ : transfer_layer(leg) >= b.breaks_at) {
         for (auto& blk : blocks) blk.data = zeros_.data();
       } else {
         for (const auto& blk : blocks) bytes += blk.bytes, per_peer[leg.peer] += blk.bytes;
@@ -338,7 +366,7 @@ std::vector<PdRecord> PdLink::send_suffixes(const std::vector<BatchEntry>& batch
       events.push_back(link_->send(leg.peer, tag(b.slot, leg), blocks));
     }
     for (auto& ev : events) ev.synchronize();  // decode posted its receives when it answered
-    const bool broken = b.breaks_at < static_cast<std::uint64_t>(exp_.model.layers);
+    const bool broken = b.breaks_at < transfer_layers_;
     stats_.sent_bytes += static_cast<std::int64_t>(bytes);
     if (broken) {
       ++stats_.broken;

@@ -79,11 +79,16 @@ struct PdLeg {
   std::size_t head_begin = 0, head_end = 0;
   int sidecar = -1;
   std::uint32_t page_mod = 1, page_res = 0;
+  bool draft = false;  // a layer of the draft model (speculative decoding; last stages only)
   bool operator==(const PdLeg&) const = default;
 };
 // This rank's legs (pure layout arithmetic: both sides derive the same pairs). Empty in a
 // single-group world.
 std::vector<PdLeg> pd_legs(const ExperimentConfig& exp, const TopologySpec& spec, const GridCoord& me);
+// Speculative decoding in a P/D world: the suffix carries the draft's KV too (its layers after the
+// target's: draft layer d is transfer layer model.layers + d, for tags and pd.transfer.fail's
+// draw), except with target_only, whose draft gets nothing back from any copy.
+bool pd_sends_draft(const ExperimentConfig& exp);
 
 struct PdStats {
   std::int64_t sent_tokens = 0, sent_bytes = 0, broken = 0;  // prefill ranks, counted at the send
@@ -105,6 +110,9 @@ class PdLink {
   // words of the FULL pages or SWA pages the transfer sends.
   void attach_hybrid(cache::KvPool* swa_pool, cache::StatePool* states,
                      std::vector<cache::unified::PayloadSidecar*> sidecars = {}, std::vector<SidecarConfig> specs = {});
+  // Speculative decoding (pd_sends_draft), the last stage: the draft's device pool, whose pages of
+  // the suffix its legs move.
+  void attach_draft(cache::KvPool* draft_pool);
 
   // Leaders' control messages (blocking, watchdog included).
   void send_control(const StepMessage& m);
@@ -176,6 +184,9 @@ class PdLink {
   // as long as the tags stay under MPI's guaranteed bound.
   void release_slot(ServeRequest& r, bool withdrawn = false);
   std::uint64_t global_layer(std::size_t local_layer) const;
+  // The leg's layer in the transfer's order: the target's global layer, or model.layers + d for
+  // the draft's layer d.
+  std::uint64_t transfer_layer(const PdLeg& leg) const;
   // The blocks leg `leg` moves for request r with decode_prefix_len `dpl`: FULL pages of
   // [dpl, prompt), SWA pages of [pd_swa_from, prompt) or the slice of the MAMBA state.
   std::vector<transfer::Block> leg_blocks(const PdLeg& leg, const ServeRequest& r, std::size_t dpl);
@@ -185,6 +196,8 @@ class PdLink {
   cache::KvPool& pool_;
   cache::KvPool* swa_pool_ = nullptr;
   cache::StatePool* states_ = nullptr;
+  cache::KvPool* draft_pool_ = nullptr;
+  std::uint64_t transfer_layers_ = 0;  // model.layers, + the draft's when the suffix carries it
   std::vector<cache::unified::PayloadSidecar*> sidecars_;
   std::vector<SidecarConfig> sidecar_specs_;
   ModelGeometry geo_;  // this rank's layers, their kinds and heads

@@ -44,10 +44,12 @@ void share_spec_counts(const RankGrid& grid, ServeResult& res) {
                         static_cast<std::uint64_t>(res.spec_accepted), static_cast<std::uint64_t>(res.draft_mismatches),
                         res.spec_digest};
   // The last stage verified the rounds: every rank of it must have counted the same, then the
-  // world takes its counts (the other stages hold none).
+  // world takes its leader's counts (the other stages hold none; in a P/D world each group's last
+  // stage counts its own: decode's rounds, and prefill's checks of the draft over the prompts).
   if (grid.is_last_stage() && !all_equal(grid.stage(), std::span<const std::uint64_t>(v, 5), "agreement of draft counts"))
     throw RunFailure("the last stage's ranks counted different draft rounds or acceptances: their verification diverged");
-  agree(grid.world(), std::span<std::uint64_t>(v, 5), MPI_MAX, "all-reduce of speculative decoding counts");
+  if (!grid.is_last_stage() || !grid.is_stage_leader()) std::fill(v, v + 5, 0);
+  agree(grid.world(), std::span<std::uint64_t>(v, 5), MPI_SUM, "all-reduce of speculative decoding counts");
   res.spec_rounds = static_cast<std::int64_t>(v[0]);
   res.spec_proposed = static_cast<std::int64_t>(v[1]);
   res.spec_accepted = static_cast<std::int64_t>(v[2]);
@@ -77,18 +79,24 @@ SpecDecodeStep::SpecDecodeStep(Context ctx)
   }
 }
 
-void SpecDecodeStep::leader_before_arrivals(ServeStep& s) {
-  if (!expect_back_ || grid_.shape().pp == 1) return;
+void SpecDecodeStep::leader_before_arrivals(ServeStep& s) { receive_back(s); }
+
+void SpecDecodeStep::receive_back(ServeStep& s) {
+  if (!expect_back_ || grid_.shape().pp == 1 || back_received_) return;
   // The last stage verified the previous step's drafts: their accepted counts decide this step's
   // decode lengths (a real pipeline waits for its sampled tokens the same way).
   StepMessage back = recv_step(grid_.shape().pp - 1, grid_.pp(),
                                "step " + std::to_string(s.index) + " inputs: drafts verified by the last stage", kTagBackward);
   s.in.accepts = std::move(back.accepts);
   clock_ = std::max(clock_, back.clock_ns + static_cast<std::uint64_t>(exp_.cost.pp_link_ns));
+  back_received_ = true;
 }
 
 void SpecDecodeStep::first_stage_inputs(ServeStep& s) {
   if (grid_.shape().pp == 1) s.in.accepts = accepts_next_;  // every rank of the one stage verified them
+  // P/D decode: the inputs came whole from prefill (no arrivals drawn here), the counts come now.
+  if (grid_.is_stage_leader()) receive_back(s);
+  back_received_ = false;
 }
 
 void SpecDecodeStep::after_aborts(ServeStep& s) {

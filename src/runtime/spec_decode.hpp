@@ -71,6 +71,10 @@ class SpecDecodeStep : public StepPlugin {
   explicit SpecDecodeStep(Context ctx);
 
   void leader_before_arrivals(ServeStep& s) override;
+  // PP > 1, PP0's leader: the last stage's counts of the previous step's rounds, once per step —
+  // before the arrivals are drawn, or (P/D decode, whose inputs come whole from prefill) with the
+  // first stage's inputs.
+  void receive_back(ServeStep& s);
   void first_stage_inputs(ServeStep& s) override;
   void after_aborts(ServeStep& s) override;
   void scheduled(ServeStep& s) override;
@@ -105,6 +109,7 @@ class SpecDecodeStep : public StepPlugin {
   std::unique_ptr<Oracle> oracle_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> accepts_next_;  // verified at a step, applied at the next
   bool expect_back_ = false;  // PP0 (PP > 1): the previous step had draft rounds, their counts come back
+  bool back_received_ = false;  // ... and this step's leader has them
   Sender back_sender_;        // the last stage's leader → PP0's leader
 };
 

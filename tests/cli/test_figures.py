@@ -26,6 +26,7 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
            # a run that fails on purpose ends at once: mpirun's default second between its
            # SIGTERM and SIGKILL to the other ranks cost ~2 s per failing run (a third of the CLI tests' time)
            OMPI_MCA_odls_base_sigkill_timeout="0",
+           OMPI_MCA_pml="ob1", OMPI_MCA_btl="self,vader",  # one node: shared memory only (test_cli.py)
            HDF5_USE_FILE_LOCKING="FALSE", MPLBACKEND="Agg")
 TMP = tempfile.mkdtemp(prefix="kvgrid-figures-")
 

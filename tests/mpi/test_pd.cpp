@@ -321,5 +321,72 @@ TEST(Pd, SameSeedSameRun) {
   EXPECT_EQ(ra.model_ns, rb.model_ns);
 }
 
+// Speculative decoding in a P/D world: prefill computes the draft's KV over the prompt and sends
+// the draft's suffix with the target's (its layers after the target's, last stage to last stage);
+// decode reuses the draft's KV from its own tiers like the target's. packed and sidecar accept
+// exactly what a run without decode reuse or host tier accepts (every position's draws, request by
+// request) with no draft mismatch; target_only sends and restores no draft KV and collapses; broken
+// transfers (a break in the draft's layers alone included) and broken restores fail exactly their
+// requests, none decoded with a broken draft.
+TEST(Pd, SpeculativeDecodingSendsTheDraftsSuffixWithTheTargets) {
+  std::string pg, dg;
+  if (testing::world_size() == 2) pg = dg = "tp = 1\n";
+  if (testing::world_size() == 4) pg = "tp = 2\n", dg = "pp = 2\n";
+  if (testing::world_size() == 8) pg = dg = "tp = 2\npp = 2\n";
+  if (pg.empty()) GTEST_SKIP() << "layouts are listed for 2, 4 and 8 ranks";
+  const std::string toml = "[topology.prefill]\n" + pg + "[topology.decode]\n" + dg;
+  SCOPED_TRACE(toml);
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"model.draft.steps=3", "model.draft.accept_prob=0.7", "workload.gsp.output_len=12",
+                               "cache.device_pages=40"});
+    return pd_world_of(toml, std::move(extra), 8);
+  };
+  DecisionLog off_log;
+  auto off = serve(with({"model.draft.mode=sidecar", "protocol.pd=full_transfer", "cache.host_pages=0", "cache.device_pages=200"}), off_log);
+  ASSERT_EQ(off.oracle_mismatches, 0);
+  ASSERT_GT(off.spec_rounds, 0);
+  EXPECT_EQ(off.draft_mismatches, 0);
+  for (const char* mode : {"packed", "sidecar", "target_only"}) {
+    SCOPED_TRACE(mode);
+    DecisionLog log;
+    auto r = serve(with({std::string("model.draft.mode=") + mode}), log);
+    EXPECT_EQ(r.oracle_mismatches, 0);
+    EXPECT_EQ(r.divergences(), 0);
+    EXPECT_EQ(r.verify_failures, 0);
+    EXPECT_EQ(r.pd_sent_tokens, r.pd_received_tokens);
+    EXPECT_LT(r.pd_sent_tokens * 2, r.prompt_tokens) << "decode reuses its own tiers";
+    EXPECT_GT(r.host_tokens, 0) << "decode restores from its host tier (the draft's KV with the target's)";
+    if (std::string(mode) == "target_only") {
+      EXPECT_GT(r.draft_mismatches, 0) << "a draft that gets nothing back is blind";
+      EXPECT_LT(r.spec_accepted * 2, off.spec_accepted);
+    } else {
+      EXPECT_EQ(r.draft_mismatches, 0);
+      EXPECT_EQ(r.spec_rounds, off.spec_rounds);
+      EXPECT_EQ(r.spec_accepted, off.spec_accepted);
+      EXPECT_EQ(r.spec_digest, off.spec_digest) << "request by request";
+    }
+    if (testing::world_rank() == 0)
+      std::printf("[ pd spec ] %-11s: %lld rounds, %lld/%lld accepted (off: %lld), %lld draft mismatches, sent %lld of %lld, "
+                  "%lld from decode's host\n", mode,
+                  static_cast<long long>(r.spec_rounds), static_cast<long long>(r.spec_accepted),
+                  static_cast<long long>(r.spec_proposed), static_cast<long long>(off.spec_accepted),
+                  static_cast<long long>(r.draft_mismatches), static_cast<long long>(r.pd_sent_tokens),
+                  static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.host_tokens));
+  }
+  DecisionLog log;
+  auto faulty = serve(with({"model.draft.mode=sidecar", "faults.pd.transfer.fail.probability=0.15",
+                            "faults.pd.restore.fail.probability=0.2", "faults.transfer.delay.probability=0.1"}),
+                      log);
+  EXPECT_EQ(faulty.oracle_mismatches, 0);
+  EXPECT_EQ(faulty.divergences(), 0);
+  EXPECT_EQ(faulty.verify_failures, 0);
+  EXPECT_EQ(faulty.draft_mismatches, 0) << "no request is decoded over a broken draft suffix or restore";
+  EXPECT_EQ(faulty.failed, faulty.pd_failed + faulty.pd_restore_failed);
+  EXPECT_GT(faulty.pd_failed, 0);
+  if (testing::world_rank() == 0)
+    std::printf("[ pd spec ] under faults: %lld broken transfers, %lld broken restores failed\n",
+                static_cast<long long>(faulty.pd_failed), static_cast<long long>(faulty.pd_restore_failed));
+}
+
 }  // namespace
 }  // namespace kvgrid

@@ -153,6 +153,63 @@ TEST(PdLegs, HandComputedCp4PrefillIntoCp2DecodeSharded) {
   for (const auto& leg : legs) EXPECT_EQ(leg, (PdLeg{4, leg.layer, 0, 4, -1, 4, 2}));
 }
 
+// Speculative decoding: the draft's layers (on each group's last stage, heads split over TP) ride
+// the suffix as transfer layers model.layers + d: every decode rank of the last stage receives
+// each draft (layer, head) exactly once from a prefill rank of the last stage holding it, sides
+// mirror, and target_only sends no draft leg.
+TEST(PdLegs, DraftLayersGoFromLastStageToLastStageOnceEach) {
+  for (const std::string mode : {"sidecar", "target_only"}) {
+    auto exp = parse_experiment("[model]\nlayers = 6\nkv_heads = 4\n[model.draft]\nmode = \"" + mode + "\"\nlayers = 2\n"
+                                "kv_heads = 2\n[workload]\nkind = \"gsp\"\n", "legs", {});
+    for (int ptp : {1, 2})
+      for (int ppp : {1, 2, 3})
+        for (int dtp : {1, 2})
+          for (int dpp : {1, 2}) {
+            TopologySpec spec;
+            spec.groups = {{"prefill", {ptp, 1, ppp}}, {"decode", {dtp, 1, dpp}}};
+            SCOPED_TRACE(mode + " " + spec.str());
+            std::set<Key> sent, received;
+            for (int w = 0; w < spec.world_size(); ++w) {
+              const GridCoord c = layout_coord(spec, w);
+              const GridShape& sh = spec.groups[static_cast<std::size_t>(c.group)].shape;
+              const ModelGeometry dg = ModelGeometry::draft_for_rank(exp, c, sh);
+              for (const auto& leg : pd_legs(exp, spec, c)) {
+                if (!leg.draft) continue;
+                EXPECT_EQ(c.pp, sh.pp - 1) << "a draft leg off the last stage";
+                for (std::size_t h = leg.head_begin; h < leg.head_end; ++h) {
+                  const int s = c.group == 0 ? w : leg.peer, r = c.group == 0 ? leg.peer : w;
+                  EXPECT_TRUE((c.group == 0 ? sent : received).insert({s, r, leg.layer, dg.kv_heads[h]}).second);
+                }
+              }
+            }
+            EXPECT_EQ(sent, received);
+            if (mode == "target_only") {
+              EXPECT_TRUE(received.empty()) << "target_only sends no draft KV";
+              continue;
+            }
+            const int pre = ptp * ppp;
+            for (int w = pre; w < spec.world_size(); ++w) {
+              const GridCoord c = layout_coord(spec, w);
+              if (c.pp != dpp - 1) continue;
+              const ModelGeometry dg = ModelGeometry::draft_for_rank(exp, c, spec.groups[1].shape);
+              for (std::uint64_t l = 0; l < 2; ++l)
+                for (auto h : dg.kv_heads) {
+                  int n = 0;
+                  for (const auto& [s, r, ll, hh] : received) {
+                    if (r != w || ll != l || hh != h) continue;
+                    ++n;
+                    const GridCoord sc = layout_coord(spec, s);
+                    EXPECT_EQ(sc.pp, ppp - 1) << "from prefill's last stage";
+                    const ModelGeometry sg = ModelGeometry::draft_for_rank(exp, sc, spec.groups[0].shape);
+                    EXPECT_TRUE(std::find(sg.kv_heads.begin(), sg.kv_heads.end(), h) != sg.kv_heads.end());
+                  }
+                  EXPECT_EQ(n, 1) << "decode rank " << w << " draft layer " << l << " head " << h;
+                }
+            }
+          }
+  }
+}
+
 // Sidecars (hybrid models): each decode rank of the stage holding a sidecar's source kind's first
 // layer gets exactly one leg of it, from a prefill rank of the stage holding that layer; sides mirror.
 TEST(PdLegs, EachDecodeHolderOfASidecarReceivesItOnceFromAPrefillHolder) {
