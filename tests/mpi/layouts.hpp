@@ -46,4 +46,15 @@ inline int suite_seeds(int in_suite) {
 // In the test suite (not a jobs/mpi_seeds.sh sweep): tests may thin their case × layout grids.
 inline bool in_suite() { return std::getenv("KVGRID_SEEDS") == nullptr; }
 
+// Suite time: a long case list shared out over the suite's world sizes — in the suite, case i runs
+// at 1 and 2 ranks when i mod 3 = 0, at 4 when 1, at 8 when 2, so every case runs in every pass of
+// the suite at one world size (of that size's layouts, the caller picks one); a jobs/mpi_seeds.sh
+// sweep runs every case at every size.
+inline bool suite_share(std::size_t i) {
+  if (!in_suite()) return true;
+  const int n = world_size();
+  const std::size_t slot = n <= 2 ? 0 : n <= 4 ? 1 : 2;
+  return i % 3 == slot;
+}
+
 }  // namespace kvgrid::testing

@@ -12,6 +12,7 @@
 
 #include "core/check.hpp"
 #include "core/decision_log.hpp"
+#include "layouts.hpp"
 #include "mpi_util.hpp"
 #include "runtime/experiment.hpp"
 #include "runtime/serve.hpp"
@@ -146,6 +147,7 @@ TEST(CpSharding, RestoreAfterEvictKeepsOwnersUnderFaults) {
   };
   const int seeds = testing::world_size() <= 2 ? 4 : 2;
   for (std::size_t k = 0; k < cases.size(); ++k) {
+    if (!testing::suite_share(k)) continue;  // (suite time: each case at one world size)
     for (std::int64_t seed = 1; seed <= seeds; ++seed) {
       SCOPED_TRACE((cases[k].empty() ? std::string("no faults") : cases[k].front()) + " seed " + std::to_string(seed));
       const std::string dir = base + "/" + std::to_string(k) + "-" + std::to_string(seed);

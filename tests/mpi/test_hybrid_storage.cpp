@@ -82,11 +82,12 @@ TEST(HybridStorage, EveryComponentComesBackFromStorageUnderEveryStorageFailpoint
       for (std::int64_t seed = 1200; seed < 1200 + seeds; ++seed) {
         const auto& l = layouts[li];
         const auto& c = cases[ci];
-        // Suite time: with several layouts each runs every other case, alternating, so that every
-        // case runs at some layout of every world size (jobs/mpi_seeds.sh runs them all); unified
-        // keys (many small files, slow to create here) at the first layout only.
-        if (layouts.size() > 1 && testing::in_suite() && (li + ci) % 2 != 0) continue;
-        if (!c.empty() && c.front() == "cache.storage_key_scheme=unified" && li != 0) continue;
+        // Suite time: each case at one world size (testing::suite_share) and one of its layouts,
+        // in turn (jobs/mpi_seeds.sh runs them all); unified keys (many small files, slow to
+        // create here) at the first layout only.
+        const bool unified = !c.empty() && c.front() == "cache.storage_key_scheme=unified";
+        if (testing::in_suite() && (!testing::suite_share(ci) || li != (unified ? 0 : (ci / 3) % layouts.size()))) continue;
+        if (unified && li != 0) continue;
         std::string what = l.str() + " seed " + std::to_string(seed);
         for (const auto& s : c) what += " " + s;
         SCOPED_TRACE(what);

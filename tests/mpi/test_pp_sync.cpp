@@ -56,12 +56,12 @@ TEST(PpSync, HostTierAcrossStagesAgreesOverManySeedsAndFaults) {
       {"faults.storage.write.fail.probability=0.3", last("storage.write.fail")},
   };
   // A few seeds per case in the test suite (PP 2 at 2 ranks: 2; PP 4 at 4 and 8 ranks,
-  // oversubscribed here: 1, and at 8 ranks — TP2 x PP4, the 4-rank run's PP 4 with TP — every
-  // other case) — jobs/mpi_seeds.sh runs 50 (KVGRID_SEEDS) of every case.
+  // oversubscribed here: 1), each case at one world size (testing::suite_share) —
+  // jobs/mpi_seeds.sh runs 50 (KVGRID_SEEDS) of every case at every size.
   const int seeds = testing::suite_seeds(testing::world_size() <= 2 ? 2 : 1);
-  const std::size_t stride = testing::world_size() > 4 && testing::in_suite() ? 2 : 1;
   int run = 0;
-  for (std::size_t ci = 0; ci < cases.size(); ci += stride) {
+  for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+    if (!testing::suite_share(ci)) continue;  // (suite time: each case at one world size)
     const auto& c = cases[ci];
     std::int64_t h2d = 0, read = 0;
     const double t0 = MPI_Wtime();
