@@ -5,7 +5,7 @@ another job running at the same time, which are not reproducible by design): a r
 behaviour (the serving loop's shape, a protocol moved behind an interface) keeps every digest.
 
   jobs/digests.py --check [--seeds 1-3] [--quick] [--jobs N]    compare (exit 1 on any difference)
-  jobs/digests.py --record [--seeds 1-3]             rewrite the file (after an intended change;
+  jobs/digests.py --record [--seeds 1-3] [--only A,B] rewrite the file (after an intended change;
                                                      say in the commit which digests changed and why)
 
 --quick skips the experiments marked slow in the file (minutes each on 2 cores); the test suite
@@ -28,7 +28,7 @@ MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
 # Not reproducible by design: a job over a store another job writes at the same time (its
 # decisions depend on the other's progress; tests/cli/test_storage.py runs it with its partner).
 SHARED = {"buckets"}
-SLOW = {"cp_sharding", "mooncake_replay", "policy_sim", "urc_swa", "urc_all"}  # over 15 s each here (policy_sim: a benchmark) (the Figure 4 pair: jobs/figure.sh urc_tiers)
+SLOW = {"cp_sharding", "mooncake_replay", "policy_sim", "production_mix", "urc_swa", "urc_all"}  # over 15 s each here (policy_sim: a benchmark) (the Figure 4 pair: jobs/figure.sh urc_tiers)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1", HDF5_USE_FILE_LOCKING="FALSE")
 
@@ -75,10 +75,17 @@ def main():
     ap.add_argument("--seeds", default="1-3")
     ap.add_argument("--quick", action="store_true", help="skip the slow experiments")
     ap.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2: digests do not depend on it)")
+    ap.add_argument("--only", default="", help="comma-separated experiment names (default: every shipped one)")
     a = ap.parse_args()
     exps = sorted(f[:-5] for f in os.listdir(os.path.join(SRC, "experiments")) if f.endswith(".toml") and f[:-5] not in SHARED)
     if a.quick:
         exps = [e for e in exps if e not in SLOW]
+    if a.only:
+        unknown = set(a.only.split(",")) - set(exps)
+        if unknown:
+            print(f"digests.py: --only names no shipped experiment: {', '.join(sorted(unknown))}", file=sys.stderr)
+            return 2
+        exps = [e for e in exps if e in a.only.split(",")]
     want = read_golden()
     got, bad = {}, 0
     with tempfile.TemporaryDirectory(prefix="kvgrid-digests-") as tmp, \

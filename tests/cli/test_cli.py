@@ -1575,6 +1575,33 @@ def urc_tiers_shape():
     expect(p.returncode == 0 and os.path.exists(out("urc.png")), "urc_tiers.py draws the runs", p.stdout, p.stderr)
 
 
+
+def production_mix_smoke():
+    """jobs/production_mix.sh at a reduced size (2M prompt tokens, a 200K-token request): P/D with a
+    CP-sharded PP2 prefill group and a TP2xPP2 decode group, a draft, host and storage tiers, every
+    failpoint at a low probability — oracle OK, ranks agreed, the huge request finished, peak RSS
+    per rank and both timelines reported, the bounds met. The committed trace is what
+    jobs/production_mix_trace.py writes with its defaults."""
+    d = out("pmx")
+    p = subprocess.run([os.path.join(SRC, "jobs", "production_mix.sh"), "--total", "2000000", "--huge", "200000", "--out", d],
+                       capture_output=True, text=True, env=dict(ENV, KVGRID_BIN=BIN, MPIEXEC=MPIEXEC), timeout=240, cwd=SRC)
+    so = p.stdout
+    expect(p.returncode == 0 and "bounds (oracle OK, ranks agree, the 200,000-token request finished" in so and so.rstrip().endswith("OK"),
+           "the reduced mix within its bounds", so, p.stderr)
+    expect(re.search(r"peak RSS per rank \d+-\d+ MiB \(8 ranks\)", so), "peak RSS of every rank", so)
+    expect("largest request: 200,000 tokens, finished, oracle OK" in so, "the huge request finished", so)
+    expect(re.search(r"speculative decoding: acceptance length 2\.\d+, 0 draft mismatches", so), "the draft rides the suffix intact", so)
+    with open(os.path.join(d, "timeline-window.json")) as f:
+        events = json.load(f)
+    expect(len(events.get("traceEvents", events)) > 100, "the step window's timeline loads", d)
+    j = json.load(open(os.path.join(d, "report.json")))
+    expect(j["oracle_mismatches"] == 0 and j["divergences"] == 0 and j["faults_injected"] > 0, "report", j)
+    fresh = out("pm-trace.jsonl")
+    subprocess.run([os.path.join(SRC, "jobs", "production_mix_trace.py"), "--out", fresh], check=True, capture_output=True, timeout=60)
+    with open(fresh) as a, open(os.path.join(SRC, "experiments", "traces", "production_mix.jsonl")) as b:
+        expect(a.read() == b.read(), "experiments/traces/production_mix.jsonl is the generator's default output")
+
+
 if __name__ == "__main__":
     name = sys.argv[1]
     try:
