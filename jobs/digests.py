@@ -83,7 +83,8 @@ def main():
     if a.only:
         unknown = set(a.only.split(",")) - set(exps)
         if unknown:
-            print(f"digests.py: --only names no shipped experiment: {', '.join(sorted(unknown))}", file=sys.stderr)
+            print(f"digests.py: --only names no shipped experiment{' outside the slow set (--quick)' if a.quick else ''}: "
+                  f"{', '.join(sorted(unknown))}", file=sys.stderr)
             return 2
         exps = [e for e in exps if e in a.only.split(",")]
     want = read_golden()

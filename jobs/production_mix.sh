@@ -6,7 +6,8 @@
 # RSS per rank, the modelled TTFT and throughput, the digest mode's memory per cached token, and
 # whether the 1M-token request finished; writes a Perfetto timeline of a step window and of every
 # 16th step. Fails (exit 1) when a bound does not hold: oracle or ranks not OK, the huge request
-# not finished, over 6 minutes of wall time or 1.5 GiB of peak RSS on a rank.
+# not finished (at another seed an injected abort or broken transfer may fail it: the line names
+# the fault), over 6 minutes of wall time or 1.5 GiB of peak RSS on a rank.
 #
 #   jobs/production_mix.sh [--total TOKENS --huge TOKENS] [--seed N] [--out DIR]
 #
@@ -88,7 +89,9 @@ if "spec" in j:
     print(f"# speculative decoding: acceptance length {j['spec']['acceptance_length_mean']:.3f}, "
           f"{j['spec']['draft_mismatch_steps']} draft mismatches")
 print(f"# faults fired: {j['faults_injected']} ({', '.join(f'{k} {v}' for k, v in sorted(j['faults'].items()))})")
-print(f"# largest request: {big[0]:,} tokens, {'finished' if big[1] == 0 else 'FAILED'}, oracle {'OK' if big[2] else 'WRONG'}, "
+why = {0: "finished", 1: "FAILED (aborted: request.abort)", 2: "FAILED (broken transfer: pd.transfer.fail)",
+       3: "FAILED (broken restore: pd.restore.fail)"}.get(big[1], f"FAILED ({big[1]})")
+print(f"# largest request: {big[0]:,} tokens, {why}, oracle {'OK' if big[2] else 'WRONG'}, "
       f"TTFT {big[3] / 1e3:.1f} s (modelled)")
 for name in ("timeline-window.json", "timeline-every16.json"):
     print(f"# {name}: {os.path.getsize(os.path.join(out, name)) / 2**20:.1f} MiB")

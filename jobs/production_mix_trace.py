@@ -77,6 +77,9 @@ def main():
         print("production_mix_trace.py: --total must exceed --huge and --rate be positive", file=sys.stderr)
         return 2
     rows = generate(a.total, a.seed, a.huge, a.rate)
+    if not rows:
+        print(f"production_mix_trace.py: no request fits in --total {a.total}", file=sys.stderr)
+        return 2
     tmp = a.out + ".tmp"
     with open(tmp, "w") as f:
         for r in rows:

@@ -18,6 +18,7 @@ packages=(
   redis-server libhiredis-dev
   libgtest-dev libbenchmark-dev
   python3-matplotlib python3-h5py python3-numpy python3-jsonschema
+  time  # GNU time: jobs/production_mix.sh reads each rank's peak RSS from it
 )
 ((with_slurm)) && packages+=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins)
 

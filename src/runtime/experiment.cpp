@@ -66,7 +66,8 @@ void check_relations(const ExperimentConfig& e, const std::string& src) {
                                                      "\" (a hybrid draft: its SWA windows and states are not transferred)");
     // Sharded pools: each page goes from its prefill owner to its decode owner (pd_legs), whatever
     // the two shard groups.
-    // transfer tags: one slot per request in flight, one tag per layer and per sidecar
+    // transfer tags: one slot per request in flight, one tag per layer (the target's, then the
+    // draft's when the suffix carries it) and per sidecar
     const std::int64_t draft_layers = d.enabled() && d.mode != "target_only" ? d.layers : 0;
     const std::int64_t tags =
         e.engine.max_running * (e.model.layers + draft_layers + static_cast<std::int64_t>(e.model.sidecars.size()));

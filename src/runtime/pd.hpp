@@ -16,7 +16,7 @@
 //
 // Decode admits a request when it arrives (match its own tree — device, host and an accepted
 // storage prefetch — lock, reserve the whole request), posts its receives of the suffix pages
-// [decode_prefix_len, prompt) right away, one per local layer on tag slot × layers + layer, and
+// [decode_prefix_len, prompt) right away, one per leg on tag slot × (transfer layers + sidecars) + transfer layer, and
 // answers. Prefill admits a request only once decode answered; after its last prefill chunk every
 // prefill rank sends that suffix of its own layers and heads (the receives are posted, so the
 // sends complete), and the leader announces it. Decode then waits for its receives and its
@@ -55,8 +55,8 @@ enum PdKind : std::uint64_t {
   kPdFinished = 2,  // D: (request, decode's modelled clock)
   kPdIdle = 3,      // D: (0, 1 if decode holds no request)
   kPdSent = 4,      // P: (request, modelled end of the transfer)
-  kPdBroken = 5,    // P: (request, global layer from which it did not arrive)
-  kPdFault = 6,     // relayed inside prefill: (request, global layer at which its transfer breaks)
+  kPdBroken = 5,    // P: (request, transfer layer from which it did not arrive; >= model.layers: the draft's)
+  kPdFault = 6,     // relayed inside prefill: (request, transfer layer at which its transfer breaks)
   kPdAbort = 7,     // P: (request, 0) aborted by the prefill leader at this step (request.abort)
 };
 
@@ -170,7 +170,7 @@ class PdLink {
   struct Boot {
     std::uint64_t dpl = 0;
     std::uint32_t slot = 0;
-    std::uint64_t breaks_at = ~0ULL;  // global layer
+    std::uint64_t breaks_at = ~0ULL;  // transfer layer (PdLink::transfer_layer)
   };
   int tag(std::uint32_t slot, const PdLeg& leg) const;
   // Sidecar legs: this rank's sidecar of the leg, and the source slots whose words it moves.

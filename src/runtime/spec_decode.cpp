@@ -88,7 +88,11 @@ void SpecDecodeStep::receive_back(ServeStep& s) {
   StepMessage back = recv_step(grid_.shape().pp - 1, grid_.pp(),
                                "step " + std::to_string(s.index) + " inputs: drafts verified by the last stage", kTagBackward);
   s.in.accepts = std::move(back.accepts);
-  clock_ = std::max(clock_, back.clock_ns + static_cast<std::uint64_t>(exp_.cost.pp_link_ns));
+  const std::uint64_t at = back.clock_ns + static_cast<std::uint64_t>(exp_.cost.pp_link_ns);
+  clock_ = std::max(clock_, at);
+  // (P/D decode: the inputs, prefill's clock in them, are set already; the stage's broadcast
+  // carries this wait to the leader's peers. Elsewhere leader_inputs sets in.clock_ns after this.)
+  s.in.clock_ns = std::max(s.in.clock_ns, at);
   back_received_ = true;
 }
 

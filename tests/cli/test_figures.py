@@ -130,12 +130,15 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         for name, s in pool.map(lambda j: plot(*j), jobs):
             print(f"{name}: {s:.1f} s")
-    # --help says what the figure shows and the common argument order.
-    for s in scripts:
-        p = subprocess.run(["/usr/bin/python3", os.path.join(PLOTS, s), "--help"], capture_output=True, text=True,
-                           env=ENV, timeout=60)
-        expect(p.returncode == 0 and "--out OUT_BASENAME" in p.stdout and len(p.stdout) > 300, f"{s} --help",
-               p.stdout, p.stderr)
+    # --help says what the figure shows and the common argument order (two at a time: each
+    # script's start-up imports matplotlib).
+    def usage(s):
+        return s, subprocess.run(["/usr/bin/python3", os.path.join(PLOTS, s), "--help"], capture_output=True, text=True,
+                                 env=ENV, timeout=60)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        for s, p in pool.map(usage, scripts):
+            expect(p.returncode == 0 and "--out OUT_BASENAME" in p.stdout and len(p.stdout) > 300, f"{s} --help",
+                   p.stdout, p.stderr)
     # A missing --out is a usage error (exit 2), not a figure somewhere.
     p = subprocess.run(["/usr/bin/python3", os.path.join(PLOTS, "pd.py"), f"decode_reuse={pd}"], capture_output=True,
                        text=True, env=ENV, timeout=60)

@@ -66,7 +66,7 @@ TEST(HybridHost, LoadBacksOfEveryComponentAreCorrectUnderEveryTierFailpointAtEve
   bool load_fail_ran = false;
   for (const auto& l : testing::every_layout(testing::world_size()))
     for (const auto& c : cases)
-      for (std::int64_t seed = 900; seed < 900 + testing::suite_seeds(testing::world_size() <= 2 ? 3 : 2); ++seed) {
+      for (std::int64_t seed = 900; seed < 900 + testing::suite_seeds(testing::world_size() <= 2 ? 3 : 1); ++seed) {
         // (the allocation and load-back failure cases: one seed from 4 ranks; jobs/mpi_seeds.sh sweeps more)
         const bool alloc_case = std::find(c.begin(), c.end(), "faults.device.alloc.fail.ranks=[0]") != c.end() ||
                                 std::find(c.begin(), c.end(), "faults.transfer.load.fail.ranks=[0]") != c.end();

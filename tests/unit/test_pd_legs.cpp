@@ -142,7 +142,7 @@ TEST(PdLegs, HandComputedCp4PrefillIntoCp2DecodeSharded) {
   exp.cache.cp_sharding = "sharded";
   TopologySpec spec;
   spec.groups = {{"prefill", {1, 4, 1}}, {"decode", {1, 2, 1}}};
-  // Decode CP rank 1 (world 5) owns odd positions: 1 and 5 mod 4 come from prefill CP ranks 1 and 3.
+  // Decode CP rank 1 (world 5) owns odd positions: those ≡ 1 and ≡ 3 (mod 4) come from prefill CP ranks 1 and 3.
   auto legs = pd_legs(exp, spec, layout_coord(spec, 5));
   ASSERT_EQ(legs.size(), 12u);  // 6 layers × 2 owners
   EXPECT_EQ(legs[0], (PdLeg{1, 0, 0, 4, -1, 4, 1}));
