@@ -25,6 +25,9 @@ SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("KVGRID_BIN", os.path.join(SRC, "build", "kvgrid"))
 EXP = os.path.join(SRC, "experiments", "component_bugs.toml")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HDF5_USE_FILE_LOCKING="FALSE")
+# one machine: Open MPI over shared memory (probing UCX and TCP costs ~0.2 s per mpirun); the
+# environment overrides
+ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader"}, **ENV)
 
 FULL_SWA = ["model.layer_types=full,swa"]
 # bug -> (catalogue number, scenario: --set lines on experiments/component_bugs.toml, the scenario

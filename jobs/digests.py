@@ -31,6 +31,9 @@ SHARED = {"buckets"}
 SLOW = {"cp_sharding", "mooncake_replay", "policy_sim", "production_mix", "urc_swa", "urc_all"}  # over 15 s each here (policy_sim: a benchmark) (the Figure 4 pair: jobs/figure.sh urc_tiers)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1", HDF5_USE_FILE_LOCKING="FALSE")
+# one machine: Open MPI over shared memory (probing UCX and TCP costs ~0.2 s per mpirun); the
+# environment overrides
+ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader"}, **ENV)
 
 
 def seeds(spec):

@@ -735,12 +735,7 @@ def host_tier_keeps_history():
                      "--set", "faults.host.alloc.fail.ranks=[1]", timeout=120)
     expect(rc == 1 and re.search(r"watchdog: rank [023] waited [0-9.]+ s \(deadline 2 s\) for tp_sync all-reduce", se),
            "the hang becomes a watchdog report", so, se)
-    # The host tier across stages (protocol.pp_sync), and with storage (protocol.prefetch_consensus).
-    rc, so, se = run(4, TIERS, "--out", out("tier-pp-host"), *small, "--set", "topology.pp=2", "--set", "topology.cp=1")
-    expect(rc == 0 and "# verdict: OK" in so, "host tier at PP 2", so, se)
-    rc, so, se = run(4, TIERS, "--out", out("tier-pp"), "--set", "topology.pp=2", "--set", "topology.cp=1",
-                     "--set", "workload.multiturn.clients=8", "--set", "workload.multiturn.rounds=3")
-    expect(rc == 0 and "# verdict: OK" in so, "host and storage tiers at PP 2", so, se)
+    # The host and storage tiers across stages: the combination sweep's smoke (cli_combinations, tiers + PP).
 
 
 def tiers_shape():
