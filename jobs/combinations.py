@@ -166,9 +166,8 @@ def experiment(out, cell, ranks):
         text = f.read()
     text = re.sub(r"^\[topology\]\n(?:[a-z]+ = \d+\n)+", topology(cell, ranks), text, count=1, flags=re.M)
     path = os.path.join(out, f"{name(cell)}@{ranks}.toml")
-    if not os.path.exists(path):
-        with open(path, "w") as f:
-            f.write(text)
+    with open(path, "w") as f:
+        f.write(text)
     return path
 
 
@@ -188,6 +187,9 @@ def run_one(exp, ranks, run_dir, seed, sets):
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, env=ENV, stdin=subprocess.DEVNULL, timeout=600)
         rc, timed_out = p.returncode, False
+        if os.path.isdir(run_dir):  # what the run printed, beside its trace (the reproduce line of a failure)
+            with open(os.path.join(run_dir, "console.txt"), "w") as f:
+                f.write(p.stdout + p.stderr)
     except subprocess.TimeoutExpired:
         rc, timed_out = 124, True
     except OSError as e:  # the launcher or the binary went missing (rebuilt under a running sweep): a failed row
@@ -271,11 +273,13 @@ def main():
     print(f"# combination sweep: {len(cs)} cells x ranks {a.ranks} x seeds {a.seeds}, {len(plan)} runs ({BIN}); "
           f"table under {out}", flush=True)
 
+    exps = {(cell, n): experiment(out, cell, n) for cell, n in itertools.product(cs, ranks)}  # before any run reads one
+
     def launch(i, item):
         cell, n, fs, bug, s = item
         sets = sets_of(cell) + fault_sets(fs, cell) + (BUGS[bug][1] if bug else [])
         sets += [f"engine.deadline_s={a.deadline}"] if a.deadline else []
-        row = run_one(experiment(out, cell, n), n, os.path.join(out, f"run-{i:04d}"), s, sets)
+        row = run_one(exps[(cell, n)], n, os.path.join(out, f"run-{i:04d}"), s, sets)
         row["variant"] = f"{name(cell)}@{n} faults={fs}" + (f" bug={bug}" if bug else "")
         return row
 

@@ -2,10 +2,13 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +16,7 @@
 #include <ctime>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "app/commands.hpp"
 #include "core/build_info.hpp"
@@ -136,6 +140,22 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
   log0(os.str());
 }
 
+// Joins a barrier over `comm` (every rank joins once its trace is flushed) and aborts the job
+// when it completes or after `grace_s` seconds, whichever is first: ranks that never join (busy,
+// or stuck outside a watchdog wait) are killed where they are, not inside a flush.
+[[noreturn]] void abort_when_all_flushed(MPI_Comm comm, double grace_s) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(comm, &req) == MPI_SUCCESS) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+    for (int done = 0; !done && std::chrono::steady_clock::now() < until;) {
+      if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+      if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
 int run_body(const RunOptions& opt, int world_rank, int world_size) {
   // The same file may be unreadable on some nodes only: agree before the first collective.
   ExperimentConfig exp = on_every_rank(MPI_COMM_WORLD, [&] {
@@ -177,8 +197,14 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
       on_every_rank(grid.world(), [&] { return std::make_unique<TraceWriter>(dir, grid, meta); });
   print_header(exp, grid, dir, opt.verbose);
 
-  // A passed deadline: report, keep what the trace has, stop the whole job with exit 1.
-  set_watchdog_handler([&](const WatchdogReport& r) {
+  // A passed deadline: report, keep what the trace has, stop the whole job with exit 1. In a hang
+  // most ranks pass their deadlines within moments of each other, and MPI_Abort from the first
+  // would kill the others in the middle of their own flush, leaving an HDF5 file that cannot be
+  // read (found by the combination sweep at 8 ranks). So a rank that has flushed waits, a bounded
+  // grace, until every rank has (a barrier of its own communicator), then aborts.
+  MPI_Comm flushed_comm = MPI_COMM_NULL;
+  KVGRID_MPI_CHECK(MPI_Comm_dup(grid.world(), &flushed_comm));
+  set_watchdog_handler([&, flushed_comm](const WatchdogReport& r) {
     log_all(r.message() + "\n  " + log.recent_text());
     try {
       trace->decisions(log.take_new());
@@ -187,7 +213,7 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
     } catch (const std::exception& e) {
       log_all(std::string("trace flush failed: ") + e.what());
     }
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    abort_when_all_flushed(flushed_comm, std::min(exp.engine.deadline_s, 5.0));
   });
 
   // Both loops report the same summary; the serving loop adds the oracle and request counts.
@@ -284,6 +310,7 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
     log0(os.str());
   }
   set_watchdog_handler({});
+  MPI_Comm_free(&flushed_comm);
   return ok ? 0 : 1;
 }
 

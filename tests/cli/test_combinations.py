@@ -11,6 +11,7 @@ test_cli.py).
 """
 import difflib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,4 +68,6 @@ if __name__ == "__main__":
     smoke()
     bad_arguments()
     print("FAILED:" if failures else "OK", *failures, sep="\n  ")
+    if not failures:
+        shutil.rmtree(TMP, ignore_errors=True)  # a failure's runs stay for reading
     sys.exit(1 if failures else 0)
