@@ -4,12 +4,13 @@ alone) over experiments/combinations.toml, at 4 and 8 ranks, under sets of failp
 then each buggy protocol variant in every cell where it is active.
 
 Features: tiers (host pool and file storage), cp (CP2, pages sharded), pp (PP2), pd (a prefill and
-a decode group, decode reuses its own tree), draft (a packed MTP-style draft, 3 tokens a round).
-A cell's ranks are split over P/D's groups first, then CP and PP, and TP takes the rest.
+a decode group, decode reuses its own tree), draft (a packed MTP-style draft, 3 tokens a round),
+hybrid (FULL, SWA and MAMBA layers). A pair kvgrid refuses at load (hybrid + cp) runs once and
+must still be refused (exit 2). A cell's ranks are split over P/D's groups first, then CP and PP, and TP takes the rest.
 
 The correct protocols must give verdict OK (no oracle mismatch, no divergence) and no draft
 mismatch in every run. A buggy variant is caught in a run that fails (exit != 0: oracle mismatch,
-divergence, shape mismatch, a check) or, for target_only, counts draft mismatches; it must be
+divergence, shape mismatch, a check; exit 2 is bad input, not a catch) or, for target_only, counts draft mismatches; it must be
 caught in at least one seed of every cell where it is active. Results go through `kvgrid report
 --json` and `kvgrid check` only (jobs/sweep.py's table: sweep.csv and sweep.h5 with one row per run).
 
@@ -31,19 +32,19 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sweep  # noqa: E402  the sweep table's columns, rows and HDF5 writer
-from digests import seeds  # noqa: E402  "1-3,7" -> [1, 2, 3, 7]
+import sweep  # noqa: E402  the sweep table's columns, rows, HDF5 writer and seed lists ("1-3,7")
+from sweep import seeds  # noqa: E402
 
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("KVGRID_BIN", os.path.join(SRC, "build", "kvgrid"))
 MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
 BASE = os.path.join(SRC, "experiments", "combinations.toml")
 # one machine: Open MPI over shared memory unless the environment says otherwise
-ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader"}, **os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
-           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1",
-           HDF5_USE_FILE_LOCKING="FALSE")
+ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader"}, **os.environ)
+ENV.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+           OMPI_MCA_mpi_yield_when_idle="1", HDF5_USE_FILE_LOCKING="FALSE")
 
-FEATURES = ["tiers", "cp", "pp", "pd", "draft"]
+FEATURES = ["tiers", "cp", "pp", "pd", "draft", "hybrid"]
 SETS = {
     "tiers": ["cache.host_pages=128", "cache.storage=file"],
     # two gather slots of 32 pages (a 432-token prompt needs 27) come out of the device budget
@@ -51,7 +52,13 @@ SETS = {
     "pp": [],
     "pd": [],
     "draft": ["model.draft.mode=packed", "model.draft.layers=1", "model.draft.steps=3", "model.draft.accept_prob=0.7"],
+    # FULL, SWA (a 64-token window) and MAMBA layers; at PP2 each stage holds a FULL layer and another kind
+    "hybrid": ["model.layer_types=full,swa,full,mamba", "model.swa_window=64", "model.mamba_chunk=64",
+               "cache.swa_pages=64", "cache.mamba_slots=32"],
 }
+# pairs kvgrid refuses at load (docs/limitations.md): the sweep checks that they still are
+REFUSED = {("cp", "hybrid"): "SWA pages and MAMBA states have no owner placement and no layer gather"}
+REFUSE = "refused"  # the plan's bug slot of a refused pair's one run
 
 
 # pairs whose features change each other's sizes: a sharded host pool holds each page once per CP
@@ -114,6 +121,8 @@ BUGS = {
                              "#8's class: decode's broken host restores are published unchecked"),
     "load_back=unchecked": ({"tiers"}, ["protocol.load_back=unchecked"], "copies",
                             "#8, #12: a broken host->device load-back is read unchecked"),
+    "component_boundary=local_components": ({"hybrid", "pp"}, ["protocol.component_boundary=local_components"], "none",
+                                            "a stage's tree keeps only the components of its own layers"),
 }
 
 SMOKE = {"ranks": "4", "seeds": "1", "deadline": "5", "cells": "tiers+pp,cp+pd,tiers+draft", "faults": "none,copies",
@@ -218,8 +227,14 @@ def caught_by(row):
 
 
 def failed(row):
-    """A run that stopped, failed its checks or read a blind draft prefix."""
+    """A run that did not end clean: it stopped, failed its checks, read a blind draft prefix, or was
+    refused at load."""
     return row["exit"] != 0 or row["verdict"] != "OK" or row["draft_mismatch"] > 0
+
+
+def caught(row):
+    """A buggy variant's run that a check caught: failed, but not refused at load (exit 2 is bad input)."""
+    return failed(row) and row["exit"] != 2
 
 
 def main():
@@ -264,6 +279,9 @@ def main():
     # every run: (cell, ranks, fault set, bug or None, seed)
     plan = []
     for cell, n in itertools.product(cs, ranks):
+        if cell in REFUSED:  # one run, at the first rank count and seed: it must be refused at load (exit 2)
+            plan += [(cell, n, "none", REFUSE, ss[0])] if n == ranks[0] else []
+            continue
         for fs in a.faults.split(","):
             if applies(fs, cell):
                 plan += [(cell, n, fs, None, s) for s in ss]
@@ -277,7 +295,7 @@ def main():
 
     def launch(i, item):
         cell, n, fs, bug, s = item
-        sets = sets_of(cell) + fault_sets(fs, cell) + (BUGS[bug][1] if bug else [])
+        sets = sets_of(cell) + fault_sets(fs, cell) + (BUGS[bug][1] if bug in BUGS else [])
         sets += [f"engine.deadline_s={a.deadline}"] if a.deadline else []
         row = run_one(exps[(cell, n)], n, os.path.join(out, f"run-{i:04d}"), s, sets)
         row["variant"] = f"{name(cell)}@{n} faults={fs}" + (f" bug={bug}" if bug else "")
@@ -289,10 +307,11 @@ def main():
         for fut in concurrent.futures.as_completed(futs):
             i = futs[fut]
             row = rows[i] = fut.result()
-            bad = failed(row) != (plan[i][3] is not None)
+            bug = plan[i][3]
+            bad = row["exit"] != 2 if bug == REFUSE else not caught(row) if bug else failed(row)
             print(f"{row['variant']:60s} seed {row['seed']:3d}  exit {row['exit']}  {row['verdict'] or '-':10s}"
                   f"{' draft mismatches ' + str(row['draft_mismatch']) if row['draft_mismatch'] else ''}"
-                  f"{'  <-- UNEXPECTED' if bad and plan[i][3] is None else ''}", flush=True)
+                  f"{'  <-- UNEXPECTED' if bad else ''}", flush=True)
     with open(os.path.join(out, "sweep.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=sweep.COLUMNS, extrasaction="ignore")
         w.writeheader()
@@ -311,8 +330,11 @@ def summarize(a, cs, ranks, bugs, plan, rows):
     lines, bad = [], 0
     lines.append("# correct protocols: runs failed/total per cell (feature x feature; the diagonal is the feature alone)")
     lines.append("  " + "".join(f"{f:>10s}" for f in FEATURES))
-    matrix = {}
+    matrix, refusals = {}, {}
     for (cell, n, fs, bug, s), row in zip(plan, rows):
+        if bug == REFUSE:
+            refusals[tuple(cell)] = row["exit"] == 2
+            bad += row["exit"] != 2
         if bug is None:
             k = tuple(cell) if len(cell) == 2 else (cell[0], cell[0])
             t, f = matrix.get(k, (0, 0))
@@ -323,7 +345,7 @@ def summarize(a, cs, ranks, bugs, plan, rows):
         for f2 in FEATURES:
             k = tuple(sorted((f1, f2), key=FEATURES.index))
             t, f = matrix.get(k, (0, 0))
-            cellsx.append(f"{f}/{t}" if t else "-")
+            cellsx.append({True: "refused", False: "RAN"}[refusals[k]] if k in refusals else f"{f}/{t}" if t else "-")
         lines.append(f"  {f1:8s}" + "".join(f"{c:>10s}" for c in cellsx))
     lines.append("# buggy variants: cells where active, caught in at least one seed (seeds caught)")
     escapes = []
@@ -331,12 +353,12 @@ def summarize(a, cs, ranks, bugs, plan, rows):
         per = {}
         for (cell, n, fs, bug, s), row in zip(plan, rows):
             if bug == b:
-                per.setdefault(f"{name(cell)}@{n}", []).append((s, failed(row)))
-        caught = {k: [s for s, x in v if x] for k, v in per.items()}
-        how = sorted({caught_by(row) for (cell, n, fs, bug, s), row in zip(plan, rows) if bug == b and failed(row)})
-        missed = [k for k, v in caught.items() if not v]
+                per.setdefault(f"{name(cell)}@{n}", []).append((s, caught(row)))
+        seeds_caught = {k: [s for s, x in v if x] for k, v in per.items()}
+        how = sorted({caught_by(row) for (cell, n, fs, bug, s), row in zip(plan, rows) if bug == b and caught(row)})
+        missed = [k for k, v in seeds_caught.items() if not v]
         escapes += [(b, k) for k in missed]
-        detail = " ".join(f"{k}:{len(v)}/{len(per[k])}" for k, v in caught.items())
+        detail = " ".join(f"{k}:{len(v)}/{len(per[k])}" for k, v in seeds_caught.items())
         lines.append(f"  {b:36s} {len(per) - len(missed)}/{len(per)} cells  {detail}  [{', '.join(how) or 'nothing'}]")
     bad += len(escapes)
     lines.append("# failpoints that never fired in a cell where their set ran (all seeds)")
@@ -356,8 +378,11 @@ def summarize(a, cs, ranks, bugs, plan, rows):
         lines.append("  (none: every failpoint fired in every cell)")
     for b, k in escapes:
         lines.append(f"  ESCAPED: {b} in {k}")
+    for c, ok in refusals.items():
+        lines.append(f"  {'refused at load as documented' if ok else 'NOT REFUSED (docs/limitations.md says it is)'}: "
+                     f"{name(c)} ({REFUSED[c]})")
     lines.append(f"# {'OK' if not bad else 'FAILED'}: {sum(1 for p in plan if p[3] is None)} correct runs, "
-                 f"{sum(1 for p in plan if p[3])} buggy runs")
+                 f"{sum(1 for p in plan if p[3] in BUGS)} buggy runs")
     print("\n".join(lines), flush=True)
     if a.golden:
         keep = [c for c in sweep.COLUMNS if c not in ("wall_s", "run")]
@@ -369,11 +394,11 @@ def summarize(a, cs, ranks, bugs, plan, rows):
                 f.write("\t".join(str(row[c]) for c in keep + ["draft_mismatch"]) + "\n")
             f.write("\n".join(lines) + "\n")
     if a.markdown:
-        write_markdown(a.markdown, matrix, bugs, plan, rows, a)
+        write_markdown(a.markdown, matrix, refusals, bugs, plan, rows, a)
     return 1 if bad else 0
 
 
-def write_markdown(path, matrix, bugs, plan, rows, a):
+def write_markdown(path, matrix, refusals, bugs, plan, rows, a):
     with open(path, "w") as f:
         f.write(f"Correct protocols, runs failed / total (ranks {a.ranks}, seeds {a.seeds}, failpoint sets "
                 f"{a.faults}; the diagonal is the feature alone):\n\n")
@@ -381,8 +406,9 @@ def write_markdown(path, matrix, bugs, plan, rows, a):
         for f1 in FEATURES:
             vals = []
             for f2 in FEATURES:
-                t, x = matrix.get(tuple(sorted((f1, f2), key=FEATURES.index)), (0, 0))
-                vals.append(f"{x}/{t}" if t else "–")
+                k = tuple(sorted((f1, f2), key=FEATURES.index))
+                t, x = matrix.get(k, (0, 0))
+                vals.append(("refused" if refusals[k] else "RAN") if k in refusals else f"{x}/{t}" if t else "–")
             f.write(f"| **{f1}** | " + " | ".join(vals) + " |\n")
         f.write("\nBuggy variants, seeds caught / run in each cell where the variant is active:\n\n")
         f.write("| variant | needs | what it breaks | cells caught | caught by | per cell |\n|---|---|---|---|---|---|\n")
@@ -390,9 +416,9 @@ def write_markdown(path, matrix, bugs, plan, rows, a):
             per = {}
             for (cell, n, fs, bug, s), row in zip(plan, rows):
                 if bug == b:
-                    per.setdefault(f"{name(cell)}@{n}", []).append(failed(row))
+                    per.setdefault(f"{name(cell)}@{n}", []).append(caught(row))
             k = sum(1 for v in per.values() if any(v))
-            how = ", ".join(sorted({caught_by(r) for p, r in zip(plan, rows) if p[3] == b and failed(r)})) or "nothing"
+            how = ", ".join(sorted({caught_by(r) for p, r in zip(plan, rows) if p[3] == b and caught(r)})) or "nothing"
             detail = ", ".join(f"{c} {sum(v)}/{len(v)}" for c, v in per.items())
             f.write(f"| `{b}` | {' + '.join(sorted(BUGS[b][0], key=FEATURES.index))} | {BUGS[b][3]} | {k}/{len(per)} | {how} | {detail} |\n")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The combination sweep: every pair of features (tiers, CP sharding, PP, P/D, draft; each alone on
+# The combination sweep: every pair of features (tiers, CP sharding, PP, P/D, draft, hybrid; each alone on
 # the diagonal) over experiments/combinations.toml at 4 and 8 ranks, under sets of failpoints and
 # seeds, then each buggy protocol variant in every cell where it is active.
 #   jobs/combinations.sh [--ranks 4,8] [--seeds 1-3] [--cells tiers+pp,...] [--faults none,copies,storage,requests,pd]
