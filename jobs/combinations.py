@@ -297,7 +297,11 @@ def main():
         cell, n, fs, bug, s = item
         sets = sets_of(cell) + fault_sets(fs, cell) + (BUGS[bug][1] if bug in BUGS else [])
         sets += [f"engine.deadline_s={a.deadline}"] if a.deadline else []
-        row = run_one(exps[(cell, n)], n, os.path.join(out, f"run-{i:04d}"), s, sets)
+        try:
+            row = run_one(exps[(cell, n)], n, os.path.join(out, f"run-{i:04d}"), s, sets)
+        except OSError as e:  # kvgrid itself went missing (rebuilt under a running sweep): a failed row, not a lost sweep
+            row = {c: "" for c in sweep.COLUMNS}
+            row.update(seed=s, exit=127, verdict=f"error: {e}", draft_mismatch=0, fired={}, run=os.path.join(out, f"run-{i:04d}"))
         row["variant"] = f"{name(cell)}@{n} faults={fs}" + (f" bug={bug}" if bug else "")
         return row
 
