@@ -1,7 +1,6 @@
 // `kvgrid run`: one process per rank under mpirun / srun.
 #include <mpi.h>
 
-#include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -19,12 +18,14 @@
 #include <thread>
 
 #include "app/commands.hpp"
+#include "app/mpi_main.hpp"
 #include "core/build_info.hpp"
 #include "core/check.hpp"
 #include "core/hash.hpp"
 #include "core/decision_log.hpp"
 #include "core/failpoint.hpp"
 #include "core/log.hpp"
+#include "core/schedule.hpp"
 #include "core/topology.hpp"
 #include "core/wait.hpp"
 #include "runtime/experiment.hpp"
@@ -50,23 +51,10 @@ std::string reproduce_line(const RunOptions& opt, std::uint64_t seed, int world_
                      std::to_string(seed);
   for (const auto& s : opt.sets) line += " --set '" + s + "'";
   if (opt.strict) line += " --strict";
+  if (opt.schedule) line += " --schedule '" + *opt.schedule + "'";
   return line;
 }
 
-
-// Runs a start-up step on every rank, then agrees on its outcome (one collective either way).
-template <typename F>
-auto on_every_rank(MPI_Comm world, F&& step) {
-  std::optional<decltype(step())> value;
-  std::string err;
-  try {
-    value.emplace(step());
-  } catch (const InputError& e) {
-    err = e.what();
-  }
-  agree_or_throw(world, err);
-  return std::move(*value);
-}
 
 std::string utc_now() {
   std::time_t now = std::time(nullptr);
@@ -156,6 +144,18 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
   std::abort();
 }
 
+// After a run with --schedule: each flip the run applied, where it was, and the choice points met.
+void report_choices(MPI_Comm world, const ChoiceSource& c) {
+  set_choice_source(nullptr);
+  for (const auto& r : c.records())
+    if (r.answer != r.default_answer)
+      log_all("schedule: point " + std::to_string(r.index) + " at step " + std::to_string(r.step) + ": " + r.what + ": " + r.said);
+  std::uint64_t mine[2] = {c.size(), c.applied()}, all[2] = {0, 0};
+  KVGRID_MPI_CHECK(MPI_Reduce(mine, all, 2, MPI_UINT64_T, MPI_SUM, 0, world));
+  log0("# schedule: " + std::to_string(all[0]) + " choice points over all ranks, " + std::to_string(all[1]) +
+       " flips applied");
+}
+
 int run_body(const RunOptions& opt, int world_rank, int world_size) {
   // The same file may be unreadable on some nodes only: agree before the first collective.
   ExperimentConfig exp = on_every_rank(MPI_COMM_WORLD, [&] {
@@ -166,6 +166,16 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
     e.output.quiet = opt.quiet;
     return e;
   });
+  // --schedule: every copy completion a rank observes answered by the schedule (kvgrid explore).
+  std::optional<ChoiceSource> choices = on_every_rank(MPI_COMM_WORLD, [&]() -> std::optional<ChoiceSource> {
+    if (!opt.schedule) return std::nullopt;
+    const Schedule sched = Schedule::parse(*opt.schedule);
+    if (exp.engine.transfer != "simulated")
+      throw InputError("--schedule needs engine.transfer = \"simulated\" (its completions are the choices), not \"" +
+                       exp.engine.transfer + "\"");
+    return ChoiceSource(sched.for_rank(world_rank));
+  });
+  if (choices) set_choice_source(&*choices);
   set_wait_deadline(std::chrono::duration<double>(exp.engine.deadline_s));
   set_debug_checks(exp.engine.debug_checks);
   RankGrid grid(exp.topology, MPI_COMM_WORLD);
@@ -196,6 +206,7 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
   std::unique_ptr<TraceWriter> trace =
       on_every_rank(grid.world(), [&] { return std::make_unique<TraceWriter>(dir, grid, meta); });
   print_header(exp, grid, dir, opt.verbose);
+  if (choices) log0("# schedule '" + *opt.schedule + "' (controlled engine: copy completions are choices; kvgrid explore)");
 
   // A passed deadline: report, keep what the trace has, stop the whole job with exit 1. In a hang
   // most ranks pass their deadlines within moments of each other, and MPI_Abort from the first
@@ -262,6 +273,7 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
     throw;
   }
   trace.reset();  // close the rank file before rank 0 declares the run complete
+  if (choices) report_choices(grid.world(), *choices);
   MPI_Request req;
   KVGRID_MPI_CHECK(MPI_Ibarrier(grid.world(), &req));
   wait_mpi(&req, "Ibarrier before the summary");
@@ -346,44 +358,14 @@ int cmd_run(const RunOptions& opt, int argc, char** argv) {
       return 2;
     }
   }
-  int provided = 0;
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
-    std::cerr << "kvgrid: MPI_Init_thread failed\n";
-    return 2;
-  }
-  int world_rank = 0, world_size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  log_set_rank(world_rank);
-  // Failed MPI calls return their code to KVGRID_MPI_CHECK (file, line, rank) instead of aborting
-  // inside the library; communicators split from the world inherit this.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  if (provided < MPI_THREAD_MULTIPLE) {
-    if (world_rank == 0)
-      std::cerr << "kvgrid: the MPI library does not provide MPI_THREAD_MULTIPLE (got level " << provided
-                << "); kvgrid's transfer threads need it. Use an MPI built with thread support (Open MPI 4 does).\n";
-    MPI_Finalize();
-    return 2;
-  }
-  int rc = 0;
-  {
-    Kokkos::ScopeGuard kokkos(argc, argv);
-    try {
-      rc = run_body(opt, world_rank, world_size);
-    } catch (const InputError& e) {
-      if (world_rank == 0) std::cerr << "kvgrid run: error: " << e.what() << "\n";
-      rc = 2;
-    } catch (const RunFailure& e) {
-      log_all(std::string("FAILED: ") + e.what() + "\n# seed " + std::to_string(g_run_seed) + "; reproduce: " +
-              reproduce_line(opt, g_run_seed, world_size));
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    } catch (const std::exception& e) {
-      log_all(std::string("internal error: ") + e.what());
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-  }
-  MPI_Finalize();
-  return rc;
+  return run_under_mpi(
+      argc, argv, "run", [&](int world_rank, int world_size) { return run_body(opt, world_rank, world_size); },
+      [&](const RunFailure& e) {
+        int world_size = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+        return std::string("FAILED: ") + e.what() + "\n# seed " + std::to_string(g_run_seed) +
+               "; reproduce: " + reproduce_line(opt, g_run_seed, world_size);
+      });
 }
 
 }  // namespace kvgrid::app

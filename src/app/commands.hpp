@@ -18,7 +18,20 @@ struct RunOptions {
   bool strict = false;
   bool print_world_size = false;
   bool verbose = false, quiet = false;  // -v: the full configuration in the header; -q: no progress rows
+  std::optional<std::string> schedule;  // --schedule: the controlled engine's choices (core/schedule.hpp)
 };
+
+struct ExploreOptions {
+  std::string experiment, out;
+  std::int64_t seed = -1;
+  std::vector<std::string> sets;
+  int bound = 1;            // non-default choices per schedule
+  double budget_s = 0;      // 0: no limit
+  bool keep_going = false;  // explore every schedule within the bound even after a violation
+  bool no_shrink = false;
+  double deadline_s = 5;    // a wait longer than this is a hang (the schedule is abandoned)
+};
+int cmd_explore(const ExploreOptions& opt, int argc, char** argv);
 
 std::string version_string();
 int cmd_run(const RunOptions& opt, int argc, char** argv);

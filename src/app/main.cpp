@@ -52,6 +52,25 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--strict", run.strict, "an oracle mismatch stops the run at once (engine.strict = true)");
   run_cmd->add_flag("-v,--verbose", run.verbose, "print the full effective configuration in the header");
   run_cmd->add_flag("-q,--quiet", run.quiet, "no progress rows (the header and the verdict only)");
+  run_cmd->add_option("--schedule", run.schedule,
+                      "controlled engine: answer the copy completions named rank:index,... the other way (as kvgrid "
+                      "explore prints them; '' = every default)");
+
+  kvgrid::app::ExploreOptions explore;
+  auto* explore_cmd = app.add_subcommand(
+      "explore", "run an experiment under every schedule of its copy completions within a bound (start it with mpirun)");
+  explore_cmd->add_option("experiment", explore.experiment, "experiment file (TOML)")->required();
+  explore_cmd->add_option("--bound", explore.bound, "non-default choices per schedule (default 1)")->check(CLI::Range(0, 8));
+  explore_cmd->add_option("--budget", explore.budget_s, "stop after this many seconds (the result says incomplete)")
+      ->check(CLI::NonNegativeNumber);
+  explore_cmd->add_option("--seed", explore.seed, "run seed (overrides engine.seed)")->check(CLI::NonNegativeNumber);
+  explore_cmd->add_option("--set", explore.sets, "override a key: section.key=value (repeatable)")->allow_extra_args(false);
+  explore_cmd->add_option("--out", explore.out, "directory for the runs' storage (default results/explore/<experiment>)");
+  explore_cmd->add_option("--deadline", explore.deadline_s,
+                          "seconds a rank may wait before its schedule counts as a hang (default 5)")
+      ->check(CLI::PositiveNumber);
+  explore_cmd->add_flag("--keep-going", explore.keep_going, "explore every schedule within the bound after a violation");
+  explore_cmd->add_flag("--no-shrink", explore.no_shrink, "print the first violating schedule as found");
 
   std::string report_run;
   bool report_as_json = false;
@@ -94,9 +113,9 @@ int main(int argc, char** argv) {
   store_cmd->add_flag("--dry-run", store.dry_run, "count what would be removed, remove nothing");
 
   // `kvgrid help [COMMAND]`, and an unknown command named as such (not "argument not expected").
-  const std::vector<std::string> commands = {"run", "report", "check", "timeline", "workload", "store", "help"};
+  const std::vector<std::string> commands = {"run", "explore", "report", "check", "timeline", "workload", "store", "help"};
   if (argc >= 2 && argv[1][0] != '-' && std::find(commands.begin(), commands.end(), argv[1]) == commands.end()) {
-    std::cerr << "kvgrid: unknown command '" << argv[1] << "' (commands: run, report, check, timeline, workload, store, help; see kvgrid --help)\n";
+    std::cerr << "kvgrid: unknown command '" << argv[1] << "' (commands: run, explore, report, check, timeline, workload, store, help; see kvgrid --help)\n";
     return 2;
   }
   if (argc >= 2 && std::string(argv[1]) == "help") {
@@ -104,12 +123,12 @@ int main(int argc, char** argv) {
       std::cout << app.help();
       return 0;
     }
-    for (auto* sub : {run_cmd, report_cmd, check_cmd, timeline_cmd, workload_cmd, store_cmd})
+    for (auto* sub : {run_cmd, explore_cmd, report_cmd, check_cmd, timeline_cmd, workload_cmd, store_cmd})
       if (sub->get_name() == argv[2]) {
         std::cout << sub->help();
         return 0;
       }
-    std::cerr << "kvgrid help: unknown command '" << argv[2] << "' (commands: run, report, check, timeline, workload, store)\n";
+    std::cerr << "kvgrid help: unknown command '" << argv[2] << "' (commands: run, explore, report, check, timeline, workload, store)\n";
     return 2;
   }
   try {
@@ -127,6 +146,7 @@ int main(int argc, char** argv) {
     }
     return kvgrid::app::cmd_run(run, argc, argv);
   }
+  if (*explore_cmd) return kvgrid::app::cmd_explore(explore, argc, argv);
   if (*report_cmd) return kvgrid::app::cmd_report(report_run, report_as_json);
   if (*check_cmd) return kvgrid::app::cmd_check(check_run);
   if (*timeline_cmd) return kvgrid::app::cmd_timeline(timeline);

@@ -12,6 +12,7 @@
 #include "cache/page_hash.hpp"
 #include "cache/radix_storage_site.hpp"
 #include "core/check.hpp"
+#include "core/schedule.hpp"
 
 namespace kvgrid::cache {
 
@@ -171,7 +172,17 @@ std::uint64_t StorageTier::next_ack_ns() const {
 
 std::pair<std::size_t, bool> StorageTier::local_progress(const Prefetch& pf) const {
   const std::uint64_t now = cfg_.now ? cfg_.now() : 0;
-  auto seen = [&](const Batch& b) { return b.result.valid() ? b.seen() : b.done_ns <= now; };
+  ChoiceSource* choices = choice_source();
+  auto seen = [&](const Batch& b) {
+    if (b.result.valid()) return b.seen();
+    if (!choices || b.chosen_seen) return b.chosen_seen || b.done_ns <= now;
+    // kvgrid explore: whether this rank has seen the batch's ACK is a choice (default: the clock's)
+    const std::string what = "storage read of pages " + std::to_string(b.first) + "-" + std::to_string(b.first + b.count - 1) +
+                             " (prefetch of " + std::to_string(pf.batches.size()) + " batches, modelled " +
+                             (b.done_ns <= now ? "done" : "pending") + ")";
+    b.chosen_seen = choices->answer(b.done_ns <= now, what, "seen", "unseen");
+    return b.chosen_seen;
+  };
   std::size_t acks = 0;  // leading ACKs this rank has seen
   while (acks < pf.batches.size() && seen(pf.batches[acks])) ++acks;
   const bool all = acks == pf.batches.size();

@@ -169,6 +169,7 @@ class StorageTier {
     std::uint64_t done_ns = 0;      // simulated
     std::size_t ok = 0;             // leading items read intact (simulated)
     std::shared_future<std::size_t> result;  // threaded
+    mutable bool chosen_seen = false;        // under a choice source: reported seen (answers stay so)
     bool seen() const;
     std::size_t intact() const;
   };

@@ -3,13 +3,20 @@
 #include <algorithm>
 
 #include "core/check.hpp"
+#include "core/schedule.hpp"
 
 namespace kvgrid::cache {
 
 std::size_t WriteAcks::agreed_ready() {
+  ChoiceSource* choices = choice_source();
+  const std::size_t mark = choices ? choices->size() : 0;
   std::size_t ready = 0;
   while (ready < queue_.size() && queue_[ready].event.query()) ++ready;
-  return std::min(agreement_.agree(ready, queue_.size()), queue_.size());
+  const std::size_t agreed = std::min(agreement_.agree(ready, queue_.size()), queue_.size());
+  // Under `kvgrid explore`: this rank saw more finished than the agreement took, so seeing one
+  // more (an early completion of the copy that stopped its count) cannot change the agreement.
+  if (choices && ready > agreed) choices->dominate_since(mark);
+  return agreed;
 }
 
 void WriteAcks::consume(std::size_t n) {

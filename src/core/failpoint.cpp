@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/check.hpp"
+#include "core/schedule.hpp"
 
 namespace kvgrid {
 
@@ -74,7 +75,10 @@ std::optional<FailpointHit> FailpointRegistry::evaluate(const std::string& name,
   if (!p.cfg.ranks.empty() &&
       std::find(p.cfg.ranks.begin(), p.cfg.ranks.end(), static_cast<std::int64_t>(rank_)) == p.cfg.ranks.end())
     return std::nullopt;
-  if (!p.rng.bernoulli(p.cfg.probability)) return std::nullopt;
+  bool fires = p.rng.bernoulli(p.cfg.probability);
+  // Under kvgrid explore every evaluation is a choice point, the draw its default (core/schedule.hpp).
+  if (ChoiceSource* c = choice_source()) fires = c->answer(fires, "failpoint " + name + (fires ? " (drawn: fires)" : " (drawn: quiet)"), "fires", "quiet");
+  if (!fires) return std::nullopt;
   std::ostringstream os;
   bool first = true;
   for (const auto& [k, v] : p.cfg.params) {

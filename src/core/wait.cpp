@@ -12,6 +12,7 @@ namespace {
 std::atomic<double> g_deadline_s{120.0};
 std::mutex g_handler_mu;
 WatchdogHandler g_handler;
+WaitInterrupt g_interrupt;  // set and polled by the rank's own loop thread only (kvgrid explore)
 
 using Clock = std::chrono::steady_clock;
 
@@ -39,9 +40,12 @@ using Clock = std::chrono::steady_clock;
 class Backoff {
  public:
   explicit Backoff(bool progressing = false) : progressing_(progressing) {}
-  void pause() {
+  // `what`: the wait, for an interruption's report. Past the first spins an installed interrupt
+  // is polled; it may end the wait with WaitInterrupted.
+  void pause(std::string_view what) {
     ++n_;
     if (n_ < 100) return;
+    if (g_interrupt && g_interrupt()) throw WaitInterrupted("interrupted while waiting for " + std::string(what));
     if (n_ == 100) yield_until_ = Clock::now() + std::chrono::milliseconds(20);
     if (progressing_ || Clock::now() < yield_until_) {
       std::this_thread::yield();
@@ -69,6 +73,8 @@ std::string WatchdogReport::message() const {
 void set_wait_deadline(std::chrono::duration<double> d) { g_deadline_s.store(d.count()); }
 std::chrono::duration<double> wait_deadline() { return std::chrono::duration<double>(g_deadline_s.load()); }
 
+void set_wait_interrupt(WaitInterrupt f) { g_interrupt = std::move(f); }
+
 void set_watchdog_handler(WatchdogHandler h) {
   std::lock_guard<std::mutex> g(g_handler_mu);
   g_handler = std::move(h);
@@ -83,7 +89,7 @@ void wait_mpi(MPI_Request* req, std::string_view what, MPI_Status* status) {
     KVGRID_MPI_CHECK(MPI_Test(req, &flag, status));
     if (flag) return;
     if (Clock::now() > limit) fire(what, start);
-    b.pause();
+    b.pause(what);
   }
 }
 
@@ -96,7 +102,7 @@ void wait_mpi_all(std::span<MPI_Request> reqs, std::string_view what, bool progr
     KVGRID_MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE));
     if (flag) return;
     if (Clock::now() > limit) fire(what, start);
-    b.pause();
+    b.pause(what);
   }
 }
 
@@ -106,7 +112,7 @@ void wait_until(const std::function<bool()>& done, std::string_view what) {
   Backoff b;
   while (!done()) {
     if (Clock::now() > limit) fire(what, start);
-    b.pause();
+    b.pause(what);
   }
 }
 

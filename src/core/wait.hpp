@@ -39,6 +39,17 @@ class WatchdogTimeout : public std::runtime_error {
 
 using WatchdogHandler = std::function<void(const WatchdogReport&)>;
 
+// A wait ended by an interrupt (below), not by what it waited for.
+class WaitInterrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// Polled by a wait that has waited a while (past its first spins): returning true ends the wait
+// with WaitInterrupted. `kvgrid explore` installs one that sees another rank abandon the schedule
+// running now; nothing else does. Pass an empty function to remove it.
+using WaitInterrupt = std::function<bool()>;
+void set_wait_interrupt(WaitInterrupt f);
+
 void set_wait_deadline(std::chrono::duration<double> d);
 std::chrono::duration<double> wait_deadline();
 // Installs the handler called when a deadline passes. If the handler returns, WatchdogTimeout is

@@ -7,6 +7,7 @@
 
 #include "core/check.hpp"
 #include "core/log.hpp"
+#include "core/schedule.hpp"
 #include "protocols/pd_transfer.hpp"
 #include "runtime/load_check.hpp"
 #include "runtime/pd_decode.hpp"
@@ -134,6 +135,7 @@ ServeResult ServeLoop::run() {
     Step s;
     s.index = step;
     log_.set_step(static_cast<std::uint64_t>(step));
+    if (ChoiceSource* c = choice_source()) c->set_step(static_cast<std::uint64_t>(step));
     StepRow row;
     row.step = static_cast<std::uint64_t>(step);
     row.model_start_ns = clock_;

@@ -7,6 +7,7 @@
 
 #include "core/check.hpp"
 #include "core/rng.hpp"
+#include "core/schedule.hpp"
 #include "transfer/transfer_engine.hpp"
 
 namespace kvgrid::transfer {
@@ -17,11 +18,13 @@ class SimulatedEngine;
 
 class SimEvent final : public EventState {
  public:
-  SimEvent(SimulatedEngine* e, StreamId s) : engine(e), stream(s) {}
+  SimEvent(SimulatedEngine* e, StreamId s, std::uint64_t n) : engine(e), stream(s), seq(n) {}
   bool query() override;
   void synchronize() override;
   SimulatedEngine* engine;
   StreamId stream;
+  std::uint64_t seq;              // the engine's n-th batch (names a choice point)
+  std::uint64_t submit_step = 0;  // with a choice source: the step it was submitted at
   std::vector<Copy> copies;
   bool performed = false;
 };
@@ -38,7 +41,8 @@ class SimulatedEngine final : public TransferEngine {
 
   Event submit(StreamId stream, std::vector<Copy> batch) override {
     KVGRID_CHECK(stream >= 0 && stream < cfg_.streams, "stream ", stream, " of ", cfg_.streams);
-    auto ev = std::make_shared<SimEvent>(this, stream);
+    auto ev = std::make_shared<SimEvent>(this, stream, submitted_++);
+    if (const ChoiceSource* c = choice_source()) ev->submit_step = c->step();
     for (const auto& c : batch) ev->bytes += c.bytes;
     const std::uint64_t start = std::max(cfg_.now(), tails_[static_cast<std::size_t>(stream)]);
     const double base = static_cast<double>(ev->bytes) / cfg_.bytes_per_ns;
@@ -64,13 +68,31 @@ class SimulatedEngine final : public TransferEngine {
     auto& q = pending_[static_cast<std::size_t>(stream)];
     const std::uint64_t now = cfg_.now();
     while (!q.empty() && q.front()->complete_ns <= now) {
-      auto ev = q.front();
+      perform(*q.front());
       q.pop_front();
-      if (!ev->failed)
-        for (const auto& c : ev->copies) std::memcpy(c.dst, c.src, c.bytes);
-      ev->copies.clear();
-      ev->performed = true;
     }
+  }
+  // With a choice source (`kvgrid explore`, `--schedule`): whether `ev` has completed is a choice
+  // point whose default is the modelled clock's answer; "complete" performs the stream's copies up
+  // to and including it (FIFO), "not yet" performs nothing.
+  bool choose(SimEvent& ev, ChoiceSource& c) {
+    const bool by_clock = ev.complete_ns <= cfg_.now();
+    const std::string what = "copy #" + std::to_string(ev.seq) + " (stream " + std::to_string(ev.stream) +
+                             ", submitted at step " + std::to_string(ev.submit_step) + ", modelled " +
+                             (by_clock ? "complete" : "pending") + ")";
+    if (!c.answer(by_clock, what)) return false;
+    auto& q = pending_[static_cast<std::size_t>(ev.stream)];
+    while (!ev.performed) {
+      perform(*q.front());
+      q.pop_front();
+    }
+    return true;
+  }
+  void perform(SimEvent& ev) {
+    if (!ev.failed)
+      for (const auto& c : ev.copies) std::memcpy(c.dst, c.src, c.bytes);
+    ev.copies.clear();
+    ev.performed = true;
   }
   void advance_to(std::uint64_t t) {
     if (cfg_.now() < t) cfg_.advance_to(t);
@@ -82,11 +104,14 @@ class SimulatedEngine final : public TransferEngine {
   std::vector<std::uint64_t> tails_;
   std::vector<std::deque<std::shared_ptr<SimEvent>>> pending_;
   std::uint64_t next_delay_ = 0;
+  std::uint64_t submitted_ = 0;
   bool next_fail_ = false;
 };
 
 bool SimEvent::query() {
-  if (!performed) engine->progress(stream);
+  if (performed) return true;
+  if (ChoiceSource* c = choice_source()) return engine->choose(*this, *c);
+  engine->progress(stream);
   return performed;
 }
 

@@ -41,7 +41,7 @@ void ServeLoop::report(Step& s) {
     if (auto found = online_->check(step)) {
       emit(step, 0, "divergence", 0, 0, 0, 1);
       flush();  // every rank's log up to here, for `kvgrid check`
-      if (!found->empty()) log_all(*found);
+      if (!found->empty() && print_) log_all(*found);  // (kvgrid explore reports it itself)
       // Nobody stops (MPI_Abort) before the reporting rank has printed.
       MPI_Request req;
       KVGRID_MPI_CHECK(MPI_Ibarrier(grid_.world(), &req));
