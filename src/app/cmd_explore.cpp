@@ -391,8 +391,15 @@ int explore_body(const ExploreOptions& opt, int world_rank, int world_size) {
         "completion and storage read a rank observes, every evaluation of a configured failpoint; online consensus "
         "check at every step";
   log0(os.str());
-  Explorer ex(opt, exp, world_rank, world_size);
-  return ex.run_all();
+  int rc = 0;
+  {
+    Explorer ex(opt, exp, world_rank, world_size);
+    rc = ex.run_all();
+  }
+  // Every rank exits with rank 0's verdict (mpirun waits seconds for the others when one exits
+  // non-zero alone).
+  KVGRID_MPI_CHECK(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  return rc;
 }
 
 }  // namespace
