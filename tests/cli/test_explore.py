@@ -114,14 +114,15 @@ def correct_protocols():
         expect(rc == 0 and st and st[0] > 10 and "# violations: 0" in so, f"{name}: clean", so, se)
 
 
+REPLAYED = {"pp_sync independent_polling", "prefetch per_rank", "pd_restore unchecked"}
+
+
 def buggy_variants():
     """Each buggy variant: found, with the fewest flips, shrunk, and its replay fails the same way."""
     cases = [  # name, experiment, args, expected schedule (None: any of that many flips), what it says
         ("pp_sync independent_polling", PP, ["--set", "protocol.pp_sync=independent_polling"], "0:0",
          r"rank 0 \(pp 0, cp 0, tp 0\) at step 1: copy #0 \(stream 0, submitted at step 0, modelled pending\): complete"),
         ("tp_sync per_rank", PP, [*TP2, "--set", "protocol.tp_sync=per_rank"], "0:0", r"copy #0 .*: complete"),
-        ("tp_sync skip_when_empty", PP, [*TP2, "--set", "protocol.tp_sync=skip_when_empty", "--set",
-                                         "faults.host.alloc.fail.probability=0"], "0:0", r"failpoint host.alloc.fail .*: fires"),
         ("prefetch per_rank", STORAGE, ["--set", "protocol.prefetch_consensus=per_rank"], None, r"storage read of pages .*: seen"),
         ("pd_restore unchecked", PD, ["--set", "protocol.pd_restore=unchecked"], None,
          r"rank 1 \(decode, pp 0.*failpoint pd.restore.fail .*: fires"),
@@ -142,6 +143,8 @@ def buggy_variants():
             expect(m.group(2) == want, f"{name}: schedule {want}", m.group(0))
         if says:
             expect(re.search(says, so), f"{name}: the flip in words", so)
+        if name not in REPLAYED:  # (every replay costs a failing mpirun: three in the suite)
+            continue
         cmd = re.search(r"#   replay: mpirun -np 2 build/kvgrid run (\S+) (.*)", so)
         expect(cmd, f"{name}: a replay command", so)
         if not cmd:
