@@ -13,6 +13,7 @@ case "$cmd" in
     command -v redis-server >/dev/null || { echo "jobs/redis.sh: redis-server is not installed (jobs/setup.sh)" >&2; exit 77; }
     dir=${2:-$(mktemp -d -t kvgrid-redis-XXXXXX)}
     mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)  # absolute: the server changes into --dir before it opens its log
     port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --daemonize yes --pidfile "$dir/redis.pid" \
       --logfile "$dir/redis.log" --save "" --appendonly no --maxmemory 0 >/dev/null

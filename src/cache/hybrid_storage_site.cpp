@@ -209,7 +209,8 @@ bool HybridStorageSite::has_object(const std::string& base, ComponentKind k) {
 // Write-through of a published host backup: the objects of every backed slot of the node (each
 // component's pages; MAMBA's state, named after the node's last page) are looked up at once (one
 // round trip on Redis); the missing objects of slots not hit by storage.write.fail are packed and
-// written as one batch. Objects already there are immutable and left alone.
+// go to the writer as one batch (storage_writer.hpp). Objects already there (or in flight) are
+// immutable and left alone.
 void HybridStorageSite::backup(unified::Node* node) {
   check_draft_keys();
   if (!ctx_.cfg.writer) return;  // MLA: TP rank 0 writes for everyone
@@ -242,12 +243,8 @@ void HybridStorageSite::backup(unified::Node* node) {
       for (std::size_t j = 0; j < pages; ++j) add(k, (*d.host)[j], chain[first + j]);
   }
   if (slots.empty()) return;
-  const std::vector<bool> there = ctx_.store.present(keys);
-  std::vector<std::string> wkeys;
-  std::vector<std::span<const std::uint8_t>> wbytes;
-  std::vector<std::size_t> wslot;                 // the slot (index into slots) of each write
-  std::deque<std::vector<std::uint8_t>> packed;   // payloads, alive until the batch is written
-  std::vector<char> writing(slots.size(), 0);
+  const std::vector<bool> there = ctx_.writer.present(keys);  // in flight counts as there
+  WriteBatch batch;
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const SlotWrite& w = slots[i];
     if (std::all_of(there.begin() + static_cast<std::ptrdiff_t>(w.key0), there.begin() + static_cast<std::ptrdiff_t>(w.key0 + w.keys),
@@ -257,33 +254,16 @@ void HybridStorageSite::backup(unified::Node* node) {
       ++ctx_.stats.write_failed;  // nothing left behind: a later prefetch misses these objects
       continue;
     }
-    writing[i] = 1;
-    packed.push_back(pack(w.k, w.s));
-    const std::span<const std::uint8_t> bytes(packed.back());
+    const std::size_t g = batch.open_group(w.k == ComponentKind::Full);  // written_pages counts FULL pages
+    const std::span<const std::uint8_t> bytes(batch.bytes.emplace_back(pack(w.k, w.s)));
     for (std::size_t o = 0; o < w.keys; ++o) {
       if (there[w.key0 + o]) continue;
       const std::size_t from = parts_.empty() ? 0 : part(w.k).offsets[o] * sizeof(std::uint64_t);
       const std::size_t to = parts_.empty() ? bytes.size() : part(w.k).offsets[o + 1] * sizeof(std::uint64_t);
-      wkeys.push_back(keys[w.key0 + o]);
-      wbytes.push_back(bytes.subspan(from, to - from));
-      wslot.push_back(i);
+      batch.add(g, keys[w.key0 + o], bytes.subspan(from, to - from));
     }
   }
-  const std::vector<bool> ok = ctx_.store.set_batch(wkeys, wbytes);
-  std::vector<char> slot_ok(slots.size(), 1);
-  for (std::size_t o = 0; o < wkeys.size(); ++o) {
-    if (!ok[o]) {
-      slot_ok[wslot[o]] = 0;
-      continue;
-    }
-    ++ctx_.stats.objects_written;
-    ctx_.stats.written_bytes += wbytes[o].size();
-  }
-  for (std::size_t i = 0; i < slots.size(); ++i) {
-    if (!writing[i]) continue;
-    if (!slot_ok[i]) ++ctx_.stats.write_failed;
-    else if (slots[i].k == ComponentKind::Full) ++ctx_.stats.written_pages;
-  }
+  ctx_.writer.submit(std::move(batch));  // lands off the loop (storage_writer.hpp)
 }
 
 // ---- prefetch -------------------------------------------------------------------------------

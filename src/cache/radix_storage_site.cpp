@@ -93,9 +93,9 @@ std::vector<std::string> RadixStorageSite::objects(const Job& j, std::size_t ite
 // Write-through of a published host backup. The node's pages this rank writes (CP sharding: their
 // owner) and each page's objects — unified: the draft's chunks, then the target's; rank_suffix: a
 // sidecar draft's object, then the page's — are looked up at once (one round trip on Redis); the
-// missing objects of pages not hit by storage.write.fail are written as one batch, in order (a
-// page's draft first). Objects already there (written earlier, or by another job) are immutable
-// and left alone.
+// missing objects of pages not hit by storage.write.fail go to the writer as one batch, in order (a
+// page's draft first; storage_writer.hpp says when they land). Objects already there (written
+// earlier, in flight, or by another job) are immutable and left alone.
 void RadixStorageSite::backup(TreeNode* node) {
   if (!ctx_.cfg.writer) return;  // MLA (unified: CP replicas too): the first rank writes for everyone
   std::vector<const TreeNode*> path;
@@ -124,67 +124,36 @@ void RadixStorageSite::backup(TreeNode* node) {
     pg.count = keys.size() - pg.first;
     pages.push_back(pg);
   }
-  const std::vector<bool> there = ctx_.store.present(keys);
-  StorageTierStats& stats = ctx_.stats;
-  std::vector<std::string> wkeys;
-  std::vector<std::span<const std::uint8_t>> wbytes;
-  std::vector<std::size_t> wpage;                   // the page (index into pages) of each write
-  std::deque<std::vector<std::uint64_t>> packed;    // payloads, alive until the batch is written
-  std::deque<std::vector<std::uint8_t>> raw;
-  std::vector<bool> skipped(pages.size(), false);
-  for (std::size_t pi = 0; pi < pages.size(); ++pi) {
-    const Page& pg = pages[pi];
+  const std::vector<bool> there = ctx_.writer.present(keys);  // in flight counts as there
+  WriteBatch batch;
+  for (const Page& pg : pages) {
     bool missing = false;
     for (std::size_t o = 0; o < pg.count; ++o) missing = missing || !there[pg.first + o];
-    if (!missing) {
-      skipped[pi] = true;
-      continue;
-    }
+    if (!missing) continue;
     if (ctx_.cfg.faults.write_fail && ctx_.cfg.faults.write_fail()) {
-      ++stats.write_failed;  // a failed write leaves nothing behind: later prefetches just miss
-      skipped[pi] = true;
+      ++ctx_.stats.write_failed;  // a failed write leaves nothing behind: later prefetches just miss
       continue;
     }
     const PageId page = node->host[pg.item];
+    const std::size_t g = batch.open_group(true);
     auto add = [&](std::size_t o, std::span<const std::uint8_t> bytes) {
-      if (there[pg.first + o]) return;
-      wkeys.push_back(keys[pg.first + o]);
-      wbytes.push_back(bytes);
-      wpage.push_back(pi);
+      if (!there[pg.first + o]) batch.add(g, keys[pg.first + o], bytes);
     };
     std::size_t o = 0;
     if (unified()) {
       for (const auto& part : parts_) {
-        packed.emplace_back(part.offsets.back());
-        part.pool->pack(std::span<const PageId>(&page, 1), part.spans, packed.back().data());
+        auto& w = batch.words.emplace_back(part.offsets.back());
+        part.pool->pack(std::span<const PageId>(&page, 1), part.spans, w.data());
         for (std::size_t c = 0; c < part.chunks.size(); ++c, ++o)
-          add(o, std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(packed.back().data() + part.offsets[c]),
+          add(o, std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(w.data() + part.offsets[c]),
                                                (part.offsets[c + 1] - part.offsets[c]) * sizeof(std::uint64_t)));
       }
     } else {
-      if (draft_) {
-        raw.push_back(draft_->object(page));
-        add(o++, raw.back());
-      }
-      raw.push_back(page_bytes(page));
-      add(o, raw.back());
+      if (draft_) add(o++, batch.bytes.emplace_back(draft_->object(page)));
+      add(o, batch.bytes.emplace_back(page_bytes(page)));
     }
   }
-  const std::vector<bool> ok = ctx_.store.set_batch(wkeys, wbytes);
-  std::vector<bool> page_ok(pages.size(), true);
-  for (std::size_t w = 0; w < wkeys.size(); ++w) {
-    if (!ok[w]) {
-      page_ok[wpage[w]] = false;
-      continue;
-    }
-    ++stats.objects_written;
-    stats.written_bytes += wbytes[w].size();
-  }
-  for (std::size_t pi = 0; pi < pages.size(); ++pi) {
-    if (skipped[pi]) continue;
-    if (page_ok[pi]) ++stats.written_pages;
-    else ++stats.write_failed;
-  }
+  ctx_.writer.submit(std::move(batch));  // written in order (a page's draft first), off the loop
 }
 
 // The batch's objects are fetched as one batch (one round trip on Redis): every object of the

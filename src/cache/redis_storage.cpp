@@ -3,6 +3,8 @@
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
+#include <csignal>
+
 #include <cstdarg>
 #include <iostream>
 #include <regex>
@@ -29,7 +31,11 @@ RedisStorage::Address RedisStorage::parse_url(const std::string& url) {
   return a;
 }
 
-RedisStorage::RedisStorage(std::string url) : url_(std::move(url)), addr_(parse_url(url_)) {}
+RedisStorage::RedisStorage(std::string url) : url_(std::move(url)), addr_(parse_url(url_)) {
+  // A server that goes away mid-write must be a failed command, not a SIGPIPE that kills the rank
+  // (the storage writer's threads send SETs: storage_writer.hpp).
+  std::signal(SIGPIPE, SIG_IGN);
+}
 
 RedisStorage::~RedisStorage() {
   if (ctx_) redisFree(ctx_);

@@ -23,6 +23,7 @@
 
 #include "cache/agreement.hpp"
 #include "cache/object_store.hpp"
+#include "cache/storage_writer.hpp"
 #include "core/decision_log.hpp"
 #include "core/ids.hpp"
 
@@ -36,6 +37,7 @@ struct StorageContext {
   const StorageTierConfig& cfg;
   ObjectStore& store;
   StorageTierStats& stats;
+  StorageWriter& writer;  // a backup's objects are submitted here, not written on the loop
   AckAgreement& agreement;
   DecisionLog& log;
 };

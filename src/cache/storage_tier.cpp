@@ -39,7 +39,11 @@ std::size_t StorageTier::Batch::intact() const { return result.valid() ? result.
 
 StorageTier::StorageTier(StorageTierConfig cfg, AckAgreement& agreement, DecisionLog& log, const SiteFactory& make)
     : cfg_(std::move(cfg)), agreement_(agreement), log_(log),
-      store_(make_store(cfg_)), ctx_{cfg_, *store_, stats_, agreement_, log_},
+      store_(make_store(cfg_)),
+      writer_(std::make_unique<StorageWriter>(
+          *store_, stats_, cfg_.threaded ? cfg_.write_threads : 0,
+          WriterTiming{cfg_.threaded ? std::function<std::uint64_t()>() : cfg_.now, cfg_.bytes_per_ns, cfg_.latency_ns, cfg_.jitter, cfg_.seed})),
+      ctx_{cfg_, *store_, stats_, *writer_, agreement_, log_},
       jitter_(Rng(cfg_.seed).fork("storage.jitter")) {
   store_->set_job(cfg_.job);
   store_->set_shared(cfg_.shared);
@@ -69,6 +73,7 @@ StorageTier::~StorageTier() {
 
 SweepResult StorageTier::sweep_store() {
   KVGRID_CHECK(cfg_.unified_keys(), "a store-level sweep of a rank_suffix store (each rank evicts its own)");
+  writer_->settle();
   const SweepResult r = store_->sweep(cfg_.capacity_bytes);
   stats_.swept += r.removed;
   stats_.swept_bytes += r.removed_bytes;
@@ -85,6 +90,7 @@ void StorageTier::start_prefetch(RequestId id, std::span<const TokenId> prompt) 
     queries_.push_back({id.value(), std::vector<TokenId>(prompt.begin(), prompt.end())});
     return;
   }
+  writer_->settle();  // the hit sees what has landed by now, never what a thread happens to have done
   auto job = site_->plan(prompt);
   if (!job) return;
   const std::size_t hit = static_cast<std::size_t>(agreement_.agree_min(job->local_hit));
@@ -264,6 +270,7 @@ void StorageTier::end_of_step() {
   std::vector<std::uint64_t> v;
   for (auto& [id, acks] : stopping_) v.push_back(done_pages(active_.at(id), static_cast<std::size_t>(acks)));
   std::vector<std::unique_ptr<StorageSite::Job>> plans;
+  if (!queries_.empty()) writer_->settle();
   for (auto& q : queries_) {
     plans.push_back(site_->plan(q.prompt));
     v.push_back(plans.back() ? plans.back()->local_hit : 0);

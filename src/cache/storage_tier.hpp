@@ -45,6 +45,7 @@
 #include "cache/kv_pool.hpp"
 #include "cache/radix_tree.hpp"
 #include "cache/storage_site.hpp"
+#include "cache/storage_writer.hpp"
 #include "cache/unified_kv.hpp"
 #include "core/decision_log.hpp"
 #include "core/rng.hpp"
@@ -86,6 +87,7 @@ struct StorageTierConfig {
   double jitter = 0.25;
   std::uint64_t seed = 1;
   bool threaded = false;
+  std::size_t write_threads = 2;   // threaded: backups' writes run on these (storage_writer.hpp)
   std::function<std::uint64_t()> now;  // the rank's modelled clock
   std::function<void(std::uint64_t)> advance_to;  // waiting for a simulated read moves it on
   StorageFaults faults;
@@ -149,12 +151,18 @@ class StorageTier {
   std::vector<TransferRecord> take_transfers() {
     std::vector<TransferRecord> out;
     out.swap(transfers_);
+    for (const WriteRecord& w : writer_->take_records()) out.push_back({"storage_write", 0, w.start_ns, w.end_ns, w.bytes});
     return out;
   }
   // Unified keys: the store-level eviction (file_storage.hpp sweep_directory) of this tier's
   // directory down to its capacity. One rank of a job calls it (runtime: world rank 0, at the
   // end of the run, and at every check when the store is shared).
   SweepResult sweep_store();
+  // Backups' writes (storage_writer.hpp): lands every one, due or not (end of run); `settle` lands
+  // what is due, before anyone looks at the store.
+  void flush_writes() { writer_->drain(); }
+  void settle_writes() { writer_->settle(); }
+  std::size_t writes_in_flight() const { return writer_->in_flight(); }
   ObjectStore& storage() { return *store_; }
   const ObjectStore& storage() const { return *store_; }
   StorageSite& site() { return *site_; }
@@ -199,6 +207,7 @@ class StorageTier {
   std::unique_ptr<ObjectStore> store_;
   std::size_t damaged_ = 0;  // damage faults so far (which object of an item the next one hits)
   StorageTierStats stats_;
+  std::unique_ptr<StorageWriter> writer_;  // before ctx_ (which names it), after store_ and stats_
   StorageContext ctx_;
   std::unique_ptr<StorageSite> site_;
   RadixStorageSite* radix_ = nullptr;  // site_, when it is one

@@ -13,10 +13,10 @@ using nlohmann::json;
 double us(std::uint64_t ns) { return static_cast<double>(ns) / 1e3; }
 
 // Threads of a rank's process.
-enum Tid : int { kSteps = 0, kPrefill, kDecode, kEvents, kD2h, kH2d, kStorage, kGather, kThreads };
+enum Tid : int { kSteps = 0, kPrefill, kDecode, kEvents, kD2h, kH2d, kStorage, kGather, kStorageWrite, kThreads };
 const char* const kThreadNames[kThreads] = {"steps",  "prefill", "decode",        "events",
                                             "device->host copies", "host->device copies", "storage reads",
-                                            "layer gathers"};
+                                            "layer gathers", "storage writes"};
 constexpr int kWallPid = 100000;  // + world rank: the wall-clock track set
 
 // One flow per step message: (group, cp, tp position) × sending stage × step.
@@ -123,6 +123,7 @@ class Builder {
     if (op == "d2h") tid = kD2h;
     else if (op == "h2d") tid = kH2d;
     else if (op == "storage_read") tid = kStorage;
+    else if (op == "storage_write") tid = kStorageWrite;
     else if (op == "gather") tid = kGather;  // request: how many requests' prefixes
     if (tid > 0) {
       if (e.args[1] <= e.args[0]) return;  // real copies: no modelled times

@@ -79,6 +79,7 @@ TableDoc events_table() {
           {"d2h", "device -> host backup copy: args = (modelled start ns, modelled end ns, bytes); request = copy id"},
           {"h2d", "host -> device load-back copy: args = (modelled start ns, modelled end ns, bytes); request = load id"},
           {"storage_read", "storage prefetch read batch: args = (modelled start ns, modelled end ns, bytes)"},
+          {"storage_write", "a backup's storage objects written (simulated engine: they land at the end): args = (modelled start ns, modelled end ns, bytes)"},
           {"write_ack", "a backup's ACK consumed: request = write id"},
           {"load_broken", "this rank's load-back copies of the request broke: args = (host tokens, -, -); status 1"},
           {"load_fail", "protocol.load_back: the agreed outcome was broken, the positions are recomputed: args = (host tokens, reused prefix left, -); status 1"},

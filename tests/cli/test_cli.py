@@ -785,6 +785,16 @@ def tiers_shape():
                    and j["transfer_time_model_ms"]["storage_read"] > 0 and j["transfer_time_model_ms"]["h2d"] > 0,
                    "bytes and modelled transfer time per direction", so)
             expect(os.path.isdir(out("shape-storage/storage")), "storage objects inside the run directory")
+            # Backups' writes land at their modelled ticks (storage_writer.hpp): one storage_write
+            # event per batch, from its start on the write queue to its end, carrying every byte written.
+            with h5py.File(out("shape-storage/run.h5"), "r") as f:
+                ws = [f["ranks"][r]["events"][:] for r in f["ranks"]]
+                ws = [e[e["op"] == b"storage_write"] for e in ws]
+                written = int(sum(f["summary/ranks"]["storage_write_bytes"]))
+            expect(all(len(e) > 0 for e in ws) and all((e["args"][:, 1] > e["args"][:, 0]).all() for e in ws),
+                   "storage_write events with modelled start < end on every rank")
+            expect(sum(int(e["args"][:, 2].sum()) for e in ws) == written, "the write events carry the bytes written",
+                   written)
     summary = " | ".join(f"{n}: " + " ".join(f"{h:.2f}" for h in v) for n, v in hit.items())
     print("per-round hit rate:", summary)
     expect(max(hit["device"][1:]) < 0.1, "device only: history lost from round 1 on", summary)

@@ -246,6 +246,7 @@ TEST(DraftState, StorageRoundTripOfSidecarDraftObjectsShrinksToTheMinOnAMissingO
     draft_folds = folds(writer.draft_device, pages);
     writer.clock = 1'000'000;
     writer.dc.host_tier()->writing_check();  // published → written through: 3 target and 3 draft objects
+    writer.dc.storage_tier()->flush_writes();  // (they would land at the write's tick)
     EXPECT_EQ(writer.dc.storage_tier()->stats().written_pages, 3u);
   }
   const auto chain = page_hash_chain(a, kPage);

@@ -166,6 +166,9 @@ History write_history(const std::string& dir, std::span<const TokenId> t) {
   s.clock += 1'000'000;
   s.host->acks().check();
   EXPECT_EQ(s.host->acks().pending(), 0u);
+  EXPECT_EQ(s.storage->stats().written_pages, 0u) << "the objects are in flight (storage_writer.hpp)";
+  s.clock += 1'000'000;  // past the write queue's tail (a batch per published node, 1,000 ns each)
+  s.storage->settle_writes();
   EXPECT_EQ(s.storage->stats().written_pages, 6u) << "one FULL object per page";
   s.verify();
   return h;

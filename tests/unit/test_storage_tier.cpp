@@ -261,10 +261,19 @@ TEST(StorageTier, PublishedBackupsAreWrittenThroughAndReadBackExactly) {
   EXPECT_EQ(rig.st().stats().written_pages, 0u);
   rig.clock = 1'000'000;
   rig.dc.host_tier()->writing_check();
+  // Published now; the objects land at the write's tick, 1,000 ns later (storage_writer.hpp).
+  auto chain = page_hash_chain(p, kPage);
+  EXPECT_EQ(rig.st().stats().written_pages, 0u);
+  EXPECT_EQ(rig.st().writes_in_flight(), 1u);
+  rig.clock = 1'000'999;
+  rig.st().settle_writes();
+  EXPECT_FALSE(rig.st().storage().exists(storage_key(chain[0], "_test"))) << "a write in flight is not in the store";
+  rig.clock = 1'001'000;
+  rig.dc.on_arrival(RequestId(2), p);  // a hit query looks at the store: what is due lands first
   EXPECT_EQ(rig.st().stats().written_pages, 8u);
+  EXPECT_EQ(rig.st().writes_in_flight(), 0u);
   // The object holds the page's KV as it was on the device.
   std::vector<std::uint8_t> buf(rig.host.layer_block_bytes() * rig.host.layers());
-  auto chain = page_hash_chain(p, kPage);
   ASSERT_EQ(rig.st().storage().get(storage_key(chain[5], "_test"), buf), StorageMiss::None);
   std::uint64_t w0 = 0;
   std::memcpy(&w0, buf.data(), 8);
@@ -281,6 +290,7 @@ TEST(StorageTier, WriteBackBacksUpOnEvictionAndKeepsHostOnlyNodes) {
   auto rb = rig.dc.reserve(RequestId(2), b, Tokens(32));  // needs 8 of 10 pages: evicts a
   ASSERT_TRUE(rb.has_value());
   EXPECT_EQ(rig.dc.tree().host_pages(), Pages(8));  // a was written back before it was dropped
+  rig.st().flush_writes();
   EXPECT_EQ(rig.st().stats().written_pages, 8u);     // ... and through to storage
   auto m = rig.dc.tree().peek_prefix(a);
   EXPECT_EQ(m.matched, Tokens(0));

@@ -15,6 +15,7 @@ void ServeLoop::finish(std::int64_t steps) {
     KVGRID_CHECK(p->pending() == 0, "the run stopped with ", p->pending(), " outcomes still being agreed (restores or load-backs)");
   sender_.drain(true);
   for (auto& p : plugins_) p->drain();
+  if (auto* st = dc_.storage_tier()) st->flush_writes();  // backups still in flight land (storage_writer.hpp)
   if (auto* acks = dc_.write_acks()) acks->finish_cross_stage();
   res_.steps = steps;
   res_.model_ns = clock_;

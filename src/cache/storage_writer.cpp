@@ -1,0 +1,128 @@
+#include "cache/storage_writer.hpp"
+
+#include "cache/storage_tier.hpp"
+
+namespace kvgrid::cache {
+
+std::uint64_t WriteBatch::total_bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& p : payloads) n += p.size();
+  return n;
+}
+
+StorageWriter::StorageWriter(ObjectStore& store, StorageTierStats& stats, std::size_t threads, WriterTiming timing)
+    : store_(store), stats_(stats), timing_(std::move(timing)), jitter_(Rng(timing_.seed).fork("storage.write.jitter")) {
+  for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+}
+
+StorageWriter::~StorageWriter() {
+  drain();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void StorageWriter::submit(WriteBatch batch) {
+  if (batch.keys.empty()) return;
+  auto e = std::make_unique<Entry>();
+  e->batch = std::move(batch);
+  for (const auto& k : e->batch.keys) pending_.insert(k);
+  if (threads_.empty() && !timing_.now) {  // inline: lands now
+    land(*e);
+    apply(*e);
+    for (const auto& k : e->batch.keys) pending_.erase(k);
+    return;
+  }
+  Entry* raw = e.get();
+  if (threads_.empty()) {  // simulated: the write queue serializes batches
+    const std::uint64_t now = timing_.now();
+    const double bytes = static_cast<double>(e->batch.total_bytes());
+    const auto dur = static_cast<std::uint64_t>(static_cast<double>(timing_.latency_ns) +
+                                                bytes / timing_.bytes_per_ns * (1.0 + timing_.jitter * jitter_.uniform()));
+    const std::uint64_t start = std::max(now, tail_ns_);
+    e->due_ns = tail_ns_ = start + dur;
+    records_.push_back({start, e->due_ns, static_cast<std::uint64_t>(bytes)});
+  }
+  queue_.push_back(std::move(e));
+  if (!threads_.empty()) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      todo_.push_back(raw);
+    }
+    work_cv_.notify_one();
+  } else {
+    settle();  // what was due before this one lands now (keeps the queue short)
+  }
+}
+
+std::vector<bool> StorageWriter::present(std::span<const std::string> keys) {
+  std::vector<bool> there = store_.present(keys);
+  if (!pending_.empty())
+    for (std::size_t i = 0; i < keys.size(); ++i) there[i] = there[i] || pending_.count(keys[i]) > 0;
+  return there;
+}
+
+void StorageWriter::land(Entry& e) { e.ok = store_.set_batch(e.batch.keys, e.batch.payloads); }
+
+void StorageWriter::apply(Entry& e) {
+  const WriteBatch& b = e.batch;
+  std::vector<bool> group_ok(b.groups.size(), true);
+  for (std::size_t w = 0; w < b.keys.size(); ++w) {
+    if (!e.ok[w]) {
+      group_ok[b.group[w]] = false;
+      continue;
+    }
+    ++stats_.objects_written;
+    stats_.written_bytes += b.payloads[w].size();
+  }
+  for (std::size_t g = 0; g < b.groups.size(); ++g) {
+    if (b.groups[g].writes == 0) continue;
+    if (!group_ok[g]) ++stats_.write_failed;
+    else if (b.groups[g].counts_page) ++stats_.written_pages;
+  }
+}
+
+void StorageWriter::settle() { settle_until(false); }
+void StorageWriter::drain() { settle_until(true); }
+
+void StorageWriter::settle_until(bool all) {
+  if (!threads_.empty() && !queue_.empty()) {  // threaded: every queued batch, whatever the timing
+    std::unique_lock<std::mutex> g(mu_);
+    done_cv_.wait(g, [&] {
+      for (const auto& e : queue_)
+        if (!e->landed) return false;
+      return true;
+    });
+  }
+  const std::uint64_t now = timing_.now && threads_.empty() ? timing_.now() : 0;
+  while (!queue_.empty()) {
+    Entry& e = *queue_.front();
+    if (threads_.empty()) {  // simulated: in order of due time (monotone)
+      if (!all && e.due_ns > now) break;
+      land(e);
+    }
+    apply(e);
+    for (const auto& k : e.batch.keys) pending_.erase(k);
+    queue_.pop_front();
+  }
+}
+
+void StorageWriter::work() {
+  std::unique_lock<std::mutex> g(mu_);
+  for (;;) {
+    work_cv_.wait(g, [&] { return stop_ || !todo_.empty(); });
+    if (todo_.empty()) return;  // stop_, nothing left
+    Entry* e = todo_.front();
+    todo_.pop_front();
+    g.unlock();
+    land(*e);
+    g.lock();
+    e->landed = true;
+    done_cv_.notify_all();
+  }
+}
+
+}  // namespace kvgrid::cache
