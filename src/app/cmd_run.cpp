@@ -19,6 +19,7 @@
 
 #include "app/commands.hpp"
 #include "app/mpi_main.hpp"
+#include "cache/redis_storage.hpp"
 #include "core/build_info.hpp"
 #include "core/check.hpp"
 #include "core/hash.hpp"
@@ -65,7 +66,23 @@ std::string utc_now() {
   return buf;
 }
 
+// What the header says of a Redis store: reproducible only when the server is empty at the start
+// and never evicts (a private server from jobs/redis.sh, used by this run alone).
+std::string redis_line(const std::string& url) {
+  const auto p = cache::RedisStorage::probe(url);
+  if (p.private_and_keeps())
+    return "# storage: the Redis server is empty at the start and never evicts (maxmemory 0): reproducible while no "
+           "other job uses it\n";
+  std::string why;
+  if (!p.reachable) why = "unreachable at the start (" + p.error + ")";
+  else if (p.keys != 0) why = std::to_string(p.keys) + " keys already in its database: other jobs' objects";
+  else if (!p.maxmemory) why = "its eviction policy is unknown (CONFIG refused)";
+  else why = "maxmemory " + std::to_string(*p.maxmemory) + " bytes, policy " + p.policy + ": it may evict or refuse writes";
+  return "# not reproducible: shared store (a Redis server: " + why + ")\n";
+}
+
 void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::string& dir, bool verbose) {
+  if (grid.world_rank() != 0) return;  // (rank 0 prints it; the Redis probe is one connection)
   std::ostringstream os;
   os << "# " << version_string() << "\n";
   os << "# experiment " << exp.name << " (" << exp.source << ")\n";
@@ -107,8 +124,7 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
   if (exp.cache.storage_shared)  // other jobs' objects appear while this one runs
     os << "# not reproducible: shared store (cache.storage_shared: other jobs read and write " << where << " at the same time)\n";
   else if (exp.cache.storage == "redis")  // a server other jobs may use, evicting by its own policy
-    os << "# not reproducible: shared store (a Redis server: other jobs' objects and its maxmemory policy; a private, "
-          "never-evicting server gives reproducible runs)\n";
+    os << redis_line(exp.cache.storage_url);
   if (!exp.workload.route_dir.empty())
     os << "# bucket: prompts of " << exp.workload.route_min_prompt << " to "
        << (exp.workload.route_max_prompt > 0 ? std::to_string(exp.workload.route_max_prompt - 1) : std::string("any"))

@@ -41,6 +41,49 @@ RedisStorage::~RedisStorage() {
   if (ctx_) redisFree(ctx_);
 }
 
+RedisStorage::Probe RedisStorage::probe(const std::string& url) {
+  Probe p;
+  const Address a = parse_url(url);
+  redisContext* c = redisConnectWithTimeout(a.host.c_str(), a.port, kConnectTimeout);
+  if (!c || c->err) {
+    p.error = c && c->errstr[0] ? c->errstr : "no connection";
+    if (c) redisFree(c);
+    return p;
+  }
+  redisSetTimeout(c, kCommandTimeout);
+  auto ask = [&](const char* fmt, auto... args) {
+    return static_cast<redisReply*>(redisCommand(c, fmt, args...));
+  };
+  bool ok = true;
+  if (a.db != 0) {
+    redisReply* r = ask("SELECT %d", a.db);
+    ok = r && r->type != REDIS_REPLY_ERROR;
+    if (r) freeReplyObject(r);
+  }
+  if (ok) {
+    if (redisReply* r = ask("DBSIZE")) {
+      if (r->type == REDIS_REPLY_INTEGER) p.keys = r->integer;
+      freeReplyObject(r);
+    }
+    // ["maxmemory", "N"]: a server that refuses CONFIG (managed services rename it) stays unknown.
+    auto config = [&](const char* name) -> std::optional<std::string> {
+      std::optional<std::string> v;
+      if (redisReply* r = ask("CONFIG GET %s", name)) {
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING)
+          v = std::string(r->element[1]->str, r->element[1]->len);
+        freeReplyObject(r);
+      }
+      return v;
+    };
+    if (auto m = config("maxmemory")) p.maxmemory = std::stoull(*m);
+    if (auto pol = config("maxmemory-policy")) p.policy = *pol;
+  }
+  p.reachable = ok && p.keys >= 0;
+  if (!p.reachable) p.error = c->errstr[0] ? c->errstr : "SELECT or DBSIZE refused";
+  redisFree(c);
+  return p;
+}
+
 bool RedisStorage::connected_locked() {
   if (ctx_) return true;
   if (std::chrono::steady_clock::now() < retry_at_) return false;

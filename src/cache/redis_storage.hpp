@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "cache/object_store.hpp"
@@ -51,6 +52,19 @@ class RedisStorage final : public ObjectStore {
   void truncate(const std::string& key) override;
   void corrupt(const std::string& key) override;
   std::string where() const override { return url_; }
+
+  // What a run's header says of a server (`kvgrid run`, rank 0, before any rank writes): reachable,
+  // keys already in its database (-1: unknown), maxmemory (nullopt: CONFIG refused, as managed
+  // services do) and its policy. A server that is empty at the start and never evicts gives a
+  // reproducible run as long as no other job uses it.
+  struct Probe {
+    bool reachable = false;
+    std::int64_t keys = -1;
+    std::optional<std::uint64_t> maxmemory;
+    std::string policy, error;
+    bool private_and_keeps() const { return reachable && keys == 0 && maxmemory && *maxmemory == 0; }
+  };
+  static Probe probe(const std::string& url);
 
   // redis://HOST:PORT[/DB] → its parts (tests).
   struct Address {

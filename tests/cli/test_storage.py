@@ -260,7 +260,8 @@ def redis_backend():
     fail, short, corrupt, slow, write fail) with oracle OK; a malformed URL refused at load."""
     with RedisServer() as srv:
         rc, so, se = run(4, TIERS, "--out", out("rd"), "--set", "cache.storage=redis", "--set", "cache.storage_url=" + srv.url)
-        expect(rc == 0 and "# verdict: OK" in so and "# not reproducible: shared store" in so, "redis run OK", so, se)
+        expect(rc == 0 and "# verdict: OK" in so and "# storage: the Redis server is empty at the start and never evicts" in so
+               and "not reproducible" not in so, "redis run OK, reproducible on a private server", so, se)
         with open(os.path.join(SRC, "tests", "golden", "decision_digests.txt")) as f:  # the file backend's, recorded
             on_file = [ln.split()[2] for ln in f if ln.startswith("multiturn_tiers 1 ")][0]
         expect(digest_of(so) == on_file, "redis decides exactly as file", digest_of(so), on_file)
@@ -273,8 +274,19 @@ def redis_backend():
         rc, so, se = run(4, TIERS, "--out", out("rdf"), "--set", "cache.storage=redis", "--set", "cache.storage_url=" + srv.url,
                          "--set", "workload.multiturn.clients=16", "--set", "workload.multiturn.rounds=4", *faults)
         expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, "redis under every storage failpoint", so, se)
+        expect(re.search(r"# not reproducible: shared store \(a Redis server: \d+ keys already in its database", so),
+               "a server holding the first run's objects: not reproducible", so)
         jf = json.loads(tool("report", out("rdf"), "--json")[1])
         expect(jf["storage_failed_pages"] > 0, "the failpoints fired on redis", jf["storage_failed_pages"])
+        # A server that may evict is named as such (emptied first, so only maxmemory speaks).
+        port = srv.url.rsplit(":", 1)[1]
+        for cmd in (["FLUSHALL"], ["CONFIG", "SET", "maxmemory", "64mb"]):
+            subprocess.run(["redis-cli", "-p", port, *cmd], capture_output=True, timeout=30, check=True)
+        rc, so, se = run(2, TIERS, "--out", out("rdm"), "--set", "cache.storage=redis", "--set", "cache.storage_url=" + srv.url,
+                         "--set", "topology.tp=2", "--set", "topology.cp=1", "--set", "workload.multiturn.clients=2",
+                         "--set", "workload.multiturn.rounds=1")
+        expect(rc == 0 and "# not reproducible: shared store (a Redis server: maxmemory 67108864 bytes, policy noeviction" in so,
+               "maxmemory set: not reproducible", so, se)
     rc, so, se = run_single(TIERS, "--out", out("rbad"), "--set", "cache.storage=redis", "--set", "cache.storage_url=http://x:1")
     expect(rc == 2 and "expected redis://HOST:PORT[/DB]" in se, "a malformed URL: exit 2", so, se)
 
@@ -287,8 +299,8 @@ def redis_outage():
         url = srv.url
     small = ["--set", "workload.multiturn.clients=16", "--set", "workload.multiturn.rounds=4"]
     rc, so, se = run(4, TIERS, "--out", out("ro-none"), "--set", "cache.storage=redis", "--set", "cache.storage_url=" + url, *small)
-    expect(rc == 0 and "# verdict: OK" in so and "storage misses and failed writes until it is back" in se,
-           "no server: the run goes on", so, se)
+    expect(rc == 0 and "# verdict: OK" in so and "storage misses and failed writes until it is back" in se
+           and "# not reproducible: shared store (a Redis server: unreachable at the start" in so, "no server: the run goes on", so, se)
     j = json.loads(tool("report", out("ro-none"), "--json")[1])
     expect(j["storage_connection_errors"] > 0 and j["cached_tokens"]["storage"] == 0, "errors counted, no storage hit", j)
     with RedisServer() as srv:
