@@ -18,6 +18,10 @@
 //                        being independent, on its own admissions' allocation outcomes too
 //                        (device.alloc.fail on one stage then also parts the stages).
 //
+// write_back's backups (taken when a victim is evicted) are write ACKs like the others across
+// stages: started at the eviction, the victim kept on the device until their publication
+// (cache/host_tier.hpp write_back), never decided inside the eviction by one stage.
+//
 // Loads need no relay here: a load-back is waited for (per layer) by the request that reads it,
 // within its admission step, so no load ACK queue outlives a step — except where loads can fail
 // (protocols/load_back) and P/D decode's, read steps later (protocols/pd_restore), whose outcomes

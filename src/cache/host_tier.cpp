@@ -36,6 +36,10 @@ HostTier::HostTier(HostTierConfig cfg, RadixTree& tree, KvPool& device_kv, KvPoo
 
 void HostTier::backup_path(TreeNode* node) {
   if (policy_ == WritePolicy::WriteBack) return;  // backups happen on eviction
+  start_backups(node);
+}
+
+void HostTier::start_backups(TreeNode* node) {
   std::vector<TreeNode*> path;  // bottom-up, then reversed
   for (TreeNode* n = node; n != tree_.root() && n->host.empty() && n->ext.pending_write == 0; n = n->parent)
     path.push_back(n);
@@ -115,6 +119,17 @@ transfer::Event HostTier::submit_backup(std::span<const PageId> host_pages, std:
 }
 
 void HostTier::write_back(TreeNode* victim) {
+  if (acks_.cross_stage()) {
+    // Across pipeline stages a write-back cannot be agreed inside the eviction that needs it (the
+    // other stages reach it a step later), and deciding it per stage lets a failure on one stage
+    // drop a node the others keep (found by testing: tree digests differ across stages). So it is
+    // an ordinary backup — enqueued with a placeholder where this stage failed, published at the
+    // end of a step with its outcome agreed over every stage — and the victim stays on the device,
+    // locked, until then; a published victim is evicted as a backed-up node later. A victim whose
+    // write-back was published as failed is dropped at its next eviction.
+    if (!victim->ext.write_back_failed) start_backups(victim);
+    return;
+  }
   std::vector<TreeNode*> path;
   for (TreeNode* n = victim; n != tree_.root() && n->host.empty(); n = n->parent) path.push_back(n);
   std::reverse(path.begin(), path.end());
@@ -151,7 +166,10 @@ void HostTier::publish(const WriteAck& w, bool placeholder, bool ok_everywhere) 
   std::reverse(fragments.begin(), fragments.end());
   if (placeholder) {  // nothing was copied here: it failed everywhere
     KVGRID_CHECK(!ok_everywhere, "write ", w.id, " published although its host allocation failed on this rank");
-    for (TreeNode* f : fragments) f->ext.pending_write = 0;
+    for (TreeNode* f : fragments) {
+      f->ext.pending_write = 0;
+      f->ext.write_back_failed = policy_ == WritePolicy::WriteBack;
+    }
     pool_.free(w.host_pages);
     pending_pages_ -= Pages(static_cast<std::int64_t>(w.host_pages.size()));
     ++stats_.writes_failed;
@@ -175,6 +193,7 @@ void HostTier::publish(const WriteAck& w, bool placeholder, bool ok_everywhere) 
       published.push_back(f);
     } else {
       unused.insert(unused.end(), slice.begin(), slice.end());
+      f->ext.write_back_failed = policy_ == WritePolicy::WriteBack;
     }
   }
   if (on_published_)

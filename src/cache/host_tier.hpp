@@ -81,7 +81,9 @@ class HostTier {
     if (policy_ == WritePolicy::WriteThroughSelective) backup_path(node);
   }
   // write_back: a device eviction victim that is not backed up is backed up now, with its
-  // unbacked ancestors (top-down, synchronously), so that it survives as a host-only node.
+  // unbacked ancestors (top-down, synchronously), so that it survives as a host-only node. Across
+  // pipeline stages (cross-stage ACKs) the backup is started instead, like a write-through's, and
+  // the victim stays on the device until its publication is agreed over every stage.
   void write_back(TreeNode* victim);
   bool writes_back() const { return policy_ == WritePolicy::WriteBack; }
   // The write ACK queue (write_acks.hpp): its agreed consumption publishes the backups.
@@ -149,6 +151,7 @@ class HostTier {
     std::vector<PageId> host_pages;
   };
   void publish(const WriteAck& w, bool placeholder, bool ok);
+  void start_backups(TreeNode* node);  // backup_path whatever the policy
   // Queues a backup of `n` into `host_pages` (a placeholder: nothing copied) and locks the node.
   void enqueue(TreeNode* n, std::vector<PageId> host_pages, transfer::Event event, bool placeholder);
   // The backup of device pages into host pages: the target's copies, then the draft's (one event).

@@ -13,6 +13,7 @@ NodeExt NodeExt::split_prefix(Pages prefix_pages) {
   NodeExt prefix;
   prefix.hit_count = hit_count;  // every match that reached the suffix also crossed the prefix
   prefix.pending_write = pending_write;  // both fragments are published when the write's ACK is consumed
+  prefix.write_back_failed = write_back_failed;
   prefix.restoring = restoring;          // both fragments are in the restore's range
   prefix.rotation_base = rotation_base;  // the prefix starts where the node started
   prefix.shards = shards;
@@ -343,8 +344,12 @@ std::vector<PageId> RadixTree::evict(Pages n, const std::function<void(TreeNode*
     TreeNode* victim = evictable_.begin()->node;
     if (victim->host.empty() && before_drop) {
       before_drop(victim);
-      // The hook may only add host pages; the victim must still be the first candidate.
-      KVGRID_CHECK(!evictable_.empty() && evictable_.begin()->node == victim, "write-back changed the eviction order");
+      // The hook adds host pages (a write-back), or starts a backup that locks the victim until it
+      // is published (a write-back across pipeline stages): then it is not evicted now.
+      if (evictable_.empty() || evictable_.begin()->node != victim) {
+        KVGRID_CHECK(victim->ext.pending_write != 0, "write-back changed the eviction order");
+        continue;
+      }
     }
     freed.insert(freed.end(), victim->device.begin(), victim->device.end());
     evictable_pages_ -= victim->pages();

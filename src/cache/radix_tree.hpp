@@ -44,6 +44,9 @@ namespace kvgrid::cache {
 struct NodeExt {
   std::uint64_t hit_count = 0;      // matches that reached this node (write_through_selective uses it)
   std::uint64_t pending_write = 0;  // id of an unpublished device→host backup of this node (0: none)
+  // write_back across stages: this node's write-back was published as failed (on some stage); its
+  // next eviction drops it instead of trying again (host_tier.hpp, write_back).
+  bool write_back_failed = false;
   // Private restores (P/D decode) of this host-only node in flight: no other request restores it
   // again meanwhile (it reuses only what precedes it).
   std::uint32_t restoring = 0;
@@ -159,7 +162,8 @@ class RadixTree {
   // device pages are freed or no candidate is left; returns the freed device pages. A backed-up
   // victim stays as a host-only node; the others leave the tree.
   // `before_drop` (optional) is called for a victim that is not backed up, before it would be
-  // deleted: if it gives the node host pages (write_back), the node stays as a host-only node.
+  // deleted: if it gives the node host pages (write_back), the node stays as a host-only node;
+  // if it starts a backup that locks the node (write_back across stages), the node is skipped.
   std::vector<PageId> evict(Pages n, const std::function<void(TreeNode*)>& before_drop = {});
 
   // Host tier. `set_host` publishes a finished device→host backup of a node (its parent must be

@@ -54,6 +54,11 @@ TEST(PpSync, HostTierAcrossStagesAgreesOverManySeedsAndFaults) {
       {"faults.storage.object.corrupt.probability=0.3", last("storage.object.corrupt")},
       {"faults.storage.read.short.probability=0.3", last("storage.read.short")},
       {"faults.storage.write.fail.probability=0.3", last("storage.write.fail")},
+      // write_back across stages: a victim's backup is published with its outcome agreed over
+      // every stage (deciding it inside the eviction, per stage, diverged under these faults).
+      {"faults.host.alloc.fail.probability=0.3", last("host.alloc.fail"), "cache.write_policy=write_back"},
+      {"faults.transfer.fail.probability=0.3", last("transfer.fail"), "cache.write_policy=write_back"},
+      {"faults.host.alloc.fail.probability=0.3", "faults.transfer.fail.probability=0.2", "cache.write_policy=write_back"},
   };
   // A few seeds per case in the test suite (PP 2 at 2 ranks: 2; PP 4 at 4 and 8 ranks,
   // oversubscribed here: 1), each case at one world size (testing::suite_share) —
