@@ -168,6 +168,10 @@ transfer::Event HybridHostTier::submit_backup(const unified::Node& n, const std:
 
 void HybridHostTier::backup_path(unified::Node* node) {
   if (policy_ == WritePolicy::WriteBack) return;  // backed up when evicted
+  start_backups(node);
+}
+
+void HybridHostTier::start_backups(unified::Node* node) {
   const bool cross = acks_.cross_stage();
   for (unified::Node* n : tree_.backup_candidates(node)) {
     if (policy_ == WritePolicy::WriteThroughSelective && n->hit_count < cfg_.tier.write_through_threshold) break;
@@ -208,7 +212,14 @@ void HybridHostTier::backup_path(unified::Node* node) {
 }
 
 void HybridHostTier::write_back(unified::Node* victim) {
-  KVGRID_CHECK(!acks_.cross_stage(), "hybrid write_back across pipeline stages");
+  if (acks_.cross_stage()) {
+    // Across pipeline stages a write-back cannot be agreed inside the eviction (the other stages
+    // reach it a step later): it is an ordinary backup, placeholders where this stage failed,
+    // published with its outcome agreed over every stage; the victim stays on the device, locked,
+    // until then (UnifiedTree::evict skips it). One published as failed is dropped next time.
+    if (!victim->write_back_failed) start_backups(victim);
+    return;
+  }
   for (unified::Node* n : tree_.backup_candidates(victim)) {
     std::vector<std::vector<Slot>> host(kinds_.size());
     bool ok = true;
@@ -260,6 +271,7 @@ void HybridHostTier::publish(Write& w, bool placeholder, bool ok_everywhere) {
   bool ok = ok_everywhere, any_unused = false;
   for (unified::Node* f : fragments) {
     tree_.mark_writing(f, 0);
+    f->write_back_failed = false;
     // FULL host copies form a prefix: a fragment whose parent has none cannot take one.
     for (std::size_t c = 0; c < kinds_.size(); ++c)
       if (kinds_[c] == ComponentKind::Full && f->parent != tree_.root() && !f->parent->comp[c].backed()) ok = false;
@@ -289,7 +301,11 @@ void HybridHostTier::publish(Write& w, bool placeholder, bool ok_everywhere) {
                 std::span<const Slot>(w.host[c]).subspan(at[c]));
     in_flight_[c] -= n_of(w.host[c].size());
   }
-  if (any_unused || placeholder) ++stats_.writes_failed;
+  if (any_unused || placeholder) {
+    ++stats_.writes_failed;
+    if (policy_ == WritePolicy::WriteBack)  // (across stages) its next eviction drops it
+      for (unified::Node* f : fragments) f->write_back_failed = true;
+  }
   if (on_published_ && !placeholder)
     for (unified::Node* f : fragments) on_published_(f);  // the storage tier writes what is new there
   tree_.unlock(w.lock);

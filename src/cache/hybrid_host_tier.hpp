@@ -105,8 +105,12 @@ class HybridHostTier {
   bool writes_back() const { return policy_ == WritePolicy::WriteBack; }
   // write_back: backs up `victim` (a device eviction victim) and its ancestors that lack host
   // copies, top-down, synchronously; stops at the first whose allocation or copy failed anywhere
-  // in the stage (it and what is below are dropped with their device values).
+  // in the stage (it and what is below are dropped with their device values). Across pipeline
+  // stages the backup is started instead, like a write-through's, and the victim stays on the
+  // device until its publication is agreed over every stage.
   void write_back(unified::Node* victim);
+  // (backup_path whatever the write policy)
+  void start_backups(unified::Node* node);
   WriteAcks& acks() { return acks_; }
   const WriteAcks& acks() const { return acks_; }
   Tokens load_back_threshold() const { return cfg_.tier.load_back_threshold; }

@@ -163,6 +163,7 @@ Node* UnifiedTree::split(Node* child, std::size_t split_tokens) {
   mid->last_access = child->last_access;
   mid->last_used = child->last_used;
   mid->pending_write = child->pending_write;  // the write covers both fragments
+  mid->write_back_failed = child->write_back_failed;
   mid->hit_count = child->hit_count;          // every match that reached the child crossed the new parent
   auto count = [](const std::optional<std::vector<Slot>>& v) { return v ? static_cast<std::int64_t>(v->size()) : 0; };
   for (std::size_t c = 0; c < components_.size(); ++c) {

@@ -149,6 +149,7 @@ struct Node {
   std::vector<std::uint64_t> host_filed_at;  // per component: the last_access it is filed under there
   std::vector<std::int64_t> host_filed_rank;  // per component: the session rank it is filed under there
   std::uint64_t pending_write = 0;  // id of an unpublished device→host backup (0: none; a split copies it)
+  bool write_back_failed = false;   // write_back across stages: its backup failed; the next eviction drops it
   std::uint64_t hit_count = 0;      // accounted matches whose device boundary reached this node (write_through_selective)
 
   Tokens start() const { return end - Tokens(static_cast<std::int64_t>(key.size())); }
@@ -414,7 +415,8 @@ class UnifiedTree {
 
   // Evicts component c's LRU victims (with their cascades) until at least `slots` of c's slots are
   // freed or none is left. `before_drop` (write_back) sees each victim before its values go: what
-  // it gives host copies (set_host) survives on the host, the node staying host-only.
+  // it gives host copies (set_host) survives on the host, the node staying host-only; one it
+  // starts a write for (pending_write: across pipeline stages) is skipped, locked until published.
   EvictResult evict(ComponentId c, std::int64_t slots, const std::function<void(Node*)>& before_drop = {});
   // Evicts component c on `node` (which must hold an unlocked value of c) and its cascade; a
   // leaf is deleted, then its all-tombstone ancestors.

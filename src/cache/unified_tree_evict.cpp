@@ -71,7 +71,15 @@ EvictResult UnifiedTree::evict(ComponentId c, std::int64_t slots, const std::fun
     Node* victim = comp.evict_next(*this);
     if (!victim) break;
     count_inversion(victim, c);
-    if (before_drop) before_drop(victim);
+    if (before_drop) {
+      before_drop(victim);
+      // A write-back across pipeline stages starts a backup that locks the victim until it is
+      // published (hybrid_host_tier.hpp): it stays on the device for now.
+      if (victim->pending_write != 0) {
+        KVGRID_CHECK(comp.evict_next(*this) != victim, "write-back left node ", victim->id, " a candidate");
+        continue;
+      }
+    }
     evict_into(victim, c, r);
   }
   comp.evict_end(*this);

@@ -145,11 +145,6 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
   }
   // The host tier: write-through backups and published load-backs of every component.
   if (e.cache.host_pages.value() > 0) {
-    for (const auto& g : e.topology.groups)
-      refuse(e.cache.write_policy == "write_back" && g.shape.pp > 1,
-             "cache.write_policy = \"write_back\" over pp = " + std::to_string(g.shape.pp) +
-                 " (a write-back is agreed inside the eviction that needs it, and a stage cannot wait there for the others: "
-                 "use write_through or write_through_selective across stages)");
     for (const auto& name : e.cache.component_bugs)
       refuse(name != "swa_load_whole_node",
              "cache.component_bugs = \"" + name + "\" (the record's device-tier bugs run without a host tier)");

@@ -1183,8 +1183,6 @@ def hybrid_runs():
            (["--set", "topology.pp=2", "--set", "model.layer_types=full,swa,mamba,swa,swa,mamba"],
             r"leaves stage 1 \(layers 3\.\.5\) without a full layer"),
            (["--set", "topology.cp=2", "--set", "cache.cp_sharding=sharded"], r'cache\.cp_sharding = "sharded" \(CP replicated only\)'),
-           (["--set", "topology.pp=2", "--set", "cache.host_pages=64", "--set", "cache.write_policy=write_back"],
-            r'cache\.write_policy = "write_back" over pp = 2 \(a write-back is agreed inside the eviction'),
            (["--set", "cache.mamba_slots=2"], r"cache\.mamba_slots = 2: .* give at least 3"),
            (["--set", "model.layer_types=full,mamba"], r'\[\[model\.sidecar\]\] #2 \("compressor"\): source = "swa" but'),
            (["--set", "model.sidecar.words=3"], r"'model\.sidecar' is an array of tables \(\[\[model\.sidecar\]\]\): set it in the experiment file")]
