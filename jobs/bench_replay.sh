@@ -2,8 +2,9 @@
 # Replay speed (docs/performance.md "Replay speed"): experiments/policy_sim.toml — the
 # configuration of SGLang's standalone HiCache policy simulator on the Mooncake synthetic trace
 # (1 rank, page 512, L1 = device, L2 = host, write-through) — at the three L1/L2 capacities the
-# docs compare, REPEAT runs each (median), printing kvgrid's hit rates in page units, wall time and
-# prompt pages per second. Then the 8-rank replay (experiments/mooncake_replay.toml) once.
+# docs compare, REPEAT runs each (median), with engine.decode = step and = fused, printing kvgrid's
+# hit rates in page units, wall time and prompt pages per second. Then the 8-rank replay
+# (experiments/mooncake_replay.toml) once.
 #
 #   jobs/bench_replay.sh [--repeat N] [--baseline REV] [--no-8rank]
 #
@@ -22,8 +23,12 @@ while [ $# -gt 0 ]; do
 done
 jobs/setup.sh >/dev/null
 . jobs/env.sh
-bins=("build/kvgrid")
-names=("this tree")
+# Each entry: a build, its name, the directory of the experiments it runs (its own tree's) and the
+# settings it adds. This tree runs twice: engine.decode = step and = fused.
+bins=("build/kvgrid" "build/kvgrid")
+names=("this tree" "this tree, fused")
+exps=("experiments" "experiments")
+extra=("" "--set engine.decode=fused")
 if [ -n "$baseline" ]; then
   rev=$(git rev-parse --short "$baseline")
   wt="results/bench/baseline-$rev"
@@ -34,6 +39,8 @@ if [ -n "$baseline" ]; then
   fi
   bins+=("$wt/build/kvgrid")
   names+=("baseline $rev")
+  exps+=("$wt/experiments")
+  extra+=("")
 fi
 out=$(mktemp -d /tmp/kvgrid-bench-replay.XXXXXX)
 trap 'rm -rf "$out"' EXIT
@@ -57,14 +64,16 @@ print("%.3f %.3f %.4f %.4f" % (t1 - t0, j["wall_s"], l1, l2))' "$t0" "$t1" "$pag
 median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
 echo "# policy_sim (1 rank, page 512, write-through, one request at a time), $repeat runs each, median wall"
-printf "# %-14s %-11s %8s %8s %8s %10s\n" "build" "L1/L2" "L1 hit" "L1+L2" "wall s" "pages/s"
+printf "# %-18s %-11s %8s %8s %8s %10s\n" "build" "L1/L2" "L1 hit" "L1+L2" "wall s" "pages/s"
 for cap in "2000 8000" "5000 20000" "20000 80000"; do
   set -- $cap
   declare -A walls=()
   declare -A hits=()
   for ((k = 0; k < repeat; ++k)); do
     for i in "${!bins[@]}"; do
-      read -r wall loop l1 l2 < <(one "${bins[$i]}" 1 experiments/policy_sim.toml --set "cache.device_pages=$1" --set "cache.host_pages=$2")
+      # shellcheck disable=SC2086  # (extra: words)
+      read -r wall loop l1 l2 < <(one "${bins[$i]}" 1 "${exps[$i]}/policy_sim.toml" --set "cache.device_pages=$1" \
+                                  --set "cache.host_pages=$2" ${extra[$i]})
       walls[$i]+="$wall "
       hits[$i]="$l1 $l2"
     done
@@ -72,14 +81,15 @@ for cap in "2000 8000" "5000 20000" "20000 80000"; do
   for i in "${!bins[@]}"; do
     w=$(tr ' ' '\n' <<<"${walls[$i]}" | grep . | median)
     read -r l1 l2 <<<"${hits[$i]}"
-    printf "  %-14s %-11s %8s %8s %8.2f %10.0f\n" "${names[$i]}" "$1/$2" "$l1" "$l2" "$w" "$(awk "BEGIN {print $pages / $w}")"
+    printf "  %-18s %-11s %8s %8s %8.2f %10.0f\n" "${names[$i]}" "$1/$2" "$l1" "$l2" "$w" "$(awk "BEGIN {print $pages / $w}")"
   done
   unset walls hits
 done
 if [ "$eight" = 1 ]; then
   echo "# mooncake_replay (8 ranks, TP2 x CP2 x PP2), one run each"
   for i in "${!bins[@]}"; do
-    read -r wall loop l1 l2 < <(one "${bins[$i]}" 8 experiments/mooncake_replay.toml)
-    printf "  %-14s wall %8.1f s (loop %.1f s)\n" "${names[$i]}" "$wall" "$loop"
+    [ -n "${extra[$i]}" ] && continue  # (fused runs on one rank only)
+    read -r wall loop l1 l2 < <(one "${bins[$i]}" 8 "${exps[$i]}/mooncake_replay.toml")
+    printf "  %-18s wall %8.1f s (loop %.1f s)\n" "${names[$i]}" "$wall" "$loop"
   done
 fi

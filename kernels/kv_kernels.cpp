@@ -56,8 +56,12 @@ void write_tokens_digest(const PageLayout& g, std::uint64_t* pool, std::span<con
   // Consecutive tokens of one page are summed first — Σ P(s) F, the same for every layer and head
   // — then one work item per (layer, head) owns that word of every page (no atomics) and adds
   // coef × Σ P(s) F (= Σ coef × P(s) F) per run of tokens.
-  std::vector<std::uint32_t> run_page;
-  std::vector<std::uint64_t> run_sum;
+  // (The runs' buffers are kept between calls: a decode step writes one token, and allocating for
+  // it cost more than the write.)
+  static thread_local std::vector<std::uint32_t> run_page;
+  static thread_local std::vector<std::uint64_t> run_sum;
+  run_page.clear();
+  run_sum.clear();
   for (std::size_t i = 0; i < page.size();) {
     const std::uint32_t p = page[i];
     std::uint64_t sum = 0;
@@ -71,7 +75,7 @@ void write_tokens_digest(const PageLayout& g, std::uint64_t* pool, std::span<con
   Kokkos::parallel_for(
       "kvgrid::write_tokens_digest", Kokkos::RangePolicy<Exec>(0, g.layers * g.heads), KOKKOS_LAMBDA(const std::size_t k) {
         const std::size_t h = k % g.heads, l = k / g.heads;
-        const std::uint64_t coef = kv_coeff(g.layer_base + l, g.head_ids[h]);
+        const std::uint64_t coef = g.kv_coef ? g.kv_coef[k] : kv_coeff(g.layer_base + l, g.head_ids[h]);
         for (std::size_t r = 0; r < runs; ++r) pool[g.digest_index(rp[r], l, h)] += rs[r] * coef;
       });
   Kokkos::fence();

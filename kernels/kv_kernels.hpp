@@ -25,6 +25,7 @@ struct PageLayout {
   const std::uint32_t* head_ids = nullptr;    // global id of each local head
   const std::uint64_t* slot_coef = nullptr;   // P(s) for s < page_size
   const std::uint64_t* dim_coef = nullptr;    // w(d) for d < dims
+  const std::uint64_t* kv_coef = nullptr;     // optional: kv_coeff of (local layer l, local head h) at l * heads + h
 
   std::size_t full_words() const { return pages * layers * heads * page_size * dims; }
   std::size_t digest_words() const { return pages * layers * heads; }

@@ -101,7 +101,7 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
          << d.dtype << "), " << d.steps << " tokens per round, accept_prob " << d.accept_prob << "; draft state " << d.mode << "\n";
     }
     os << "# scheduler: chunked prefill " << exp.engine.chunk_size << " tokens/step, max_running " << exp.engine.max_running
-       << "\n# tiers: device " << exp.cache.device_pages << " pages";
+       << ", decode " << exp.engine.decode << "\n# tiers: device " << exp.cache.device_pages << " pages";
     if (exp.cache.host_pages.value() > 0) os << ", host " << exp.cache.host_pages << " pages (" << exp.cache.write_policy << ")";
     if (exp.cache.storage != "none")
       os << ", storage " << exp.cache.storage << (exp.cache.storage == "redis" ? " at " + exp.cache.storage_url : std::string())
@@ -312,8 +312,9 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
     char wall[32], model[32];
     std::snprintf(wall, sizeof(wall), "%.2f", s.wall_s);
     std::snprintf(model, sizeof(model), "%.3f", static_cast<double>(rows.back().model_ns) / 1e6);
-    os << "# steps " << s.steps << ", checks " << s.checks << " (every " << exp.engine.check_every
-       << " steps and at the end), wall " << wall << " s\n";
+    os << "# steps " << s.steps;
+    if (exp.engine.decode == "fused") os << " (" << rows[0].fused_steps << " fused)";
+    os << ", checks " << s.checks << " (every " << exp.engine.check_every << " steps and at the end), wall " << wall << " s\n";
     if (s.oracle_mismatches >= 0) {
       const char* why = exp.topology.groups.size() > 1 ? " failed (aborted, broken transfer or restore)" : " failed (aborted)";
       os << "# requests " << s.finished << " finished" << (s.failed ? ", " + std::to_string(s.failed) + why : "")

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.hpp"
+#include "core/hash.hpp"
 #include "kernels/kv_math.hpp"
 
 namespace kvgrid::cache {
@@ -29,6 +30,17 @@ KvPool::KvPool(KvPoolConfig cfg) : cfg_(std::move(cfg)) {
   data_.assign(cfg_.payload == Payload::Full ? layout_.full_words() : layout_.digest_words(), 0);
   for (std::size_t l = 0; l < layout_.layers; ++l)
     for (std::size_t h = 0; h < layout_.heads; ++h) coef_.push_back(kernels::kv_coeff(layout_.layer_base + l, cfg_.heads[h]));
+  layout_.kv_coef = coef_.data();
+}
+
+std::uint64_t KvPool::content_digest() const {
+  // (multiply-xorshift per word, as hash_u32: a full-payload pool is large)
+  std::uint64_t h = mix64(0x6b76706f6f6cULL ^ data_.size());
+  for (const std::uint64_t w : data_) {
+    h = (h ^ w) * 0x9fb21c651e98df25ULL;
+    h ^= h >> 32;
+  }
+  return mix64(h);
 }
 
 std::uint32_t KvPool::row(std::uint32_t page, bool owned) const {

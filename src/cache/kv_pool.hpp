@@ -78,6 +78,8 @@ class KvPool {
   // The weights of consecutive positions first_pos, first_pos + 1, … with features F (into w).
   void token_weights(std::size_t first_pos, std::span<const std::uint64_t> F, std::vector<std::uint64_t>& w) const;
   std::span<const std::uint64_t> fold_coefs() const { return coef_; }
+  // Every word of every row (stale rows included): two runs that wrote the same KV agree.
+  std::uint64_t content_digest() const;
   // Full payload: adds the fold of slots [0, n) of `page`, read as page-table entry `index`, into
   // out [l * heads + h] — a partial page's written tokens (its other slots may hold a previous
   // owner's KV or poison).

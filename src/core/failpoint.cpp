@@ -67,7 +67,7 @@ void FailpointRegistry::configure(const FailpointConfig& cfg) {
   points_.emplace(cfg.name, std::move(p));
 }
 
-std::optional<FailpointHit> FailpointRegistry::evaluate(const std::string& name, std::uint64_t step) {
+std::optional<FailpointHit> FailpointRegistry::evaluate_configured(std::string_view name, std::uint64_t step) {
   auto it = points_.find(name);
   if (it == points_.end()) return std::nullopt;
   Point& p = it->second;
@@ -77,7 +77,7 @@ std::optional<FailpointHit> FailpointRegistry::evaluate(const std::string& name,
     return std::nullopt;
   bool fires = p.rng.bernoulli(p.cfg.probability);
   // Under kvgrid explore every evaluation is a choice point, the draw its default (core/schedule.hpp).
-  if (ChoiceSource* c = choice_source()) fires = c->answer(fires, "failpoint " + name + (fires ? " (drawn: fires)" : " (drawn: quiet)"), "fires", "quiet");
+  if (ChoiceSource* c = choice_source()) fires = c->answer(fires, "failpoint " + std::string(name) + (fires ? " (drawn: fires)" : " (drawn: quiet)"), "fires", "quiet");
   if (!fires) return std::nullopt;
   std::ostringstream os;
   bool first = true;
@@ -85,7 +85,7 @@ std::optional<FailpointHit> FailpointRegistry::evaluate(const std::string& name,
     os << (first ? "" : " ") << k << "=" << v;
     first = false;
   }
-  pending_.push_back({step, name, os.str()});
+  pending_.push_back({step, std::string(name), os.str()});
   ++fired_;
   return FailpointHit{&p.cfg.params};
 }

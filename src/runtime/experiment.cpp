@@ -13,6 +13,24 @@
 
 namespace kvgrid {
 
+std::string fused_decode_refusal(const ExperimentConfig& e) {
+  // What a fused span cannot see ahead of time, or does not replay (runtime/fused_decode.cpp).
+  if (e.workload.kind == "tree") return "the tree workload has no decode steps";
+  if (e.topology.world_size() != 1)
+    return "it runs on " + std::to_string(e.topology.world_size()) +
+           " ranks; a fused span runs on one rank only (across ranks every span would have to be agreed: not built)";
+  if (e.model.draft.enabled()) return "speculative decoding's draft rounds act at every step";
+  if (e.model.hybrid()) return "a hybrid model's SWA pages and states change at every decode step";
+  if (e.cache.storage != "none") return "the storage tier's prefetches and writes are polled at every step";
+  if (!e.faults.empty()) return "failpoints draw at every step";
+  if (e.engine.transfer != "simulated")
+    return "the " + e.engine.transfer + " engine's copies complete in real time, which a span cannot know ahead";
+  if (e.protocol.consensus_check != "off") return "the online consensus checker acts at its steps";
+  if (e.debug.plant_divergence_rank >= 0 || e.debug.plant_divergence_stage >= 0 || e.debug.kill_rank >= 0)
+    return "the debug knobs act at a given step";
+  return {};
+}
+
 namespace {
 // Relations between keys (each key alone was validated when read); throws InputError naming them.
 void check_relations(const ExperimentConfig& e, const std::string& src) {
@@ -99,6 +117,10 @@ void check_relations(const ExperimentConfig& e, const std::string& src) {
   if (w.kind == "mooncake" && w.mooncake.trace.empty())
     throw InputError(src + ": workload.kind = \"mooncake\" needs workload.mooncake.trace");
   check_storage_keys(e, src);
+  if (e.engine.decode == "fused")
+    if (const std::string why = fused_decode_refusal(e); !why.empty())
+      throw InputError(src + ": engine.decode = \"fused\" is refused for this experiment: " + why +
+                       " (engine.decode = \"step\" runs it)");
 }
 
 // [topology]: one group, or a P/D world of two.
@@ -293,6 +315,7 @@ void read_engine_cost_output(const Config& c, ExperimentConfig& e) {
   e.engine.payload = c.get_string("engine.payload");
   e.engine.strict = c.get_bool("engine.strict");
   e.engine.transfer = c.get_string("engine.transfer");
+  e.engine.decode = c.get_string("engine.decode");
   e.cost.prefill_ns_per_token_layer = c.get_float("cost.prefill_ns_per_token_layer");
   e.cost.attention_ns_per_context_token_layer = c.get_float("cost.attention_ns_per_context_token_layer");
   e.cost.decode_ns_per_layer = c.get_float("cost.decode_ns_per_layer");
@@ -311,6 +334,7 @@ void read_engine_cost_output(const Config& c, ExperimentConfig& e) {
   e.output.flush_every = c.get_int("output.flush_every");
   e.output.report_every = c.get_int("output.report_every");
   e.output.report_seconds = c.get_float("output.report_seconds");
+  e.output.steps = c.get_string("output.steps");
   e.debug.plant_divergence_rank = c.get_int("debug.plant_divergence_rank");
   e.debug.plant_divergence_step = c.get_int("debug.plant_divergence_step");
   e.debug.plant_divergence_stage = c.get_int("debug.plant_divergence_stage");

@@ -198,6 +198,7 @@ struct EngineConfig {
   std::string payload = "digest";   // "full" | "digest"
   bool strict = false;              // an oracle mismatch stops the run
   std::string transfer = "simulated";  // transfer engine backend
+  std::string decode = "step";         // "step" | "fused" (runtime/fused_decode.cpp)
 };
 
 // Modelled time (DESIGN §2 "Time"); values and their sources in runtime/cost.cpp.
@@ -235,6 +236,7 @@ struct OutputConfig {
   std::string dir;  // empty: results/<experiment>/<seed>-<time>
   std::int64_t flush_every = 8, report_every = 50;
   double report_seconds = 1.0;  // serving loop: wall seconds between console rows, at least (0: off)
+  std::string steps = "timed";  // the steps table: rows with wall times per phase, model times only, none
   bool quiet = false;           // kvgrid run -q: no progress rows (set by the CLI, not a key)
 };
 
@@ -270,6 +272,9 @@ struct ExperimentConfig {
 Pages gather_charge(const ExperimentConfig& e, std::size_t local_layers);
 
 const Schema& experiment_schema();
+// Why engine.decode = fused cannot keep this experiment's decisions (runtime/fused_decode.cpp);
+// empty: it can.
+std::string fused_decode_refusal(const ExperimentConfig& e);
 // Throws InputError (file, key, expected, found). `seed` overrides engine.seed when >= 0.
 ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
                                  std::int64_t seed = -1);

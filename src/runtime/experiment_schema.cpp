@@ -254,6 +254,11 @@ void add_engine_and_cost_keys(Schema& s) {
   s.add(ikey({"engine", "max_running"}, 64, 1, 1e6, "requests in prefill or decode at once"));
   s.add(skey({"engine", "payload"}, {"digest", "full"}, "full: real KV elements; digest: one word per page, layer and head"));
   s.add(bkey({"engine", "strict"}, false, "an oracle mismatch stops the run (also --strict)"));
+  s.add(skey({"engine", "decode"}, {"step", "fused"},
+             "step: every decode step runs the whole step; fused: a run of decode steps no cache event can observe (one "
+             "request decoding, nothing to admit, arrive, land or check) runs without the phases that cannot act — the "
+             "same decisions, KV and clocks (one rank, no storage, draft, hybrid model, failpoints or threaded engine: "
+             "refused otherwise, with the reason)"));
   s.add(skey({"engine", "transfer"}, {"simulated", "threaded"},
              "transfer engine: simulated (modelled time, seeded jitter, deterministic) or threaded (real copies)"));
   s.add(fkey({"cost", "prefill_ns_per_token_layer"}, 1250.0, 0.0, 1e12, "prefill compute per token per layer at TP·CP = 1"));
@@ -290,6 +295,10 @@ void add_output_and_debug_keys(Schema& s) {
   s.add(ikey({"output", "report_every"}, 50, 1, kBig, "steps between console rows (at most; see report_seconds)"));
   s.add(fkey({"output", "report_seconds"}, 1.0, 0.0, 3600.0,
              "serving loop: at least this many wall seconds between console rows (0: every report_every steps); the last row always"));
+  s.add(skey({"output", "steps"}, {"timed", "model", "none"},
+             "serving loop: the trace's steps table — a row per step with each phase's modelled and wall time (timed), "
+             "modelled times only, the wall columns 0 (model: no clock read per phase), or no rows (none: a replay "
+             "study of hundreds of thousands of steps writes no table of them)"));
   s.add(ikey({"debug", "plant_divergence_rank"}, -1, -1, 1e7,
              "testing: this world rank takes one extra decision (tree loop: caches an extra prompt) (-1: off)"));
   s.add(ikey({"debug", "plant_divergence_step"}, 0, 0, kBig, "testing: step of the planted divergence"));

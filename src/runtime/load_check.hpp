@@ -37,6 +37,7 @@ class LoadCheckStep : public StepPlugin {
   void scheduled(ServeStep& s) override { admitted(s.index); }
   void end_of_step(ServeStep& /*s*/) override { agreement_.end_of_step(); }
   std::size_t pending() const override { return agreement_.pending(); }
+  bool quiet() const override { return agreement_.pending() == 0; }  // no load-back outcome being agreed
   void summary(RankSummaryRow& m) const override {
     m.load_failed = failed_;
     m.load_recomputed_tokens = recomputed_;

@@ -13,12 +13,14 @@ Scheduler::Scheduler(SchedulerConfig cfg, cache::DeviceCache& cache) : cfg_(cfg)
 void Scheduler::enqueue(RequestSpec spec, std::uint64_t wall_ns) {
   KVGRID_CHECK(!spec.prompt.empty() && spec.output_len >= 1, "request ", spec.id, " with an empty prompt or no output");
   auto r = std::make_unique<ServeRequest>();
-  r->tokens.reserve(spec.prompt.size() + spec.output_len);  // (its generated tokens append without a move)
-  r->tokens.assign(spec.prompt.begin(), spec.prompt.end());
+  r->prompt_len_ = spec.prompt.size();
+  r->tokens = std::move(spec.prompt);  // the prompt's only copy (a workload may have reserved room for the output)
+  r->tokens.reserve(r->prompt_len_ + spec.output_len);  // (its generated tokens append without a move)
   r->spec = std::move(spec);
+  r->spec.prompt.clear();
   r->ph = kernels::kPrefixSeed;
   r->seen_wall_ns = wall_ns;
-  cache_.on_arrival(r->spec.id, r->spec.prompt);
+  cache_.on_arrival(r->spec.id, r->prompt());
   waiting_.push_back(std::move(r));
 }
 
@@ -71,11 +73,11 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
                        " tokens needs " + std::to_string(prompt_slot_pages(w)) + " pages of a gather slot of " +
                        std::to_string(cfg_.gather_pages) + ": decode could never read it (raise cache.gather_pages)");
     if (cfg_.gather_pages > 0 && !cfg_.receive_prompt) {
-      const std::int64_t want = protocols::LayerGather::padded_pages(cache_.peek_hit(w.spec.prompt).value() / p, cfg_.shards);
+      const std::int64_t want = protocols::LayerGather::padded_pages(cache_.peek_hit(w.prompt()).value() / p, cfg_.shards);
       if (gather_used > 0 && gather_used + want > cfg_.gather_pages) break;  // the slot is full: next step
       max_match = Tokens((cfg_.gather_pages - gather_used) / cfg_.shards * cfg_.shards * p);
     }
-    auto res = cache_.reserve(w.spec.id, w.spec.prompt, Tokens(static_cast<std::int64_t>(w.kv_len())), max_match);
+    auto res = cache_.reserve(w.spec.id, w.prompt(), Tokens(static_cast<std::int64_t>(w.kv_len())), max_match);
     if (!res) {
       // Head of line waits for pages — unless it can never have them: nothing runs that could
       // free any, and the pool (per owner, when sharded) is smaller than what it needs.
@@ -125,6 +127,17 @@ std::vector<BatchEntry> Scheduler::schedule(std::uint64_t now_ns) {
                      "windows of " + std::to_string(stalled) + " running requests (raise cache.swa_pages or lower "
                      "engine.max_running)");
   return batch;
+}
+
+std::optional<BatchEntry> Scheduler::quiet_decode() {
+  if (running_.size() != 1 || cache_.hybrid()) return std::nullopt;
+  if (!waiting_.empty() && static_cast<std::int64_t>(running_.size()) < cfg_.max_running) return std::nullopt;
+  ServeRequest& r = *running_.front();
+  if (!r.prefill_done() || r.awaiting_kv || r.awaiting_restore || r.generated + 1 >= r.spec.output_len) return std::nullopt;
+  if (cfg_.receive_prompt && cfg_.gather_pages > 0 && !r.model.primed) return std::nullopt;
+  fresh_pages_.clear();
+  admitted_.clear();
+  return BatchEntry{&r, r.computed, r.tokens.size(), false};
 }
 
 ServeRequest* Scheduler::find_running(RequestId id) {

@@ -19,6 +19,8 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "cache/device_cache.hpp"
@@ -62,10 +64,14 @@ struct ServeRequest {
   std::uint64_t seen_wall_ns = 0, first_token_wall_ns = 0;
   bool oracle_ok = true;
 
-  std::size_t prompt_len() const { return spec.prompt.size(); }
-  std::size_t kv_len() const { return spec.prompt.size() + spec.output_len - 1; }
+  // The prompt is the first prompt_len() tokens (the spec's prompt moved there at enqueue).
+  std::size_t prompt_len() const { return prompt_len_; }
+  std::span<const TokenId> prompt() const { return std::span<const TokenId>(tokens).first(prompt_len_); }
+  std::size_t kv_len() const { return prompt_len_ + spec.output_len - 1; }
   bool prefill_done() const { return computed >= prompt_len(); }
   bool finished() const { return generated >= spec.output_len; }
+
+  std::size_t prompt_len_ = 0;  // (set by Scheduler::enqueue)
 };
 
 struct BatchEntry {
@@ -100,6 +106,10 @@ class Scheduler {
   void enqueue(RequestSpec spec, std::uint64_t wall_ns);
   // Decides this step's batch (admissions included). `now_ns` stamps admissions.
   std::vector<BatchEntry> schedule(std::uint64_t now_ns);
+  // engine.decode = fused: the batch schedule() would return when the one running request decodes
+  // a token that does not finish it and nothing can be admitted (a full-attention model: nothing
+  // to prepare); nullopt otherwise. Leaves what schedule() leaves: no fresh pages, no admissions.
+  std::optional<BatchEntry> quiet_decode();
   // Advances the batch's requests after their forward pass; returns the requests that finished
   // (committed to the cache and removed from the running set; owned by the caller now).
   std::vector<std::unique_ptr<ServeRequest>> complete_step(const std::vector<BatchEntry>& batch, std::uint64_t now_ns,

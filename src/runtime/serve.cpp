@@ -86,6 +86,8 @@ ServeLoop::ServeLoop(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   agree_or_throw(grid.world(), workload_error);
   total_known_ = workload_ ? workload_->total_requests() : 0;
   add_plugins();
+  fused_ = exp.engine.decode == "fused";
+  rows_ = trace_ && exp.output.steps != "none";  // (load_experiment refused what it cannot keep: fused_decode_refusal)
 }
 
 void ServeLoop::add_plugins() {
@@ -132,6 +134,7 @@ ServeResult ServeLoop::run() {
     log0("#  step  finished/total  waiting running   dev%  host%  stor%    pages  wrong  model_ms  wall_s  done%   eta_s");
   std::int64_t step = 0;
   for (; !done_; ++step) {
+    if (fused_) step = fuse(step);  // the quiet decode steps from here on, if any; the next one runs whole
     Step s;
     s.index = step;
     log_.set_step(static_cast<std::uint64_t>(step));
@@ -139,18 +142,23 @@ ServeResult ServeLoop::run() {
     StepRow row;
     row.step = static_cast<std::uint64_t>(step);
     row.model_start_ns = clock_;
-    row.wall_start_ns = wall_ns();
+    // Wall time per phase only where the trace asks for it (output.steps = timed): a clock read
+    // costs about as much as a whole phase of a quiet decode step.
+    const bool wall_times = rows_ && exp_.output.steps == "timed";
+    row.wall_start_ns = rows_ ? wall_ns() : 0;
     std::uint64_t model_mark = row.model_start_ns, wall_mark = row.wall_start_ns;
     for (std::size_t p = 0; p < kStepPhaseCount; ++p) {
       (this->*kPhases[p])(s);
-      if (!trace_) continue;
-      const std::uint64_t m = clock_, w = wall_ns();
+      if (!rows_) continue;
+      const std::uint64_t m = clock_;
       row.phase_model_ns[p] = m > model_mark ? m - model_mark : 0;
-      row.phase_wall_ns[p] = w - wall_mark;
       model_mark = std::max(model_mark, m);
+      if (!wall_times) continue;
+      const std::uint64_t w = wall_ns();
+      row.phase_wall_ns[p] = w - wall_mark;
       wall_mark = w;
     }
-    if (trace_) trace_->step(step_row(row, s));
+    if (rows_) trace_->step(step_row(row, s));
   }
   flush();  // the last step's row
   finish(step);

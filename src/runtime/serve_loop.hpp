@@ -75,6 +75,10 @@ class ServeLoop {
   void complete(Step& s);
   void report(Step& s);
   void finish(std::int64_t steps);
+  // engine.decode = fused (runtime/fused_decode.cpp): runs the quiet decode steps from `step` on
+  // and returns the first step it did not run (`step` itself when that one is not quiet).
+  std::int64_t fuse(std::int64_t step);
+  bool quiet_step(std::int64_t step) const;
 
   // Parts of the phases.
   void leader_inputs(Step& s);             // receive: PP0's leader draws and exchanges the inputs
@@ -137,6 +141,10 @@ class ServeLoop {
   std::vector<std::uint64_t> partials_;  // [batch entry][local layer], then each plug-in's [batch entry][word]
   std::uint64_t gather_ns_ = 0;          // modelled time of this rank's layer gathers
   bool done_ = false;
+  bool rows_ = false;     // the trace's steps table gets a row per step (output.steps)
+  bool fused_ = false;    // engine.decode = fused
+  Step fused_step_;       // (reused by every fused step: no allocation per token)
+  std::int64_t fused_steps_ = 0;
   double last_row_s_ = -1e9;  // wall seconds of the last progress row (rows are throttled)
   std::string last_row_;      // its counts
 };

@@ -453,6 +453,8 @@ class MooncakeWorkload : public ServeWorkload {
       r.output_len = std::max<std::uint32_t>(l.output_length, 1);
       r.session = l.session;
       if (l.session && opened_.insert(l.session).second) events_.push_back(SessionEvent{SessionEvent::Open, l.session});
+      // (room for the output too: the scheduler keeps this vector as the request's tokens)
+      r.prompt.reserve(std::max<std::size_t>(l.hash_ids.size() * kBlock, std::size_t{l.input_length} + r.output_len));
       r.prompt.resize(static_cast<std::size_t>(l.hash_ids.size()) * kBlock);
       for (std::size_t b = 0; b < l.hash_ids.size(); ++b) block(l.hash_ids[b], std::span<TokenId>(r.prompt).subspan(b * kBlock, kBlock));
       r.prompt.resize(l.input_length);

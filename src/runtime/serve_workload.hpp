@@ -75,6 +75,7 @@ class ServeWorkload {
   virtual void wait_for_arrival(std::uint64_t /*now_ns*/) {}
   // Session opens and closes since the last call, in order (applied before that step's arrivals).
   std::vector<SessionEvent> take_session_events() { return std::exchange(events_, {}); }
+  bool has_session_events() const { return !events_.empty(); }
 
  protected:
   std::vector<SessionEvent> events_;

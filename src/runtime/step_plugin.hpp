@@ -103,6 +103,11 @@ class StepPlugin {
   // After the step, when the run goes on.
   virtual void after_step(ServeStep& /*s*/) {}
 
+  // --- engine.decode = fused ------------------------------------------------------------------
+  // Nothing for its hooks to do at a step with no arrival, admission or finish (then a fused span
+  // may skip them: runtime/fused_decode.cpp). A plug-in that acts every step says false.
+  virtual bool quiet() const { return false; }
+
   // --- finish --------------------------------------------------------------------------------------
   // Outcomes still being agreed when the run stopped (must be none).
   virtual std::size_t pending() const { return 0; }

@@ -20,7 +20,7 @@ TableDoc steps_table() {
     for (std::size_t i = 0; i < kStepPhaseCount; ++i)
       for (const char* clock : {"model", "wall"}) {
         names.push_back(std::string(kStepPhases[i]) + "_" + clock + "_ns");
-        texts.push_back(std::string(clock[0] == 'm' ? "modelled time the phase moved the clock: " : "wall time of the phase: ") +
+        texts.push_back(std::string(clock[0] == 'm' ? "modelled time the phase moved the clock: " : "wall time of the phase (0 with output.steps = model): ") +
                         meaning[i]);
       }
   TableDoc t{"steps",
@@ -200,6 +200,8 @@ const std::vector<TableDoc>& tables() {
         {"device_high_water", "pages", "most device pages held at once (sharded: the fullest owner)"},
         {"gather_bytes", "bytes", "CP layer gathers received"},
         {"gather_ns", "ns (modelled)", "modelled layer gather time"},
+        {"kv_digest", "digest", "the device KV pool's content at the end, every word of every row (engine.decode = fused: equal to step's)"},
+        {"fused_steps", "steps", "engine.decode = fused: steps run in fused spans (0 with step)"},
         {"pd_sent_tokens", "tokens", "P/D: prompt tokens this prefill rank sent"},
         {"pd_sent_bytes", "bytes", "P/D: bytes this prefill rank sent"},
         {"pd_broken", "count", "P/D: broken transfers"},

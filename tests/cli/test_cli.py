@@ -6,6 +6,7 @@ Ordering between processes is by exit and files, never by sleeping.
 """
 import collections
 import csv
+import glob
 import json
 import os
 import re
@@ -507,6 +508,76 @@ def metric_identity():
         dev, host, stor = (float(x) for x in rows[-1][4:7])
         expect(abs(dev - 100 * j["hit_rate"]["device"]) < 0.01 and abs(host - 100 * j["hit_rate"]["host"]) < 0.01
                and abs(stor - 100 * j["hit_rate"]["storage"]) < 0.01, f"{name}: progress row by tier", rows[-1], j["hit_rate"])
+
+
+def step_rows():
+    """output.steps: `timed` (the default) times every phase; `model` keeps every row and modelled
+    column with the wall columns 0; `none` writes no rows (experiments/policy_sim.toml) — the same
+    decisions all three ways."""
+    ps = os.path.join(SRC, "experiments", "policy_sim.toml")
+    tables, digests = {}, set()
+    for mode in ("timed", "model", "none"):
+        rc, so, se = run_single(ps, "--out", out("rows-" + mode), "--set", "workload.mooncake.first_n=30",
+                                "--set", "output.steps=" + mode)
+        expect(rc == 0 and "# verdict: OK" in so, f"output.steps={mode} run", so, se)
+        with h5py.File(out(f"rows-{mode}/run.h5"), "r") as f:
+            tables[mode] = f["ranks"][list(f["ranks"])[0]]["steps"][:]
+        digests.add(re.search(r"digest (0x[0-9a-f]+)", so).group(1))
+    timed, model = tables["timed"], tables["model"]
+    wall = [n for n in timed.dtype.names if n.endswith("_wall_ns")]
+    same = [n for n in timed.dtype.names if n not in wall and n != "wall_start_ns"]
+    expect(len(digests) == 1 and len(timed) == len(model) > 100 and len(tables["none"]) == 0,
+           "same decisions; rows, rows, none", digests, len(timed), len(model), len(tables["none"]))
+    expect(all((timed[n] == model[n]).all() for n in same), "every other column equal")
+    expect(all(int(model[n].sum()) == 0 for n in wall) and int(timed["forward_wall_ns"].sum()) > 0,
+           "wall columns 0 with model, timed with timed", {n: int(model[n].sum()) for n in wall})
+
+
+def fused_decode():
+    """engine.decode = fused keeps every decision, KV word and clock of `step`: the decision and tree
+    digests, the device pool's content (kv_digest), the requests table (TTFT, finish, tokens cached)
+    and the steps table's modelled columns are equal — policy_sim (its first 200 requests) at seeds
+    1-3, and one-rank versions of the quickstart (gsp, one running), the tiers experiment (host tier,
+    write_back) and the Mooncake replay (64 running, host tier); policy_sim fuses most steps. Every
+    other shipped experiment is refused at load with its reason (exit 2, nothing written)."""
+    one = ["--set", "topology.tp=1", "--set", "topology.cp=1", "--set", "topology.pp=1"]
+    cases = [("policy_sim", s, ["--set", "workload.mooncake.first_n=200"]) for s in (1, 2, 3)] + [
+        ("quickstart", 1, one + ["--set", "workload.gsp.groups=4", "--set", "engine.max_running=1"]),
+        ("multiturn_tiers", 1, one + ["--set", "cache.storage=none", "--set", "cache.write_policy=write_back",
+                                      "--set", "workload.multiturn.clients=2"]),
+        ("mooncake_replay", 2, one + ["--set", "cache.storage=none", "--set", "workload.mooncake.first_n=100"])]
+    for name, seed, sets in cases:
+        got = {}
+        for mode in ("step", "fused"):
+            d = out(f"fused-{name}-{seed}-{mode}")
+            rc, so, se = run_single(os.path.join(SRC, "experiments", name + ".toml"), "--out", d, "--seed", str(seed),
+                                    *sets, "--set", "engine.decode=" + mode, "--set", "output.steps=model")
+            expect(rc == 0 and "# verdict: OK" in so, f"{name} seed {seed} with {mode}", so, se)
+            with h5py.File(os.path.join(d, "run.h5"), "r") as f:
+                ranks = f["summary"]["ranks"][:]
+                g = f["ranks"][list(f["ranks"])[0]]
+                steps, reqs = g["steps"][:], g["requests"][:]
+            got[mode] = (ranks, steps, reqs, so)
+        (r0, st0, q0, so0), (r1, st1, q1, so1) = got["step"], got["fused"]
+        for col in ("tree_digest", "decision_digest", "decisions", "kv_digest", "model_ns"):
+            expect((r0[col] == r1[col]).all(), f"{name} seed {seed}: {col} equal", r0[col], r1[col])
+        expect(len(q0) == len(q1) and all((q0[c] == q1[c]).all() for c in q0.dtype.names if "wall" not in c),
+               f"{name} seed {seed}: the requests tables equal")
+        model_cols = [c for c in st0.dtype.names if "wall" not in c]
+        expect(len(st0) == len(st1) and all((st0[c] == st1[c]).all() for c in model_cols),
+               f"{name} seed {seed}: the steps tables' modelled columns equal")
+        fused = int(r1["fused_steps"][0])
+        want = len(st1) // 2 if name == "policy_sim" else 10  # (one request at a time: most steps)
+        expect(int(r0["fused_steps"][0]) == 0 and fused >= want, f"{name} seed {seed}: {fused} of {len(st1)} steps fused", so1)
+    # Every other shipped experiment: refused at load, by name and reason, writing nothing.
+    for toml in sorted(glob.glob(os.path.join(SRC, "experiments", "*.toml"))):
+        name = os.path.basename(toml)[:-5]
+        if name == "policy_sim":
+            continue
+        d = out("fused-refused-" + name)
+        rc, so, se = run_single(toml, "--out", d, "--set", "engine.decode=fused")
+        expect(rc == 2 and 'engine.decode = "fused" is refused for this experiment: ' in se and not os.path.exists(d),
+               f"{name}: fused refused with the reason", so, se)
 
 
 def trace_self_describing():

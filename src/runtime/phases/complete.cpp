@@ -1,6 +1,8 @@
 // Phase `complete`: the batch's requests advance (the last prefill chunk yields the first token, a
 // decode step one more); finished ones commit their KV to the tree and are counted and recorded
 // (in a P/D world by decode, which also tells prefill so that its clients go on).
+#include <algorithm>
+
 #include "core/hash.hpp"
 #include "runtime/request_rows.hpp"
 #include "runtime/serve_loop.hpp"
@@ -8,7 +10,10 @@
 namespace kvgrid {
 
 void ServeLoop::complete(Step& s) {
-  for (auto& r : sched_.complete_step(s.batch, clock_, wall_ns())) {
+  // The wall clock is read for a first token only (its ttft_wall_ns): a decode step reads none.
+  const bool first_token = std::any_of(s.batch.begin(), s.batch.end(),
+                                       [](const BatchEntry& e) { return e.prefill && e.end >= e.req->prompt_len(); });
+  for (auto& r : sched_.complete_step(s.batch, clock_, first_token ? wall_ns() : 0)) {
     ++res_.finished;
     res_.prompt_tokens += static_cast<std::int64_t>(r->prompt_len());
     res_.cached_tokens += r->res.matched.value();

@@ -37,6 +37,8 @@ void ServeLoop::finish(std::int64_t steps) {
   for (std::uint32_t r = 0; r < dc_.pool().shards(); ++r)
     m.device_high_water = std::max(m.device_high_water, dc_.pool().high_water(r).value());
   m.device_pool_pages = stack_.capacity.value();
+  m.kv_digest = pool_.content_digest();
+  m.fused_steps = fused_steps_;
   if (const auto* lg = stack_.gather.get()) {
     m.gather_bytes = static_cast<std::int64_t>(lg->stats().bytes);
     m.gather_ns = static_cast<std::int64_t>(gather_ns_);
