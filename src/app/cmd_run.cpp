@@ -67,12 +67,14 @@ std::string utc_now() {
 }
 
 // What the header says of a Redis store: reproducible only when the server is empty at the start
-// and never evicts (a private server from jobs/redis.sh, used by this run alone).
-std::string redis_line(const std::string& url) {
+// and never evicts (a private server from jobs/redis.sh, used by this run alone) — and then only
+// the store: a run whose copies land in real time is not reproducible anyway (print_header).
+std::string redis_line(const std::string& url, bool real_time) {
   const auto p = cache::RedisStorage::probe(url);
   if (p.private_and_keeps())
-    return "# storage: the Redis server is empty at the start and never evicts (maxmemory 0): reproducible while no "
-           "other job uses it\n";
+    return real_time ? "# storage: the Redis server is empty at the start and never evicts (maxmemory 0)\n"
+                     : "# storage: the Redis server is empty at the start and never evicts (maxmemory 0): reproducible "
+                       "while no other job uses it\n";
   std::string why;
   if (!p.reachable) why = "unreachable at the start (" + p.error + ")";
   else if (p.keys != 0) why = std::to_string(p.keys) + " keys already in its database: other jobs' objects";
@@ -119,12 +121,19 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
     os << "\n";
   }
   const std::string where = exp.cache.storage == "redis" ? exp.cache.storage_url : exp.cache.storage_dir;
+  // (the transfer engine exists with the host tier: no host tier, no copies)
+  const bool real_time = exp.workload.kind != "tree" && exp.cache.host_pages.value() > 0 && exp.engine.transfer != "simulated";
   if (exp.cache.storage != "none" && exp.cache.storage_key_scheme == "unified")
     os << "# storage objects: unified keys in " << where << (exp.cache.storage == "redis" ? "" : "/unified") << "\n";
   if (exp.cache.storage_shared)  // other jobs' objects appear while this one runs
     os << "# not reproducible: shared store (cache.storage_shared: other jobs read and write " << where << " at the same time)\n";
   else if (exp.cache.storage == "redis")  // a server other jobs may use, evicting by its own policy
-    os << redis_line(exp.cache.storage_url);
+    os << redis_line(exp.cache.storage_url, real_time);
+  // Real copies land when they land: every rank still takes the same decisions (the protocols),
+  // but a rerun of the same seed may take others (the simulated engine's completions are drawn).
+  if (real_time)
+    os << "# not reproducible: engine.transfer = " << exp.engine.transfer
+       << " (copies land in real time: the ranks agree on every decision, a rerun of the seed may decide otherwise)\n";
   if (!exp.workload.route_dir.empty())
     os << "# bucket: prompts of " << exp.workload.route_min_prompt << " to "
        << (exp.workload.route_max_prompt > 0 ? std::to_string(exp.workload.route_max_prompt - 1) : std::string("any"))

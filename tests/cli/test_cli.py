@@ -1057,7 +1057,9 @@ def pp_sync_sweep():
     expect(first[0] == first[1], "the rerun diverges at the same first entry", first)
     # Real copies and storage reads on threads (completions in real time, different on every rank).
     rc, so, se = run(4, pp, "--out", out("pp-threaded"), "--set", "engine.transfer=threaded")
-    expect(rc == 0 and "# verdict: OK" in so, "pp_sync + prefetch_consensus with the threaded engine", so, se)
+    expect(rc == 0 and "# verdict: OK" in so and "# not reproducible: engine.transfer = threaded (copies land in real time" in so,
+           "pp_sync + prefetch_consensus with the threaded engine, marked not reproducible", so, se)
+    expect("not reproducible" not in so2, "a simulated run is not marked", so2)
     # The Figure 2b/2c job at small scale: a sweep of both variants and its PNG from HDF5.
     p = subprocess.run([os.path.join(SRC, "jobs", "figure.sh"), "pp_sync"], capture_output=True, text=True,
                        env=dict(env, KVGRID_FIGURE_SEEDS="1", KVGRID_FIGURE_DIR=out("figures")), timeout=280, cwd=SRC)
