@@ -72,11 +72,15 @@ void write_tokens_digest(const PageLayout& g, std::uint64_t* pool, std::span<con
   const std::uint32_t* rp = run_page.data();
   const std::uint64_t* rs = run_sum.data();
   const std::size_t runs = run_page.size();
+  // (One work item per layer owning its heads' words: a decode step writes one token, and a division
+  // per (layer, head) item cost more than the write.)
   Kokkos::parallel_for(
-      "kvgrid::write_tokens_digest", Kokkos::RangePolicy<Exec>(0, g.layers * g.heads), KOKKOS_LAMBDA(const std::size_t k) {
-        const std::size_t h = k % g.heads, l = k / g.heads;
-        const std::uint64_t coef = g.kv_coef ? g.kv_coef[k] : kv_coeff(g.layer_base + l, g.head_ids[h]);
-        for (std::size_t r = 0; r < runs; ++r) pool[g.digest_index(rp[r], l, h)] += rs[r] * coef;
+      "kvgrid::write_tokens_digest", Kokkos::RangePolicy<Exec>(0, g.layers), KOKKOS_LAMBDA(const std::size_t l) {
+        for (std::size_t h = 0; h < g.heads; ++h) {
+          const std::size_t k = l * g.heads + h;
+          const std::uint64_t coef = g.kv_coef ? g.kv_coef[k] : kv_coeff(g.layer_base + l, g.head_ids[h]);
+          for (std::size_t r = 0; r < runs; ++r) pool[g.digest_index(rp[r], l, h)] += rs[r] * coef;
+        }
       });
   Kokkos::fence();
 }

@@ -22,10 +22,11 @@
 // model, storage, failpoints, the threaded engine, the online checker, debug knobs.
 //
 // The trace differs only in wall time: a fused step's row has the span's start as its wall start
-// and no per-phase wall times.
+// and no per-phase wall times (its wall columns are 0 whatever output.steps says).
 #include <cstdint>
 #include <string_view>
 
+#include "core/check.hpp"
 #include "core/schedule.hpp"
 #include "runtime/serve_loop.hpp"
 
@@ -65,7 +66,8 @@ std::int64_t ServeLoop::fuse(std::int64_t step) {
     gather(s);
     forward(s);
     verify(s);
-    sched_.complete_step(s.batch, clock_, 0);  // (no first token, nothing finishes)
+    const auto finished = sched_.complete_step(s.batch, clock_, 0);  // (no first token)
+    KVGRID_CHECK(finished.empty(), "fused step ", step, " finished a request (quiet_decode lets none finish)");
     ++fused_steps_;
     if (!trace_) continue;
     trace_->set_completed_step(static_cast<std::uint64_t>(step));
