@@ -75,15 +75,8 @@ void check_relations(const ExperimentConfig& e, const std::string& src) {
   // P/D: the groups may differ in tp, cp and pp (runtime/pd.hpp pairs the ranks that hold each
   // layer and head).
   if (e.topology.groups.size() == 2 && w.kind != "tree") {
-    auto refuse = [&](bool bad, const std::string& what) {
-      if (bad) throw InputError(src + ": " + what + " is not supported in a P/D world yet");
-    };
-    // Speculative decoding: the suffix carries the draft's FULL layers (pd_legs); a hybrid draft's
-    // SWA windows and states have no legs.
-    refuse(d.enabled() && d.layer_types != "full", "model.draft.layer_types = \"" + d.layer_types +
-                                                     "\" (a hybrid draft: its SWA windows and states are not transferred)");
     // Sharded pools: each page goes from its prefill owner to its decode owner (pd_legs), whatever
-    // the two shard groups.
+    // the two shard groups. A draft rides the suffix, a hybrid draft's window and state too.
     // transfer tags: one slot per request in flight, one tag per layer (the target's, then the
     // draft's when the suffix carries it) and per sidecar
     const std::int64_t draft_layers = d.enabled() && d.mode != "target_only" ? d.layers : 0;

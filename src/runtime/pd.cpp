@@ -175,9 +175,16 @@ void PdLink::attach_hybrid(cache::KvPool* swa_pool, cache::StatePool* states,
   zeros_.assign(words, 0);
 }
 
-void PdLink::attach_draft(cache::KvPool* draft_pool) {
+void PdLink::attach_draft(cache::KvPool* draft_pool, cache::KvPool* draft_swa_pool, cache::StatePool* draft_states) {
   draft_pool_ = draft_pool;
-  if (draft_pool_) zeros_.resize(std::max(zeros_.size(), draft_pool_->layer_block_bytes() / sizeof(std::uint64_t)), 0);
+  draft_swa_pool_ = draft_swa_pool;
+  draft_states_ = draft_states;
+  if (!draft_pool_) return;
+  draft_geo_ = ModelGeometry::draft_for_rank(exp_, grid_.coord(), grid_.shape());
+  std::size_t words = draft_pool_->layer_block_bytes() / sizeof(std::uint64_t);
+  if (draft_swa_pool_) words = std::max(words, draft_swa_pool_->layer_block_bytes() / sizeof(std::uint64_t));
+  if (draft_states_) words = std::max(words, draft_states_->words_per_slot());
+  zeros_.resize(std::max(zeros_.size(), words), 0);
 }
 
 std::size_t PdLink::local_sidecar(const PdLeg& leg) const {
@@ -233,14 +240,6 @@ std::uint64_t PdLink::transfer_layer(const PdLeg& leg) const {
 }
 
 std::vector<transfer::Block> PdLink::leg_blocks(const PdLeg& leg, const ServeRequest& r, std::size_t dpl) {
-  const std::size_t p = static_cast<std::size_t>(exp_.cache.page_size.value());
-  const std::size_t last = (r.prompt_len() + p - 1) / p;
-  if (leg.draft) {
-    KVGRID_CHECK(draft_pool_ != nullptr, "P/D: a draft leg on a rank without the draft's pool");
-    return head_blocks(*draft_pool_, std::span<const PageId>(r.res.pages.data() + dpl / p, last - dpl / p), dpl / p, leg);
-  }
-  if (!geo_.hybrid())
-    return head_blocks(pool_, std::span<const PageId>(r.res.pages.data() + dpl / p, last - dpl / p), dpl / p, leg);
   if (leg.sidecar >= 0) {  // prefill: each source page's words, read where the sidecar keeps them
     const cache::unified::PayloadSidecar& sc = *sidecars_[local_sidecar(leg)];
     std::vector<transfer::Block> blocks;
@@ -250,22 +249,35 @@ std::vector<transfer::Block> PdLink::leg_blocks(const PdLeg& leg, const ServeReq
     }
     return blocks;
   }
-  const LayerKind kind = geo_.kind(leg.layer);
+  if (leg.draft) {
+    KVGRID_CHECK(draft_pool_ != nullptr, "P/D: a draft leg on a rank without the draft's pool");
+    return layer_blocks(draft_geo_, *draft_pool_, draft_swa_pool_, draft_states_, leg, r, dpl);
+  }
+  return layer_blocks(geo_, pool_, swa_pool_, states_, leg, r, dpl);
+}
+
+std::vector<transfer::Block> PdLink::layer_blocks(const ModelGeometry& g, cache::KvPool& full, cache::KvPool* swa,
+                                                  cache::StatePool* states, const PdLeg& leg, const ServeRequest& r,
+                                                  std::size_t dpl) {
+  const std::size_t p = static_cast<std::size_t>(exp_.cache.page_size.value());
+  const std::size_t last = (r.prompt_len() + p - 1) / p;
+  const auto suffix = [&] { return std::span<const PageId>(r.res.pages.data() + dpl / p, last - dpl / p); };
+  if (!g.hybrid()) return head_blocks(full, suffix(), dpl / p, leg);
+  const LayerKind kind = g.kind(leg.layer);
   std::size_t k = 0;  // the layer's index among this stage's layers of its kind (its pool's layer)
-  for (std::size_t l = 0; l < leg.layer; ++l) k += geo_.kind(l) == kind ? 1 : 0;
+  for (std::size_t l = 0; l < leg.layer; ++l) k += g.kind(l) == kind ? 1 : 0;
   PdLeg in_pool = leg;
   in_pool.layer = k;
-  if (kind == LayerKind::Full)
-    return head_blocks(pool_, std::span<const PageId>(r.res.pages.data() + dpl / p, last - dpl / p), dpl / p, in_pool);
+  if (kind == LayerKind::Full) return head_blocks(full, suffix(), dpl / p, in_pool);
   KVGRID_CHECK(r.res.hybrid != nullptr, "request ", r.spec.id, " of a hybrid model without its hybrid hold");
   const cache::HybridHold& h = *r.res.hybrid;
   if (kind == LayerKind::Swa) {
-    KVGRID_CHECK(swa_pool_ != nullptr, "P/D: an SWA layer without the SWA pool");
-    return head_blocks(*swa_pool_, tail_window(r, dpl), tail_window_page(dpl, r.prompt_len()), in_pool);
+    KVGRID_CHECK(swa != nullptr, "P/D: an SWA layer without its SWA pool");
+    return head_blocks(*swa, tail_window(r, dpl), tail_window_page(dpl, r.prompt_len()), in_pool);
   }
-  KVGRID_CHECK(states_ != nullptr && h.mamba != 0, "P/D: a MAMBA layer without the request's state");
-  const std::size_t S = geo_.mamba_state, H = geo_.kv_heads.size();
-  auto words = states_->slot(h.mamba);  // [MAMBA layer][head][word]: the leg's heads are contiguous
+  KVGRID_CHECK(states != nullptr && h.mamba != 0, "P/D: a MAMBA layer without the request's state");
+  const std::size_t S = g.mamba_state, H = g.kv_heads.size();
+  auto words = states->slot(h.mamba);  // [MAMBA layer][head][word]: the leg's heads are contiguous
   return {transfer::Block{words.data() + (k * H + leg.head_begin) * S, (leg.head_end - leg.head_begin) * S * sizeof(std::uint64_t)}};
 }
 

@@ -111,8 +111,11 @@ class PdLink {
   void attach_hybrid(cache::KvPool* swa_pool, cache::StatePool* states,
                      std::vector<cache::unified::PayloadSidecar*> sidecars = {}, std::vector<SidecarConfig> specs = {});
   // Speculative decoding (pd_sends_draft), the last stage: the draft's device pool, whose pages of
-  // the suffix its legs move.
-  void attach_draft(cache::KvPool* draft_pool);
+  // the suffix its legs move, and a hybrid draft's SWA pool and states (at the target's SWA page
+  // ids and state slots: its legs move the tail window and the state at the prompt's end, as the
+  // target's do).
+  void attach_draft(cache::KvPool* draft_pool, cache::KvPool* draft_swa_pool = nullptr,
+                    cache::StatePool* draft_states = nullptr);
 
   // Leaders' control messages (blocking, watchdog included).
   void send_control(const StepMessage& m);
@@ -190,6 +193,10 @@ class PdLink {
   // The blocks leg `leg` moves for request r with decode_prefix_len `dpl`: FULL pages of
   // [dpl, prompt), SWA pages of [pd_swa_from, prompt) or the slice of the MAMBA state.
   std::vector<transfer::Block> leg_blocks(const PdLeg& leg, const ServeRequest& r, std::size_t dpl);
+  // The same for a layer leg of model `g` (the target's or the draft's) over its pools.
+  std::vector<transfer::Block> layer_blocks(const ModelGeometry& g, cache::KvPool& full, cache::KvPool* swa,
+                                            cache::StatePool* states, const PdLeg& leg, const ServeRequest& r,
+                                            std::size_t dpl);
   PdRole role_;
   const ExperimentConfig& exp_;
   const RankGrid& grid_;
@@ -197,6 +204,9 @@ class PdLink {
   cache::KvPool* swa_pool_ = nullptr;
   cache::StatePool* states_ = nullptr;
   cache::KvPool* draft_pool_ = nullptr;
+  cache::KvPool* draft_swa_pool_ = nullptr;
+  cache::StatePool* draft_states_ = nullptr;
+  ModelGeometry draft_geo_;  // the draft's layers on this rank (a last stage of a world that sends it)
   std::uint64_t transfer_layers_ = 0;  // model.layers, + the draft's when the suffix carries it
   std::vector<cache::unified::PayloadSidecar*> sidecars_;
   std::vector<SidecarConfig> sidecar_specs_;

@@ -71,7 +71,8 @@ ServeLoop::ServeLoop(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
     pd_.attach_hybrid(stack_.swa_pool.get(), stack_.states.get(), sidecars, stack_.sidecars);
     if (!sidecars.empty()) model_.attach_sidecars(std::move(sidecars), stack_.sidecars);
   }
-  if (pd_sends_draft(exp)) pd_.attach_draft(stack_.draft_pool.get());  // (null off the last stage)
+  if (pd_sends_draft(exp))  // (null off the last stage)
+    pd_.attach_draft(stack_.draft_pool.get(), stack_.draft_swa_pool.get(), stack_.draft_states.get());
   if (exp.protocol.consensus_check == "on") online_ = std::make_unique<protocols::ConsensusChecker>(grid, log);
   // Only PP0's leader owns the workload (P/D: the prefill group's); a bad trace must still stop
   // every rank, not hang them.

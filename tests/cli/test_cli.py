@@ -1517,6 +1517,56 @@ def hybrid_pd():
                    j["failed_by_reason"], got)
 
 
+def hybrid_pd_draft():
+    """Speculative decoding in P/D with a hybrid draft (experiments/pd_multiturn.toml, a FULL + SWA
+    (+ MAMBA) target and a draft of the same kinds): the suffix carries the draft's FULL pages, its
+    SWA layers' tail window and its state at the prompt's end beside the target's, so decode's draft
+    reads the right KV — the same rounds and acceptance at every layout pair (prefill TP2 into decode
+    TP2, TP1, TP1 x PP2; prefill TP2 x PP2 into TP1), no draft checksum mismatch, oracle OK; decode's
+    host tier restores the draft's data inside (packed) or beside (sidecar) the target's host copies
+    with the device-only run's acceptance; broken transfers fail exactly their requests. Without the
+    draft's state legs every proposal reads a wrong state (jobs/mutants.txt
+    pd_hybrid_draft_state_not_sent)."""
+    base = ["--set", "model.swa_window=256", "--set", "workload.gsp.groups=2", "--set", "workload.gsp.turns=3",
+            "--set", "model.draft.mode=packed", "--set", "engine.chunk_size=512"]
+    mamba = base + ["--set", "model.layer_types=full,swa,mamba,swa", "--set", "model.mamba_chunk=64", "--set",
+                    "model.mamba_state=4", "--set", "cache.mamba_slots=64", "--set", "model.draft.layers=3", "--set",
+                    "model.draft.layer_types=full,swa,mamba", "--set", "cache.host_pages=0", "--set", "cache.swa_pages=2048"]
+    swa = base + ["--set", "model.layer_types=full,swa", "--set", "model.draft.layers=2", "--set",
+                  "model.draft.layer_types=full,swa"]
+    pressure = ["--set", "cache.device_pages=400", "--set", "cache.swa_pages=200", "--set", "cache.host_pages=4000",
+                "--set", "cache.host_swa_pages=1000"]
+    spec = r"# speculative decoding: (\d+) rounds, (\d+) of (\d+) proposed tokens accepted.*, (\d+) draft checksum mismatches"
+    rounds = None
+    for name, np_, sets in (("tp2", 4, mamba), ("tp1", 3, mamba + ["--set", "topology.decode.tp=1"]),
+                            ("pp2", 4, mamba + ["--set", "topology.decode.tp=1", "--set", "topology.decode.pp=2"]),
+                            ("hetero", 5, mamba + ["--set", "topology.prefill.pp=2", "--set", "topology.decode.tp=1"]),
+                            ("swa", 4, swa + ["--set", "cache.host_pages=0", "--set", "cache.swa_pages=2048"]),
+                            ("host", 4, swa + pressure),
+                            ("host-sidecar", 4, swa + pressure + ["--set", "model.draft.mode=sidecar"])):
+        rc, so, se = run(np_, PDMT, "--out", out("hpdd-" + name), *sets)
+        m = re.search(spec, so)
+        expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so and m,
+               f"hybrid draft in P/D {name}", so, se)
+        got = tuple(int(x) for x in m.groups())
+        print(name, "rounds, accepted, proposed, draft mismatches:", got)
+        expect(got[3] == 0 and 0 < got[1] < got[2], f"{name}: the draft reads the right KV and tokens are accepted", got)
+        rounds = rounds or got
+        expect(got == rounds, f"{name}: the same rounds and acceptance as prefill TP2 into decode TP2", got, rounds)
+        j = json.loads(tool("report", out("hpdd-" + name), "--json")[1])
+        if name == "swa":
+            expect(j["hit_rate"]["device"] > 0.3, "decode reuses its own history, the draft's with it", j["hit_rate"])
+        if name.startswith("host"):
+            expect(j["cached_tokens"]["host"] > 0, f"{name}: history restored from decode's host tier", j["cached_tokens"])
+    rc, so, se = run(4, PDMT, "--out", out("hpdd-broken"), *mamba, "--set", "faults.pd.transfer.fail.probability=0.2")
+    m = re.search(spec, so)
+    expect(rc == 0 and "# oracle mismatches: 0 OK" in so and m and int(m.group(4)) == 0, "broken transfers", so, se)
+    j = json.loads(tool("report", out("hpdd-broken"), "--json")[1])
+    fired = j["faults"].get("pd.transfer.fail", 0)
+    expect(fired > 0 and j["failed_by_reason"]["pd_transfer"] == fired == j["failed"], "each broken transfer fails its request",
+           j["failed_by_reason"], fired)
+
+
 def hybrid_spec():
     """Speculative decoding with a hybrid model (experiments/hybrid_spec.toml at TP2xPP2, a full + SWA
     + MAMBA draft): rounds run, draft tokens are accepted (decode steps of several tokens), the

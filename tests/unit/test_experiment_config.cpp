@@ -118,14 +118,13 @@ TEST(ExperimentConfig, TwoGroupWorld) {
   EXPECT_NO_THROW(parse_experiment("[topology.prefill]\ntp = 2\npp = 2\n[topology.decode]\ntp = 2\n[workload]\nkind = \"gsp\"\n", "pd", {}));
   expect_contains(error_of("[topology.prefill]\ntp = 3\n[topology.decode]\ntp = 2\n[workload]\nkind = \"gsp\"\n[model]\nkv_heads = 4\n"),
                   "is not divisible by the prefill group's tp = 3");
-  // Speculative decoding: a FULL draft rides the suffix; a hybrid draft's windows and states do not.
+  // Speculative decoding: a draft rides the suffix, a hybrid draft's windows and states too.
   EXPECT_NO_THROW(parse_experiment("[topology.prefill]\ntp = 2\n[topology.decode]\npp = 2\n[workload]\nkind = \"gsp\"\n"
                                    "[model.draft]\nmode = \"sidecar\"\n",
                                    "pd", {}));
-  expect_contains(error_of("[topology.prefill]\ntp = 1\n[topology.decode]\ntp = 1\n[workload]\nkind = \"gsp\"\n[model]\n"
-                           "layer_types = \"full,swa\"\nswa_window = 8\n[model.draft]\nmode = \"sidecar\"\nlayer_types = \"full,swa\"\n"),
-                  "model.draft.layer_types = \"full,swa\" (a hybrid draft: its SWA windows and states are not transferred) is not "
-                  "supported in a P/D world yet");
+  EXPECT_NO_THROW(parse_experiment("[topology.prefill]\ntp = 1\n[topology.decode]\ntp = 1\n[workload]\nkind = \"gsp\"\n[model]\n"
+                                   "layer_types = \"full,swa\"\nswa_window = 8\n[model.draft]\nmode = \"sidecar\"\nlayer_types = \"full,swa\"\n",
+                                   "pd", {}));
   // Sharded pools pair page owners, whatever the two shard groups.
   EXPECT_NO_THROW(parse_experiment("[topology.prefill]\ncp = 2\n[topology.decode]\ncp = 1\ntp = 2\n[workload]\nkind = \"gsp\"\n[cache]\n"
                                    "cp_sharding = \"sharded\"\n",
