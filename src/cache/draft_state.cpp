@@ -18,9 +18,18 @@ std::size_t draft_host_layers(DraftLayout layout, std::size_t target_layers, std
   return layout == DraftLayout::Packed ? target_layers + draft_layers : target_layers;
 }
 
-DraftState::DraftState(DraftLayout layout, KvPool& device, KvPool* target_host, std::size_t target_layers)
+DraftState::DraftState(DraftLayout layout, KvPool& device, KvPool* target_host, std::size_t target_layers,
+                       std::int64_t own_slots)
     : layout_(layout), packed_(layout == DraftLayout::Packed), device_(device), target_host_(target_host), target_layers_(target_layers) {
-  if (!target_host_) return;
+  if (!target_host_) {
+    if (own_slots > 0 && layout_ != DraftLayout::TargetOnly) {
+      packed_ = false;  // nothing of the target's to pack into
+      KvPoolConfig c = device_.config();
+      c.capacity = Pages(own_slots);
+      sidecar_ = std::make_unique<KvPool>(c);
+    }
+    return;
+  }
   if (packed_) {
     if (!target_host_->block_compatible(device_))
       throw InputError("model.draft.mode = \"packed\": the draft's KV blocks (" + std::to_string(device_.heads()) +
@@ -56,9 +65,14 @@ std::vector<transfer::Copy> DraftState::restore_copies(std::span<const PageId> d
   return {};
 }
 
-DraftStates::DraftStates(DraftLayout layout, StatePool& device, StatePool* target_host, std::size_t target_words)
+DraftStates::DraftStates(DraftLayout layout, StatePool& device, StatePool* target_host, std::size_t target_words,
+                         std::int64_t own_slots)
     : layout_(layout), device_(device), target_host_(target_host), target_words_(target_words) {
-  if (!target_host_) return;
+  if (!target_host_) {
+    if (own_slots > 0 && layout_ != DraftLayout::TargetOnly)
+      sidecar_ = std::make_unique<StatePool>(static_cast<std::size_t>(own_slots), device_.words_per_slot());
+    return;
+  }
   if (layout_ == DraftLayout::Packed)
     KVGRID_CHECK(target_host_->words_per_slot() == target_words_ + device_.words_per_slot(), "packed host state slots of ",
                  target_host_->words_per_slot(), " words for ", target_words_, " target and ", device_.words_per_slot(), " draft words");

@@ -41,7 +41,11 @@ class DraftState {
   // `device`: the draft's device pool. `target_host`: the target's host pool (null: no host tier);
   // with packed it must hold `target_layers` + draft layers (draft_host_layers). Throws InputError
   // when the mode cannot hold this draft (packed with an incompatible block shape).
-  DraftState(DraftLayout layout, KvPool& device, KvPool* target_host, std::size_t target_layers);
+  // `own_slots` > 0 with no `target_host`: the host tier has slots of this kind but the target no
+  // bytes of it on this rank (a hybrid draft's kind on a last stage without a target layer of it):
+  // packed and sidecar alike keep the draft's host copies in a pool of their own with that many
+  // slots, at the target's host ids — a packed slot whose target part is empty.
+  DraftState(DraftLayout layout, KvPool& device, KvPool* target_host, std::size_t target_layers, std::int64_t own_slots = 0);
 
   DraftLayout layout() const { return layout_; }
   KvPool& device() { return device_; }
@@ -80,12 +84,14 @@ class DraftState {
 // TargetOnly — nothing moves, a restored slot's draft words are poisoned (the draft reads garbage).
 class DraftStates {
  public:
-  DraftStates(DraftLayout layout, StatePool& device, StatePool* target_host, std::size_t target_words);
+  // (`own_slots`: as DraftState's — a pool of the draft's own when the target has no states here)
+  DraftStates(DraftLayout layout, StatePool& device, StatePool* target_host, std::size_t target_words,
+              std::int64_t own_slots = 0);
   // Device → host / host → device of one slot (nullopt: nothing to copy).
   std::optional<transfer::Copy> backup_copy(std::uint32_t host_slot, std::uint32_t device_slot);
   std::optional<transfer::Copy> restore_copy(std::uint32_t device_slot, std::uint32_t host_slot);
   // Words a packed draft adds to each host slot (0: other layouts).
-  std::size_t packed_words() const { return layout_ == DraftLayout::Packed ? device_.words_per_slot() : 0; }
+  std::size_t packed_words() const { return layout_ == DraftLayout::Packed && !sidecar_ ? device_.words_per_slot() : 0; }
   // Sidecar: the draft's host states (at the target's host slots); null otherwise.
   StatePool* sidecar() { return sidecar_.get(); }
   const StatePool* sidecar() const { return sidecar_.get(); }

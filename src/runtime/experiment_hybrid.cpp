@@ -150,22 +150,13 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
              "cache.component_bugs = \"" + name + "\" (the record's device-tier bugs run without a host tier)");
   }
   // Speculative decoding with the host tier: the draft's bytes move with the target's copies
-  // (cache/hybrid_host_tier.hpp HybridDraftBytes) — each of its kinds needs the target's host pool
-  // of that kind on the last stage; in storage the draft travels inside the target's objects
-  // (rank_suffix keys only).
+  // (cache/hybrid_host_tier.hpp HybridDraftBytes; a draft kind the last stage holds no target layer
+  // of keeps its host copies in a pool of its own, cache/draft_state.hpp); in storage the draft
+  // travels inside the target's objects (rank_suffix keys only).
   if (m.draft.enabled() && e.cache.host_pages.value() > 0) {
     const bool storage = e.cache.storage != "none";
     refuse(storage && e.cache.storage_key_scheme == "unified",
            "a draft model and cache.storage_key_scheme = \"unified\" (a packed draft's layers are outside the grid's chunks)");
-    for (const auto& g : e.topology.groups) {
-      const auto pp = static_cast<std::int64_t>(g.shape.pp), st = pp - 1;  // the last stage's layers
-      const std::int64_t begin = st * (m.layers / pp) + std::min(st, m.layers % pp);
-      for (LayerKind k : {LayerKind::Swa, LayerKind::Mamba})
-        refuse(draft.has(k) && std::find(kinds.begin() + begin, kinds.end(), k) == kinds.end(),
-               "model.draft.layer_types = \"" + m.draft.layer_types + "\" and cache.host_pages > 0 over pp = " +
-                   std::to_string(g.shape.pp) + ": the last stage holds no target " + layer_kind_name(k) +
-                   " layer, so no host pool of that kind carries the draft's " + layer_kind_name(k) + " data");
-    }
   }
 }
 

@@ -313,9 +313,13 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
     const cache::DraftLayout layout = *protocols::draft_layout(exp.model.draft.mode);
     draft = std::make_unique<cache::DraftState>(layout, *draft_pool, host_kv.get(), pool->layers());
     if (auto* h = dc->hybrid(); h && h->host_tier()) {  // the draft's kinds move with the target's
-      if (draft_swa_pool) draft_swa = std::make_unique<cache::DraftState>(layout, *draft_swa_pool, swa_host.get(), swa_pool ? swa_pool->layers() : 0);
+      // (a kind the target has no layer of here: the draft's host copies in a pool of their own)
+      if (draft_swa_pool)
+        draft_swa = std::make_unique<cache::DraftState>(layout, *draft_swa_pool, swa_host.get(), swa_pool ? swa_pool->layers() : 0,
+                                                        exp.cache.host_swa_pages.value());
       if (draft_states)
-        draft_state_slots = std::make_unique<cache::DraftStates>(layout, *draft_states, states_host.get(), states ? states->words_per_slot() : 0);
+        draft_state_slots = std::make_unique<cache::DraftStates>(layout, *draft_states, states_host.get(),
+                                                                 states ? states->words_per_slot() : 0, exp.cache.host_mamba_slots);
       h->host_tier()->set_draft({draft.get(), draft_swa.get(), draft_state_slots.get()});
     } else if (!dc->hybrid()) {
       dc->set_draft(draft.get());

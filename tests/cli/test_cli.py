@@ -1574,8 +1574,9 @@ def hybrid_spec():
     oracle OK and ranks agreeing; the #21 variant under multi-token acceptance (mtp_state_at_floor) is
     caught by the oracle; with the host tier under device pressure (packed: the draft's FULL layers,
     SWA layers and state words inside the target's host copies) the history comes back from the host
-    with exactly the device-only run's acceptance and no draft mismatch; a draft with unified keys is
-    refused by name."""
+    with exactly the device-only run's acceptance and no draft mismatch, also when the last stage
+    holds no target layer of the draft's SWA and MAMBA kinds (their host copies in pools of their
+    own); a draft with unified keys is refused by name."""
     exp = os.path.join(SRC, "experiments", "hybrid_spec.toml")
     rc, so, se = run(4, exp, "--out", out("hsp"))
     expect(rc == 0 and "# verdict: OK" in so and "# rank divergences: 0 OK" in so, "hybrid_spec", so, se)
@@ -1594,6 +1595,16 @@ def hybrid_spec():
            "with the host tier: the device-only run's rounds and acceptance, no draft mismatch", so2, se)
     j = json.loads(tool("report", out("hsp-host"), "--json")[1])
     expect(j["cached_tokens"]["host"] > 0, "history loaded back from the host", j["cached_tokens"])
+    # The last stage (layers 4-7, all full) holds no target SWA or MAMBA layer: the draft's window
+    # and state go to host pools of their own, packed or sidecar, with the same acceptance.
+    for mode in ("packed", "sidecar"):
+        rc, so3, se = run(4, exp, "--out", out("hsp-host-" + mode), *host, "--set", "model.draft.mode=" + mode,
+                          "--set", "model.layer_types=full,swa,mamba,swa,full,full,full,full")
+        m3 = re.search(r"# speculative decoding: (\d+) rounds, (\d+) of (\d+) proposed tokens accepted.*, 0 draft checksum mismatches", so3)
+        expect(rc == 0 and "# verdict: OK" in so3 and m3 and m3.groups() == m.groups(),
+               f"{mode}: a last stage without the draft's kinds keeps the acceptance", so3, se)
+        j = json.loads(tool("report", out("hsp-host-" + mode), "--json")[1])
+        expect(j["cached_tokens"]["host"] > 0, f"{mode}: history loaded back from the host", j["cached_tokens"])
     rc, so, se = run_single(exp, "--out", out("hsp-bad"), "--set", "topology.tp=1", "--set", "topology.pp=1", *host,
                             "--set", "cache.storage=file", "--set", "cache.storage_key_scheme=unified")
     expect(rc == 2 and "a draft model and cache.storage_key_scheme = \"unified\"" in se, "draft + unified hybrid objects refused", so, se)

@@ -307,5 +307,51 @@ TEST(DraftStates, EachLayoutKeepsTheDraftsWordsWhereItSays) {
   }
 }
 
+// A hybrid draft's kind on a last stage without a target layer of it: no target host pool, but
+// host slots of the kind — packed and sidecar keep the draft's copies in a pool of their own with
+// that many slots (at the target's host ids); target_only keeps none.
+TEST(DraftState, AKindWithoutTargetBytesKeepsTheDraftsHostCopiesInAPoolOfItsOwn) {
+  for (DraftLayout layout : {DraftLayout::Packed, DraftLayout::Sidecar, DraftLayout::TargetOnly}) {
+    SCOPED_TRACE(static_cast<int>(layout));
+    KvPool dev(KvPoolConfig{Pages(4), Tokens(4), 0, 1, {0, 1}, 2, Payload::Full});
+    DraftState d(layout, dev, nullptr, 0, /*own_slots=*/6);
+    if (layout == DraftLayout::TargetOnly) {
+      EXPECT_EQ(d.host(), nullptr);
+      EXPECT_FALSE(d.separate_objects());
+      continue;
+    }
+    ASSERT_NE(d.host(), nullptr);
+    EXPECT_EQ(d.host()->config().capacity, Pages(6));
+    EXPECT_EQ(d.host_layer0(), 0u);
+    EXPECT_TRUE(d.separate_objects()) << "in storage: the kind's object on this rank";
+    auto* w = reinterpret_cast<std::uint64_t*>(dev.layer_block(PageId(2), 0));
+    w[0] = 41;
+    w[1] = 42;
+    const PageId host_page[1] = {PageId(5)}, src[1] = {PageId(2)}, dst[1] = {PageId(3)};
+    for (const auto& c : d.backup_copies(host_page, src)) std::memcpy(c.dst, c.src, c.bytes);
+    for (const auto& c : d.restore_copies(dst, host_page)) std::memcpy(c.dst, c.src, c.bytes);
+    const auto* back = reinterpret_cast<const std::uint64_t*>(dev.layer_block(PageId(3), 0));
+    EXPECT_EQ(back[0], 41u);
+    EXPECT_EQ(back[1], 42u);
+  }
+  for (DraftLayout layout : {DraftLayout::Packed, DraftLayout::Sidecar, DraftLayout::TargetOnly}) {
+    StatePool dev(4, 2);
+    DraftStates d(layout, dev, nullptr, 0, /*own_slots=*/6);
+    EXPECT_EQ(d.sidecar() != nullptr, layout != DraftLayout::TargetOnly);
+    EXPECT_EQ(d.packed_words(), 0u) << "no target slot to pack into";
+    if (!d.sidecar()) continue;
+    EXPECT_EQ(d.sidecar()->capacity(), 6u);
+    dev.slot(1)[0] = 7;
+    dev.slot(1)[1] = 8;
+    auto run = [](const std::optional<transfer::Copy>& c) {
+      ASSERT_TRUE(c.has_value());
+      std::memcpy(c->dst, c->src, c->bytes);
+    };
+    run(d.backup_copy(5, 1));
+    run(d.restore_copy(3, 5));
+    EXPECT_EQ(std::vector<std::uint64_t>(dev.slot(3).begin(), dev.slot(3).end()), (std::vector<std::uint64_t>{7, 8}));
+  }
+}
+
 }  // namespace
 }  // namespace kvgrid::cache
