@@ -92,6 +92,11 @@ class DraftStates {
   std::optional<transfer::Copy> restore_copy(std::uint32_t device_slot, std::uint32_t host_slot);
   // Words a packed draft adds to each host slot (0: other layouts).
   std::size_t packed_words() const { return layout_ == DraftLayout::Packed && !sidecar_ ? device_.words_per_slot() : 0; }
+  // The pool a draft host state lives in (null: target_only, or no host tier) and the first of its
+  // words that are the draft's (packed: after the target's; its own pool: 0).
+  const StatePool* host() const { return sidecar_ ? sidecar_.get() : layout_ == DraftLayout::Packed ? target_host_ : nullptr; }
+  std::size_t host_word0() const { return sidecar_ ? 0 : target_words_; }
+  std::size_t device_words() const { return device_.words_per_slot(); }
   // Sidecar: the draft's host states (at the target's host slots); null otherwise.
   StatePool* sidecar() { return sidecar_.get(); }
   const StatePool* sidecar() const { return sidecar_.get(); }

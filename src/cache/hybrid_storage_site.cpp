@@ -44,18 +44,65 @@ HybridStorageSite::HybridStorageSite(const StorageContext& ctx, unified::Unified
     KVGRID_CHECK(u.chunks.empty() == (k == ComponentKind::Mamba ? b.state_host == nullptr : pool == nullptr),
                  "hybrid unified objects: ", u.chunks.size(), " chunks of component ", c, " without matching host bytes");
     if (k == ComponentKind::Mamba && !u.chunks.empty()) {  // a slot: [layer][head][word] over every chunk
-      std::size_t layers = 0;
-      for (const auto& ch : u.chunks) {
-        layers = std::max(layers, ch.local.layer0 + ch.local.layers);
-        state_heads_ = std::max(state_heads_, ch.local.head0 + ch.local.heads);
-      }
-      state_words_ = b.state_host->words_per_slot() / (layers * state_heads_);
-      KVGRID_CHECK(state_words_ * layers * state_heads_ == b.state_host->words_per_slot(), "MAMBA state slot of ",
-                   b.state_host->words_per_slot(), " words is not ", layers, " layers x ", state_heads_, " heads");
+      // (the target's words: a packed draft's follow them in the host slot)
+      state_words_ = state_words_per_head(u.chunks, b.state_device->words_per_slot(), state_heads_);
     }
     for (const auto& ch : u.chunks) {
       u.spans.push_back(ch.local);
       u.offsets.push_back(u.offsets.back() + (pool ? pool->object_words(ch.local) : kernels::state_object_words(state_words_, ch.local)));
+    }
+    u.target_chunks = u.chunks.size();
+  }
+}
+
+std::size_t HybridStorageSite::state_words_per_head(const std::vector<UnifiedChunk>& chunks, std::size_t slot_words,
+                                                    std::size_t& heads) {
+  std::size_t layers = 0;
+  heads = 0;
+  for (const auto& ch : chunks) {
+    layers = std::max(layers, ch.local.layer0 + ch.local.layers);
+    heads = std::max(heads, ch.local.head0 + ch.local.heads);
+  }
+  const std::size_t words = slot_words / (layers * heads);
+  KVGRID_CHECK(words * layers * heads == slot_words, "MAMBA state slot of ", slot_words, " words is not ", layers, " layers x ",
+               heads, " heads");
+  return words;
+}
+
+void HybridStorageSite::add_draft_parts() {
+  if (draft_parts_added_ || parts_.empty()) return;
+  draft_parts_added_ = true;
+  const HybridDraftBytes& d = host_.draft();
+  for (std::size_t c = 0; c < parts_.size(); ++c) {
+    const ComponentKind k = host_.kinds()[c];
+    UnifiedPart& u = parts_[c];
+    const auto& chunks = k == ComponentKind::Full  ? ctx_.cfg.unified_draft
+                         : k == ComponentKind::Swa ? ctx_.cfg.unified_draft_swa
+                                                   : ctx_.cfg.unified_draft_mamba;
+    if (k == ComponentKind::Mamba) {
+      if (!d.states || !d.states->host()) continue;  // no draft state here, or target_only: nothing stored
+      KVGRID_CHECK(!chunks.empty(), "a draft's MAMBA layers without their unified objects");
+      u.draft_states = d.states->host();
+      u.draft_word0 = d.states->host_word0();
+      u.draft_words = state_words_per_head(chunks, d.states->device_words(), u.draft_heads);
+    } else {
+      const DraftState* ds = k == ComponentKind::Full ? d.full : d.swa;
+      if (!ds || !ds->host()) continue;
+      KVGRID_CHECK(!chunks.empty(), "a draft's ", k == ComponentKind::Full ? "FULL" : "SWA", " layers without their unified objects");
+      u.draft_kv = ds->host();
+    }
+    for (const auto& ch : chunks) {
+      kernels::ChunkSpan s = ch.local;
+      std::size_t words = 0;
+      if (u.draft_kv) {
+        s.layer0 += (k == ComponentKind::Full ? d.full : d.swa)->host_layer0();
+        words = u.draft_kv->object_words(s);
+      } else {
+        words = kernels::state_object_words(u.draft_words, s);
+      }
+      u.chunks.push_back(ch);
+      u.spans.push_back(s);
+      u.offsets.push_back(u.offsets.back() + words);
     }
   }
 }
@@ -76,12 +123,6 @@ std::size_t HybridStorageSite::window_pages() const {
 }
 
 // ---- objects --------------------------------------------------------------------------------
-
-void HybridStorageSite::check_draft_keys() const {
-  const HybridDraftBytes& d = host_.draft();
-  KVGRID_CHECK(parts_.empty() || (!d.full && !d.swa && !d.states),
-               "a draft model with unified hybrid objects (refused at load: its layers are outside the grid's chunks)");
-}
 
 KvPool* HybridStorageSite::draft_pool(ComponentKind k) const {
   const DraftState* d = k == ComponentKind::Full ? host_.draft().full : k == ComponentKind::Swa ? host_.draft().swa : nullptr;
@@ -110,11 +151,21 @@ std::size_t HybridStorageSite::object_bytes(ComponentKind k) const {
 
 std::vector<std::uint8_t> HybridStorageSite::pack(ComponentKind k, Slot s) const {
   const HybridBytes& b = host_.bytes();
-  if (!parts_.empty()) {  // unified keys: the chunks in object order, one after another
+  if (!parts_.empty()) {  // unified keys: the chunks in object order, one after another (the draft's last)
     const UnifiedPart& u = part(k);
     std::vector<std::uint64_t> w(u.offsets.back());
-    if (k == ComponentKind::Mamba) kernels::pack_state_objects(b.state_host->slot(s.value()), state_heads_, state_words_, u.spans, w.data());
-    else (k == ComponentKind::Full ? b.full_host : b.swa_host)->pack(std::vector<PageId>{PageId(s.value())}, u.spans, w.data());
+    const std::span<const kernels::ChunkSpan> mine(u.spans.data(), u.target_chunks), draft(u.spans.data() + u.target_chunks,
+                                                                                             u.spans.size() - u.target_chunks);
+    std::uint64_t* at = w.data() + u.offsets[u.target_chunks];
+    const std::vector<PageId> page{PageId(s.value())};
+    if (k == ComponentKind::Mamba) {
+      if (!mine.empty()) kernels::pack_state_objects(b.state_host->slot(s.value()), state_heads_, state_words_, mine, w.data());
+      if (!draft.empty())
+        kernels::pack_state_objects(u.draft_states->slot(s.value()).subspan(u.draft_word0), u.draft_heads, u.draft_words, draft, at);
+    } else {
+      if (!mine.empty()) (k == ComponentKind::Full ? b.full_host : b.swa_host)->pack(page, mine, w.data());
+      if (!draft.empty()) u.draft_kv->pack(page, draft, at);
+    }
     const auto* p = reinterpret_cast<const std::uint8_t*>(w.data());
     return std::vector<std::uint8_t>(p, p + w.size() * sizeof(std::uint64_t));
   }
@@ -154,10 +205,20 @@ void HybridStorageSite::unpack(ComponentKind k, Slot s, std::span<const std::uin
     const UnifiedPart& u = part(k);
     std::vector<std::uint64_t> w(u.offsets.back());
     std::memcpy(w.data(), in.data(), w.size() * sizeof(std::uint64_t));
-    if (k == ComponentKind::Mamba) kernels::unpack_state_objects(b.state_host->slot(s.value()), state_heads_, state_words_, u.spans, w.data());
-    else  // (read may run on a storage worker thread: no Kokkos launch there)
-      (k == ComponentKind::Full ? b.full_host : b.swa_host)
-          ->unpack(std::vector<PageId>{PageId(s.value())}, u.spans, w.data(), /*kokkos=*/!ctx_.cfg.threaded);
+    const std::span<const kernels::ChunkSpan> mine(u.spans.data(), u.target_chunks), draft(u.spans.data() + u.target_chunks,
+                                                                                             u.spans.size() - u.target_chunks);
+    const std::uint64_t* at = w.data() + u.offsets[u.target_chunks];
+    const std::vector<PageId> page{PageId(s.value())};
+    if (k == ComponentKind::Mamba) {
+      if (!mine.empty()) kernels::unpack_state_objects(b.state_host->slot(s.value()), state_heads_, state_words_, mine, w.data());
+      if (!draft.empty())
+        kernels::unpack_state_objects(const_cast<StatePool*>(u.draft_states)->slot(s.value()).subspan(u.draft_word0),
+                                      u.draft_heads, u.draft_words, draft, at);
+    } else {  // (read may run on a storage worker thread: no Kokkos launch there)
+      if (!mine.empty())
+        (k == ComponentKind::Full ? b.full_host : b.swa_host)->unpack(page, mine, w.data(), /*kokkos=*/!ctx_.cfg.threaded);
+      if (!draft.empty()) const_cast<KvPool*>(u.draft_kv)->unpack(page, draft, at, /*kokkos=*/!ctx_.cfg.threaded);
+    }
     return;
   }
   std::size_t at = 0;
@@ -212,7 +273,7 @@ bool HybridStorageSite::has_object(const std::string& base, ComponentKind k) {
 // go to the writer as one batch (storage_writer.hpp). Objects already there (or in flight) are
 // immutable and left alone.
 void HybridStorageSite::backup(unified::Node* node) {
-  check_draft_keys();
+  add_draft_parts();
   if (!ctx_.cfg.writer) return;  // MLA: TP rank 0 writes for everyone
   std::vector<const unified::Node*> path;
   for (const unified::Node* n = node; n != tree_.root(); n = n->parent) path.push_back(n);
@@ -269,7 +330,7 @@ void HybridStorageSite::backup(unified::Node* node) {
 // ---- prefetch -------------------------------------------------------------------------------
 
 std::unique_ptr<StorageSite::Job> HybridStorageSite::plan(std::span<const TokenId> prompt) {
-  check_draft_keys();
+  add_draft_parts();
   const std::size_t p = static_cast<std::size_t>(tree_.page_size().value());
   const std::size_t threshold = static_cast<std::size_t>(ctx_.cfg.prefetch_threshold.value());
   const std::size_t max_pages = prompt.empty() ? 0 : (prompt.size() - 1) / p;  // reuse at most prompt - 1

@@ -39,7 +39,11 @@
 // of the grid, `{page_hash}_{component namespace}_L{a}-{b}[_H{g}]` — FULL's and SWA's packed from
 // the host page by the relayout kernel, MAMBA's from the state slot — so a job of any compatible
 // layout reads them; the rules above are unchanged (a component's slot counts as stored when every
-// one of its chunks' objects exists). Sidecars are refused with unified keys at load.
+// one of its chunks' objects exists). A draft's layers of a kind are objects of the draft's own
+// namespace for that kind (cfg.unified_draft*), after the target's chunks in the slot's objects —
+// from wherever the draft's host bytes are (packed: the target's host pool past its layers or
+// words; sidecar: the draft's own pool), so packed and sidecar jobs read each other's; a slot
+// counts as stored only with its draft's objects too. Sidecars are refused with unified keys at load.
 #pragma once
 
 #include <memory>
@@ -107,16 +111,27 @@ class HybridStorageSite final : public StorageSite {
   // draft is inside the target's host pools): they travel at the end of k's objects.
   KvPool* draft_pool(ComponentKind k) const;
   StatePool* draft_states() const;
-  void check_draft_keys() const;  // unified objects carry no draft (refused at load; checked here)
+  // Unified keys: appends the draft's chunks to each component's part, once the host tier knows
+  // its draft (HybridHostTier::set_draft comes after the site is made); called by backup and plan.
+  void add_draft_parts();
+  // Words per head of a state slot of `slot_words` cut by `chunks` ([layer][head][word]); `heads`: its heads.
+  static std::size_t state_words_per_head(const std::vector<UnifiedChunk>& chunks, std::size_t slot_words, std::size_t& heads);
+  bool draft_parts_added_ = false;
   unified::ComponentId id_of(ComponentKind k) const;
   bool has(ComponentKind k) const;
 
-  // Unified keys: per ComponentId, the component's chunks, their spans and each chunk's first word
-  // in the slot's packed payload (offsets.back(): the payload's words).
+  // Unified keys: per ComponentId, the component's chunks — the target's, then the draft's — their
+  // spans and each chunk's first word in the slot's packed payload (offsets.back(): the payload's
+  // words). The draft's spans are in its host pool (`draft_kv`, or `draft_states` from word
+  // `draft_word0`, `draft_heads` × `draft_words` per layer).
   struct UnifiedPart {
     std::vector<UnifiedChunk> chunks;
     std::vector<kernels::ChunkSpan> spans;
     std::vector<std::size_t> offsets{0};
+    std::size_t target_chunks = 0;
+    const KvPool* draft_kv = nullptr;
+    const StatePool* draft_states = nullptr;
+    std::size_t draft_word0 = 0, draft_heads = 0, draft_words = 0;
   };
   const UnifiedPart& part(ComponentKind k) const { return parts_[id_of(k).value()]; }
   std::size_t state_heads_ = 0, state_words_ = 0;  // MAMBA under unified keys: a slot's heads, words per head

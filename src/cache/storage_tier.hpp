@@ -74,6 +74,9 @@ struct StorageTierConfig {
   // Hybrid models: `unified` holds FULL's objects; SWA window pages and MAMBA states have their own
   // namespaces (chunks over this stage's layers of that kind only; none where it has no such layer).
   std::vector<UnifiedChunk> unified_swa, unified_mamba;
+  // A hybrid target's draft (speculative decoding, the last stage): its SWA and MAMBA layers'
+  // objects (its FULL layers': unified_draft), each kind in a namespace of its own.
+  std::vector<UnifiedChunk> unified_draft_swa, unified_draft_mamba;
   bool unified_keys() const { return !unified.empty() || !unified_swa.empty() || !unified_mamba.empty(); }
   bool shared = false;      // other jobs write the store while this one runs (ObjectStore::set_shared)
   std::uint64_t job = 0;    // this job's id in the objects' headers

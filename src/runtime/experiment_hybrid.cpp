@@ -152,12 +152,8 @@ void check_hybrid_model(const ExperimentConfig& e, const std::string& src) {
   // Speculative decoding with the host tier: the draft's bytes move with the target's copies
   // (cache/hybrid_host_tier.hpp HybridDraftBytes; a draft kind the last stage holds no target layer
   // of keeps its host copies in a pool of its own, cache/draft_state.hpp); in storage the draft
-  // travels inside the target's objects (rank_suffix keys only).
-  if (m.draft.enabled() && e.cache.host_pages.value() > 0) {
-    const bool storage = e.cache.storage != "none";
-    refuse(storage && e.cache.storage_key_scheme == "unified",
-           "a draft model and cache.storage_key_scheme = \"unified\" (a packed draft's layers are outside the grid's chunks)");
-  }
+  // travels inside the target's objects (rank_suffix keys) or as objects of its own namespaces
+  // (unified keys, cache/hybrid_storage_site.hpp).
 }
 
 }  // namespace kvgrid

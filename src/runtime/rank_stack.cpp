@@ -132,7 +132,13 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
     } else {
       sc.unified = unified_plan(exp, geo).chunks;
     }
-    if (has_draft) sc.unified_draft = unified_draft_plan(exp, draft_geo).chunks;
+    if (has_draft && geo.hybrid()) {  // the draft's kinds, each in a namespace of its own
+      sc.unified_draft = unified_draft_component_plan(exp, draft_geo, LayerKind::Full).chunks;
+      sc.unified_draft_swa = unified_draft_component_plan(exp, draft_geo, LayerKind::Swa).chunks;
+      sc.unified_draft_mamba = unified_draft_component_plan(exp, draft_geo, LayerKind::Mamba).chunks;
+    } else if (has_draft) {
+      sc.unified_draft = unified_draft_plan(exp, draft_geo).chunks;
+    }
     sc.dir = exp.cache.storage_dir + "/unified";
     sc.writer = sc.writer && (c.cp == 0 || shard->axis == "cp");  // sharded over CP: every owner
     sc.shared = exp.cache.storage_shared;

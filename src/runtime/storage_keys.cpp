@@ -40,21 +40,28 @@ cache::KvNamespace component_namespace(const ExperimentConfig& exp, LayerKind ki
   return ns;
 }
 
-cache::UnifiedPlan unified_component_plan(const ExperimentConfig& exp, const ModelGeometry& geo, LayerKind kind) {
-  cache::UnifiedPlan plan =
-      cache::plan_unified_kv(component_namespace(exp, kind), geo.layers, geo.layer_begin, geo.layer_end, geo.kv_heads);
+namespace {
+// The chunks of `plan` (over layers [begin, ...) whose kinds are `kinds`) holding layers of `kind`,
+// their spans counting that kind's layers only.
+cache::UnifiedPlan keep_kind(cache::UnifiedPlan plan, const std::vector<LayerKind>& kinds, std::uint64_t begin, LayerKind kind) {
   std::vector<cache::UnifiedChunk> kept;
   for (cache::UnifiedChunk c : plan.chunks) {
-    const auto from = geo.kinds.begin() + static_cast<std::ptrdiff_t>(c.layer_first - geo.layer_begin);
-    const auto to = geo.kinds.begin() + static_cast<std::ptrdiff_t>(c.layer_last + 1 - geo.layer_begin);
+    const auto from = kinds.begin() + static_cast<std::ptrdiff_t>(c.layer_first - begin);
+    const auto to = kinds.begin() + static_cast<std::ptrdiff_t>(c.layer_last + 1 - begin);
     const auto n = static_cast<std::size_t>(std::count(from, to, kind));
     if (n == 0) continue;
-    c.local.layer0 = static_cast<std::size_t>(std::count(geo.kinds.begin(), from, kind));
+    c.local.layer0 = static_cast<std::size_t>(std::count(kinds.begin(), from, kind));
     c.local.layers = n;
     kept.push_back(std::move(c));
   }
   plan.chunks = std::move(kept);
   return plan;
+}
+}  // namespace
+
+cache::UnifiedPlan unified_component_plan(const ExperimentConfig& exp, const ModelGeometry& geo, LayerKind kind) {
+  return keep_kind(cache::plan_unified_kv(component_namespace(exp, kind), geo.layers, geo.layer_begin, geo.layer_end, geo.kv_heads),
+                   geo.kinds, geo.layer_begin, kind);
 }
 
 cache::KvNamespace draft_storage_namespace(const ExperimentConfig& exp) {
@@ -70,6 +77,19 @@ cache::KvNamespace draft_storage_namespace(const ExperimentConfig& exp) {
 cache::UnifiedPlan unified_draft_plan(const ExperimentConfig& exp, const ModelGeometry& draft_geo) {
   const std::uint64_t n = draft_geo.layer_end - draft_geo.layer_begin;
   return cache::plan_unified_kv(draft_storage_namespace(exp), n, 0, n, draft_geo.kv_heads);
+}
+
+cache::UnifiedPlan unified_draft_component_plan(const ExperimentConfig& exp, const ModelGeometry& draft_geo, LayerKind kind) {
+  if (!draft_geo.hybrid()) return kind == LayerKind::Full ? unified_draft_plan(exp, draft_geo) : cache::UnifiedPlan{};
+  cache::KvNamespace ns = draft_storage_namespace(exp);
+  const cache::KvNamespace target = component_namespace(exp, kind);
+  std::string kinds;  // the draft's layer kinds, then (through the target's component id) the target's
+  for (LayerKind k : draft_geo.model_kinds) kinds += layer_kind_name(k)[0];
+  ns.model_id = ns.model_id.substr(0, ns.model_id.find("-of-")) + "-kinds-" + kinds + "-of-" + target.model_id;
+  ns.object_layout = target.object_layout;
+  ns.dtype = target.dtype;
+  const std::uint64_t n = draft_geo.layer_end - draft_geo.layer_begin;
+  return keep_kind(cache::plan_unified_kv(ns, n, 0, n, draft_geo.kv_heads), draft_geo.kinds, 0, kind);
 }
 
 void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
@@ -117,7 +137,8 @@ void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
         try {
           (void)unified_plan(exp, geo);
           if (exp.model.draft.enabled() && pp == g.shape.pp - 1)
-            (void)unified_draft_plan(exp, ModelGeometry::draft_for_rank(exp, at, g.shape));
+            for (LayerKind k : {LayerKind::Full, LayerKind::Swa, LayerKind::Mamba})
+              (void)unified_draft_component_plan(exp, ModelGeometry::draft_for_rank(exp, at, g.shape), k);
         } catch (const InputError& e) {
           throw InputError(src + ": " + g.name + " group " + g.shape.str() + ", rank tp " + std::to_string(tp) + " pp " +
                            std::to_string(pp) + ": " + e.what());

@@ -29,6 +29,11 @@ cache::UnifiedPlan unified_component_plan(const ExperimentConfig& exp, const Mod
 // last stage's ModelGeometry::draft_for_rank.
 cache::KvNamespace draft_storage_namespace(const ExperimentConfig& exp);
 cache::UnifiedPlan unified_draft_plan(const ExperimentConfig& exp, const ModelGeometry& draft_geo);
+// A hybrid target's draft: one namespace per component kind of the draft (its layer kinds and the
+// target's kinds in its identity), the chunks holding that kind's draft layers — as
+// unified_component_plan does for the target. A FULL-only draft: its FULL plan is
+// unified_draft_plan's (the other kinds have none).
+cache::UnifiedPlan unified_draft_component_plan(const ExperimentConfig& exp, const ModelGeometry& draft_geo, LayerKind kind);
 // cache.storage_key_scheme and its keys against the rest of the experiment: InputError naming
 // `src`, the keys and the numbers (the first rank of a group that does not align, and why).
 void check_storage_keys(const ExperimentConfig& exp, const std::string& src);

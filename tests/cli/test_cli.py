@@ -1576,7 +1576,7 @@ def hybrid_spec():
     SWA layers and state words inside the target's host copies) the history comes back from the host
     with exactly the device-only run's acceptance and no draft mismatch, also when the last stage
     holds no target layer of the draft's SWA and MAMBA kinds (their host copies in pools of their
-    own); a draft with unified keys is refused by name."""
+    own) (a hybrid draft under unified keys: test_storage.py hybrid_draft)."""
     exp = os.path.join(SRC, "experiments", "hybrid_spec.toml")
     rc, so, se = run(4, exp, "--out", out("hsp"))
     expect(rc == 0 and "# verdict: OK" in so and "# rank divergences: 0 OK" in so, "hybrid_spec", so, se)
@@ -1605,9 +1605,6 @@ def hybrid_spec():
                f"{mode}: a last stage without the draft's kinds keeps the acceptance", so3, se)
         j = json.loads(tool("report", out("hsp-host-" + mode), "--json")[1])
         expect(j["cached_tokens"]["host"] > 0, f"{mode}: history loaded back from the host", j["cached_tokens"])
-    rc, so, se = run_single(exp, "--out", out("hsp-bad"), "--set", "topology.tp=1", "--set", "topology.pp=1", *host,
-                            "--set", "cache.storage=file", "--set", "cache.storage_key_scheme=unified")
-    expect(rc == 2 and "a draft model and cache.storage_key_scheme = \"unified\"" in se, "draft + unified hybrid objects refused", so, se)
     rc, so, se = run_single(os.path.join(SRC, "experiments", "component_bugs.toml"), "--out", out("hsp-bad"),
                             "--set", "cache.component_bugs=mtp_state_at_floor")
     expect(rc == 2 and 'model.draft.mode = "none" (it would change nothing)' in se, "mtp bug without a draft refused", so, se)

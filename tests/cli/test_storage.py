@@ -4,6 +4,7 @@ written by one job and read by another job of a different layout over the same d
 
 Run one scenario: test_storage.py NAME (ctest registers each). Needs KVGRID_BIN, KVGRID_SOURCE, MPIEXEC.
 """
+import collections
 import json
 import os
 import re
@@ -368,6 +369,53 @@ def hybrid_components():
     os.remove(os.path.join(store, "unified", sorted(states)[0]))
     r = hrun(2, "hr2", "--set", "topology.tp=2", "--set", "topology.pp=1", *reader)
     expect(r["cached_tokens"]["storage"] == 3 * 512, "one missing MAMBA object: that prompt reuses nothing from storage", r["cached_tokens"])
+
+
+def hybrid_draft():
+    """A hybrid draft (full + swa + mamba layers) under unified keys: each of its kinds is a
+    namespace of its own beside the target's three, its chunks after the target's in each slot's
+    objects. The TP2 x PP2 writer with a packed draft writes on its last stage 552 target objects
+    and 296 draft objects per rank (FULL 2 heads x 128 pages, SWA 2 x 16, MAMBA 2 x 4); readers of
+    other layouts and the other mode — TP1 sidecar, TP2 packed, PP4 packed — take 512 tokens of
+    each prompt from storage with the draft restored from its objects (the acceptance of a reader
+    over an empty store, no draft mismatch); with the draft's objects gone no prompt is a hit."""
+    exp = os.path.join(SRC, "experiments", "hybrid_unified.toml")
+    store = out("hdstore")
+    draft = ["--set", "cache.storage_dir=" + store, "--set", "model.draft.layers=3", "--set",
+             "model.draft.layer_types=full,swa,mamba", "--set", "model.draft.steps=3"]
+    reader = ["--set", "workload.mooncake.trace=traces/hybrid_unified_reader.jsonl"]
+    spec = r"# speculative decoding: (\d+) rounds, (\d+) of (\d+) proposed tokens accepted.*, 0 draft checksum mismatches"
+
+    def hrun(np_, name, *more):
+        rc, so, se = run(np_, exp, "--out", out(name), *draft, *more)
+        m = re.search(spec, so)
+        expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so and m, f"{name}: OK, no draft mismatch", so, se)
+        return json.loads(tool("report", out(name), "--json")[1]), m.groups()
+
+    w, _ = hrun(4, "hdw", "--set", "model.draft.mode=packed")
+    expect(w["storage_objects"]["written"] == [552, 552, 552 + 296, 552 + 296], "the last stage writes the draft's objects",
+           w["storage_objects"])
+    sizes = sorted(collections.Counter(m.group(2) for m in objects(store)).values())
+    expect(sizes == [16, 32, 64, 128, 512, 2048], "six namespaces: the target's three kinds and the draft's", sizes)
+    tp1 = ["--set", "topology.tp=1", "--set", "topology.pp=1"]
+    _, cold = hrun(1, "hd-cold", *tp1, "--set", "model.draft.mode=sidecar", *reader, "--set", "cache.storage_dir=" + out("hd-empty"))
+    for name, np_, sets, reads in (("hd-tp1", 1, tp1 + ["--set", "model.draft.mode=sidecar"], [2208 + 592]),
+                                   ("hd-tp2", 2, ["--set", "topology.tp=2", "--set", "topology.pp=1", "--set", "model.draft.mode=packed"],
+                                    [1400, 1400]),
+                                   ("hd-pp4", 4, ["--set", "topology.tp=1", "--set", "topology.pp=4", "--set", "model.draft.mode=packed"],
+                                    [576, 528, 576, 1120])):
+        r, acc = hrun(np_, name, *sets, *reader)
+        print(name, r["storage_objects"]["read"], r["cached_tokens"], acc)
+        expect(r["storage_objects"]["read"] == reads and r["cached_tokens"]["storage"] == 4 * 512,
+               f"{name}: target and draft objects read, 512 tokens of each prompt", r["storage_objects"], r["cached_tokens"])
+        expect(acc == cold, f"{name}: the draft restored from storage proposes as over an empty store", acc, cold)
+    by_ns = collections.Counter(m.group(2) for m in objects(store))
+    for ns in (n for n, c in by_ns.items() if c in (512, 64, 16)):  # the draft's namespaces
+        for name in os.listdir(os.path.join(store, "unified")):
+            if ns in name:
+                os.remove(os.path.join(store, "unified", name))
+    g, _ = hrun(1, "hd-gone", *tp1, "--set", "model.draft.mode=sidecar", *reader)
+    expect(g["cached_tokens"]["storage"] == 0, "no prompt without its draft's objects", g["cached_tokens"])
 
 
 if __name__ == "__main__":

@@ -105,16 +105,15 @@ TEST(SpecDraft, HybridDraftsMoveWithTheHostTier) {
     SCOPED_TRACE("TP" + std::to_string(tp) + " PP" + std::to_string(pp));
     // (PP4: the last stage — layers 6 and 7, full and mamba — holds no target SWA layer, so the
     // draft's SWA host copies live in a pool of their own, packed or not)
-    auto with = [](std::vector<std::string> sets) { return sets; };
     auto off_sets = hybrid;
     for (const char* s : {"model.draft.mode=packed", "cache.host_pages=0", "cache.storage=none", "cache.device_pages=400",
                           "cache.swa_pages=200", "cache.mamba_slots=60"})
       off_sets.push_back(s);
     DecisionLog off_log;
-    auto off = serve(history(tp, pp, "", with(off_sets)), off_log);
+    auto off = serve(history(tp, pp, "", off_sets), off_log);
     ASSERT_EQ(off.oracle_mismatches, 0);
     ASSERT_EQ(off.draft_mismatches, 0);
-    const char* modes[] = {"packed", "sidecar", "target_only", "packed+storage", "sidecar+storage", "packed+faults"};
+    const char* modes[] = {"packed", "sidecar", "target_only", "packed+storage", "sidecar+storage", "packed+faults", "sidecar+unified"};
     for (std::size_t mi = 0; mi < std::size(modes); ++mi) {
       // (suite time: with several layouts, each mode at one of them, in turn; jobs/mpi_seeds.sh runs all)
       if (testing::in_suite() && mi % all.size() != li) continue;
@@ -123,15 +122,18 @@ TEST(SpecDraft, HybridDraftsMoveWithTheHostTier) {
       auto sets = hybrid;
       const std::string m(mode);
       sets.push_back("model.draft.mode=" + m.substr(0, m.find('+')));
-      if (m.find("+storage") == std::string::npos) sets.push_back("cache.storage=none");
+      if (m.find("+storage") == std::string::npos && m.find("+unified") == std::string::npos) sets.push_back("cache.storage=none");
+      if (m.find("+unified") != std::string::npos)  // the draft's kinds as objects of their own namespaces
+        for (const char* u : {"cache.storage_key_scheme=unified", "cache.storage_layer_partition=2", "cache.storage_head_partition=1"})
+          sets.push_back(u);
       if (m.find("+faults") != std::string::npos)
         for (const char* f : {"faults.transfer.fail.probability=0.05", "faults.transfer.delay.probability=0.1",
                               "faults.host.alloc.fail.probability=0.03"})
           sets.push_back(f);
       DecisionLog log;
       auto r = serve(history(tp, pp, testing::shared_temp_dir(std::string("hspec-") + std::to_string(tp) + "x" + std::to_string(pp) +
-                                                                  "-" + m.substr(0, 2) + std::to_string(m.size())),
-                             with(sets)),
+                                                                  "-" + std::to_string(mi)),
+                             sets),
                      log);
       EXPECT_EQ(r.oracle_mismatches, 0);
       EXPECT_EQ(r.divergences(), 0);
