@@ -33,7 +33,8 @@ HybridStorageSite::HybridStorageSite(const StorageContext& ctx, unified::Unified
                "hybrid storage site: window ", window_, " and checkpoint grid ", mamba_chunk_, " do not match the components");
   host_.on_published([this](unified::Node* n) { backup(n); });
   if (!ctx_.cfg.unified_keys()) return;
-  KVGRID_CHECK(host_.sidecars() == 0, "hybrid sidecars under unified keys (refused at load)");
+  KVGRID_CHECK(ctx_.cfg.unified_sidecars.size() == host_.sidecars(), ctx_.cfg.unified_sidecars.size(),
+               " unified sidecar objects for ", host_.sidecars(), " sidecars");
   const HybridBytes& b = host_.bytes();
   parts_.resize(host_.kinds().size());
   for (std::size_t c = 0; c < parts_.size(); ++c) {
@@ -52,6 +53,14 @@ HybridStorageSite::HybridStorageSite(const StorageContext& ctx, unified::Unified
       u.offsets.push_back(u.offsets.back() + (pool ? pool->object_words(ch.local) : kernels::state_object_words(state_words_, ch.local)));
     }
     u.target_chunks = u.chunks.size();
+    for (std::size_t i = 0; i < host_.sidecars(); ++i) {  // a sidecar's words whole, after its source's chunks
+      if (host_.host_sidecar(i).source().value() != c) continue;
+      u.chunks.push_back(ctx_.cfg.unified_sidecars[i]);
+      u.spans.push_back({});
+      u.offsets.push_back(u.offsets.back() + host_.host_sidecar(i).words_per_slot());
+      u.sidecars.push_back(i);
+    }
+    u.draft_first = u.chunks.size();
   }
 }
 
@@ -154,10 +163,14 @@ std::vector<std::uint8_t> HybridStorageSite::pack(ComponentKind k, Slot s) const
   if (!parts_.empty()) {  // unified keys: the chunks in object order, one after another (the draft's last)
     const UnifiedPart& u = part(k);
     std::vector<std::uint64_t> w(u.offsets.back());
-    const std::span<const kernels::ChunkSpan> mine(u.spans.data(), u.target_chunks), draft(u.spans.data() + u.target_chunks,
-                                                                                             u.spans.size() - u.target_chunks);
-    std::uint64_t* at = w.data() + u.offsets[u.target_chunks];
+    const std::span<const kernels::ChunkSpan> mine(u.spans.data(), u.target_chunks), draft(u.spans.data() + u.draft_first,
+                                                                                             u.spans.size() - u.draft_first);
+    std::uint64_t* at = w.data() + u.offsets[u.draft_first];
     const std::vector<PageId> page{PageId(s.value())};
+    for (std::size_t j = 0; j < u.sidecars.size(); ++j) {
+      const auto words = host_.host_sidecar(u.sidecars[j]).read(s);
+      std::copy(words.begin(), words.end(), w.data() + u.offsets[u.target_chunks + j]);
+    }
     if (k == ComponentKind::Mamba) {
       if (!mine.empty()) kernels::pack_state_objects(b.state_host->slot(s.value()), state_heads_, state_words_, mine, w.data());
       if (!draft.empty())
@@ -205,10 +218,14 @@ void HybridStorageSite::unpack(ComponentKind k, Slot s, std::span<const std::uin
     const UnifiedPart& u = part(k);
     std::vector<std::uint64_t> w(u.offsets.back());
     std::memcpy(w.data(), in.data(), w.size() * sizeof(std::uint64_t));
-    const std::span<const kernels::ChunkSpan> mine(u.spans.data(), u.target_chunks), draft(u.spans.data() + u.target_chunks,
-                                                                                             u.spans.size() - u.target_chunks);
-    const std::uint64_t* at = w.data() + u.offsets[u.target_chunks];
+    const std::span<const kernels::ChunkSpan> mine(u.spans.data(), u.target_chunks), draft(u.spans.data() + u.draft_first,
+                                                                                             u.spans.size() - u.draft_first);
+    const std::uint64_t* at = w.data() + u.offsets[u.draft_first];
     const std::vector<PageId> page{PageId(s.value())};
+    for (std::size_t j = 0; j < u.sidecars.size(); ++j) {  // into the job: the sidecar takes them when it lands
+      const std::size_t n = host_.host_sidecar(u.sidecars[j]).words_per_slot();
+      std::copy_n(w.data() + u.offsets[u.target_chunks + j], n, job.sidecar_words[u.sidecars[j]].data() + index * n);
+    }
     if (k == ComponentKind::Mamba) {
       if (!mine.empty()) kernels::unpack_state_objects(b.state_host->slot(s.value()), state_heads_, state_words_, mine, w.data());
       if (!draft.empty())
@@ -252,16 +269,19 @@ std::string HybridStorageSite::base_key(const PageDigest& d) const {
   return parts_.empty() ? storage_key(d, ctx_.cfg.key_suffix) : to_hex(d);
 }
 
-std::vector<std::string> HybridStorageSite::names(const std::string& base, ComponentKind k) const {
+std::vector<std::string> HybridStorageSite::names(const std::string& base, ComponentKind k, bool lookup) const {
   if (object_bytes(k) == 0) return {};  // no bytes of this kind here
   if (parts_.empty()) return {base + suffix_of(k)};
+  const UnifiedPart& u = part(k);
+  const bool skip_sidecars = lookup && !ctx_.cfg.unified_sidecar_writer;
   std::vector<std::string> out;
-  for (const auto& c : part(k).chunks) out.push_back(base + c.suffix);
+  for (std::size_t o = 0; o < u.chunks.size(); ++o)
+    if (!skip_sidecars || o < u.target_chunks || o >= u.draft_first) out.push_back(base + u.chunks[o].suffix);
   return out;
 }
 
 bool HybridStorageSite::has_object(const std::string& base, ComponentKind k) {
-  const auto keys = names(base, k);
+  const auto keys = names(base, k, /*lookup=*/true);
   if (keys.size() == 1) return ctx_.store.exists(keys[0]);
   const std::vector<bool> there = ctx_.store.present(keys);  // unified: every chunk, one round trip
   return std::all_of(there.begin(), there.end(), [](bool b) { return b; });
@@ -319,6 +339,8 @@ void HybridStorageSite::backup(unified::Node* node) {
     const std::span<const std::uint8_t> bytes(batch.bytes.emplace_back(pack(w.k, w.s)));
     for (std::size_t o = 0; o < w.keys; ++o) {
       if (there[w.key0 + o]) continue;
+      if (!parts_.empty() && !ctx_.cfg.unified_sidecar_writer && o >= part(w.k).target_chunks && o < part(w.k).draft_first)
+        continue;  // a sidecar's object: the stage's first TP rank writes it
       const std::size_t from = parts_.empty() ? 0 : part(w.k).offsets[o] * sizeof(std::uint64_t);
       const std::size_t to = parts_.empty() ? bytes.size() : part(w.k).offsets[o + 1] * sizeof(std::uint64_t);
       batch.add(g, keys[w.key0 + o], bytes.subspan(from, to - from));
@@ -379,7 +401,7 @@ std::unique_ptr<StorageSite::Job> HybridStorageSite::plan(std::span<const TokenI
   if (writer && job->full_from < n && object_bytes(ComponentKind::Full) > 0) {
     std::vector<std::string> keys;  // one batch query (one round trip on Redis)
     for (std::size_t i = job->full_from; i < n; ++i)
-      for (auto& name : names(job->keys[i], ComponentKind::Full)) keys.push_back(std::move(name));
+      for (auto& name : names(job->keys[i], ComponentKind::Full, /*lookup=*/true)) keys.push_back(std::move(name));
     const std::size_t per = keys.size() / (n - job->full_from);
     full_hit = job->full_from + ctx_.store.batch_exists(keys) / per;
   }

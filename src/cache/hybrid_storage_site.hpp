@@ -39,11 +39,13 @@
 // of the grid, `{page_hash}_{component namespace}_L{a}-{b}[_H{g}]` — FULL's and SWA's packed from
 // the host page by the relayout kernel, MAMBA's from the state slot — so a job of any compatible
 // layout reads them; the rules above are unchanged (a component's slot counts as stored when every
-// one of its chunks' objects exists). A draft's layers of a kind are objects of the draft's own
+// one of its chunks' objects exists). A payload sidecar is one object per source slot in a
+// namespace of its own (its words whole: they split neither by layer nor by head), after the
+// source's chunks, written by the stage's first TP rank. A draft's layers of a kind are objects of the draft's own
 // namespace for that kind (cfg.unified_draft*), after the target's chunks in the slot's objects —
 // from wherever the draft's host bytes are (packed: the target's host pool past its layers or
 // words; sidecar: the draft's own pool), so packed and sidecar jobs read each other's; a slot
-// counts as stored only with its draft's objects too. Sidecars are refused with unified keys at load.
+// counts as stored only with its draft's objects too.
 #pragma once
 
 #include <memory>
@@ -102,8 +104,10 @@ class HybridStorageSite final : public StorageSite {
   std::vector<std::uint8_t> pack(ComponentKind k, unified::Slot s) const;
   void unpack(ComponentKind k, unified::Slot s, std::span<const std::uint8_t> in, HybridJob& job, std::size_t index) const;
   // The objects of component k of the page whose base key is `base` (rank_suffix: its storage key;
-  // unified: its page hash), each with its byte range in the slot's packed payload.
-  std::vector<std::string> names(const std::string& base, ComponentKind k) const;
+  // unified: its page hash), each with its byte range in the slot's packed payload. `lookup`: the
+  // ones this rank looks up before a prefetch (unified: a sidecar's object only where this rank
+  // writes it — the others rely on that rank's lookup through the MIN).
+  std::vector<std::string> names(const std::string& base, ComponentKind k, bool lookup = false) const;
   std::string base_key(const PageDigest& d) const;
   bool has_object(const std::string& base, ComponentKind k);
   std::size_t window_pages() const;  // the rounded SWA window in pages (0: no SWA)
@@ -129,6 +133,8 @@ class HybridStorageSite final : public StorageSite {
     std::vector<kernels::ChunkSpan> spans;
     std::vector<std::size_t> offsets{0};
     std::size_t target_chunks = 0;
+    std::vector<std::size_t> sidecars;  // chunks [target_chunks, draft_first): these sidecars' objects (tree index)
+    std::size_t draft_first = 0;
     const KvPool* draft_kv = nullptr;
     const StatePool* draft_states = nullptr;
     std::size_t draft_word0 = 0, draft_heads = 0, draft_words = 0;

@@ -77,6 +77,12 @@ struct StorageTierConfig {
   // A hybrid target's draft (speculative decoding, the last stage): its SWA and MAMBA layers'
   // objects (its FULL layers': unified_draft), each kind in a namespace of its own.
   std::vector<UnifiedChunk> unified_draft_swa, unified_draft_mamba;
+  // A hybrid model's sidecars held here (by the tree's sidecar index): one object per source slot,
+  // the sidecar's words whole, in a namespace of its own; written by `unified_sidecar_writer` alone
+  // (every TP rank of the stage keeps the sidecar whole: the first writes it, the others rely on
+  // its lookups, as MLA's replicas do).
+  std::vector<UnifiedChunk> unified_sidecars;
+  bool unified_sidecar_writer = true;
   bool unified_keys() const { return !unified.empty() || !unified_swa.empty() || !unified_mamba.empty(); }
   bool shared = false;      // other jobs write the store while this one runs (ObjectStore::set_shared)
   std::uint64_t job = 0;    // this job's id in the objects' headers

@@ -132,6 +132,7 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
     } else {
       sc.unified = unified_plan(exp, geo).chunks;
     }
+    for (const auto& s : sidecars) sc.unified_sidecars.push_back(unified_sidecar_plan(exp, s).chunks.at(0));
     if (has_draft && geo.hybrid()) {  // the draft's kinds, each in a namespace of its own
       sc.unified_draft = unified_draft_component_plan(exp, draft_geo, LayerKind::Full).chunks;
       sc.unified_draft_swa = unified_draft_component_plan(exp, draft_geo, LayerKind::Swa).chunks;
@@ -141,6 +142,7 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
     }
     sc.dir = exp.cache.storage_dir + "/unified";
     sc.writer = sc.writer && (c.cp == 0 || shard->axis == "cp");  // sharded over CP: every owner
+    sc.unified_sidecar_writer = sc.writer && c.tp == 0;  // a sidecar is whole on every TP rank: the first writes it
     sc.shared = exp.cache.storage_shared;
   }
   sc.prefetch_threshold = exp.cache.prefetch_threshold;

@@ -92,6 +92,19 @@ cache::UnifiedPlan unified_draft_component_plan(const ExperimentConfig& exp, con
   return keep_kind(cache::plan_unified_kv(ns, n, 0, n, draft_geo.kv_heads), draft_geo.kinds, 0, kind);
 }
 
+cache::UnifiedPlan unified_sidecar_plan(const ExperimentConfig& exp, const SidecarConfig& sidecar) {
+  cache::KvNamespace ns = component_namespace(exp, sidecar.source);
+  ns.model_id += "-sidecar-" + sidecar.name + "-" + layer_kind_name(sidecar.source) + "-w" + std::to_string(sidecar.words);
+  ns.object_layout = "sidecar-words-v1";
+  ns.dtype = "u64-words";
+  ns.rank_replicated = true;  // every holder keeps it whole
+  ns.total_kv_heads = 0;
+  ns.layer_partition = 0;
+  ns.head_group = 0;
+  const std::uint32_t whole[1] = {0};  // (one "head": the words)
+  return cache::plan_unified_kv(ns, 1, 0, 1, whole);
+}
+
 void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
   const auto& c = exp.cache;
   const auto& w = exp.workload;
@@ -124,9 +137,6 @@ void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
     if (bad) throw InputError(src + ": cache.storage_key_scheme = \"unified\" with " + what + ": " + why);
   };
   refuse(c.storage == "none", "cache.storage = \"none\"", "unified keys name storage objects; set cache.storage = \"file\"");
-  refuse(exp.model.hybrid() && !exp.model.sidecars.empty(), "a hybrid model's sidecars ([[model.sidecar]])",
-         "a sidecar's words are neither split by layer nor by head, so no chunk of the grid can carry them (rank_suffix "
-         "keys store them inside their source's objects)");
   for (const auto& g : exp.topology.groups)
     for (int pp = 0; pp < g.shape.pp; ++pp)
       for (int tp = 0; tp < g.shape.tp; ++tp) {

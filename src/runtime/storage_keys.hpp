@@ -34,6 +34,10 @@ cache::UnifiedPlan unified_draft_plan(const ExperimentConfig& exp, const ModelGe
 // unified_component_plan does for the target. A FULL-only draft: its FULL plan is
 // unified_draft_plan's (the other kinds have none).
 cache::UnifiedPlan unified_draft_component_plan(const ExperimentConfig& exp, const ModelGeometry& draft_geo, LayerKind kind);
+// A hybrid model's sidecar ([[model.sidecar]]): its words per source slot are split neither by
+// layer nor by head, so each is one object per page in a namespace of its own (the sidecar's name,
+// source and width tied to its source's component namespace), replicated (no head group).
+cache::UnifiedPlan unified_sidecar_plan(const ExperimentConfig& exp, const SidecarConfig& sidecar);
 // cache.storage_key_scheme and its keys against the rest of the experiment: InputError naming
 // `src`, the keys and the numbers (the first rank of a group that does not align, and why).
 void check_storage_keys(const ExperimentConfig& exp, const std::string& src);

@@ -418,6 +418,50 @@ def hybrid_draft():
     expect(g["cached_tokens"]["storage"] == 0, "no prompt without its draft's objects", g["cached_tokens"])
 
 
+def hybrid_sidecars():
+    """A hybrid model's payload sidecars under unified keys (experiments/hybrid_storage.toml: an
+    indexer over FULL pages, 2 words, and a compressor over SWA pages, 1 word): each is one object per
+    source slot in a namespace of its own, beside its source's chunks; the stage holding the source's
+    first layer keeps the sidecar whole on every TP rank and its first TP rank alone writes it. The
+    TP2 x PP2 writer job stores 288 indexer objects (one per FULL page, like each FULL chunk's 288)
+    and 180 compressor objects (one per SWA window page); readers of other layouts (TP1, TP2, PP2)
+    in other jobs take every prompt's history from storage, sidecars included, oracle OK (a word
+    left out is an oracle mismatch: jobs/mutants.txt hybrid_unified_sidecar_words_dropped); with
+    the compressor's objects gone the SWA windows they cover are no hit."""
+    exp = os.path.join(SRC, "experiments", "hybrid_storage.toml")
+    store = out("scstore")
+    unified = ["--set", "cache.storage_key_scheme=unified", "--set", "cache.storage_layer_partition=2", "--set",
+               "cache.storage_head_partition=1", "--set", "cache.storage_dir=" + store]
+
+    def srun(np_, name, *more):
+        rc, so, se = run(np_, exp, "--out", out(name), *unified, *more)
+        expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, f"{name}: verdict OK, oracle OK", so, se)
+        return json.loads(tool("report", out(name), "--json")[1])
+
+    w = srun(4, "sc-w")
+    counts = collections.Counter(m.group(2) for m in objects(store))
+    print("objects per namespace:", sorted(counts.values()))
+    expect(sorted(counts.values()) == [180, 240, 288, 720, 2304],
+           "FULL 8 chunks x 288 pages, SWA 4 x 180, MAMBA 4 x 60, indexer 288, compressor 180", counts)
+    written = w["storage_objects"]["written"]
+    expect(written[0] - written[1] == 288 + 180 and written[1] == written[2] == written[3],
+           "the sidecars' objects written once, by the first TP rank of the stage holding them", written)
+    for name, np_, sets in (("sc-tp1", 1, ["--set", "topology.tp=1", "--set", "topology.pp=1"]),
+                            ("sc-tp2", 2, ["--set", "topology.tp=2", "--set", "topology.pp=1"]),
+                            ("sc-pp2", 2, ["--set", "topology.tp=1", "--set", "topology.pp=2"])):
+        r = srun(np_, name, *sets)
+        so = r["storage_objects"]
+        print(name, so["read"], r["cached_tokens"])
+        expect(r["cached_tokens"]["storage"] == 5184 and so["read_other_jobs"] == so["read"] and so["written"] == [0] * np_,
+               f"{name}: the history from the writer job's objects, sidecars included", so, r["cached_tokens"])
+    compressor = [ns for ns, n in counts.items() if n == 180][0]
+    for n in os.listdir(os.path.join(store, "unified")):
+        if compressor in n:
+            os.remove(os.path.join(store, "unified", n))
+    g = srun(1, "sc-gone", "--set", "topology.tp=1", "--set", "topology.pp=1", "--set", "cache.storage_dir=" + store)
+    expect(g["cached_tokens"]["storage"] < 5184, "no SWA window without its compressor's objects", g["cached_tokens"])
+
+
 if __name__ == "__main__":
     name = sys.argv[1]
     try:

@@ -4,7 +4,7 @@
 // history — FULL pages, SWA window pages, MAMBA states, objects per component — only in storage.
 // Under every storage failpoint on one rank (and host.alloc.fail, transfer.fail, request.abort),
 // and with the threaded engine (reads on worker threads), also under unified keys (objects per
-// chunk of each component's namespace, sidecars left out):
+// chunk of each component's namespace, a sidecar's objects in a namespace of their own):
 // oracle OK, zero divergences and verify failures, every request finished (aborted ones
 // excepted). The buggy protocol.prefetch_consensus = per_rank parts the stages (a shape mismatch
 // only the later stage sees, which ends the run): it is caught end to end, in the CLI test
@@ -27,11 +27,8 @@ namespace {
 
 ExperimentConfig hybrid_storage(const testing::Layout& l, std::int64_t seed, const std::string& dir,
                                 std::vector<std::string> extra) {
-  // (unified keys refuse sidecars: no chunk of the grid carries them)
-  const bool unified = std::find(extra.begin(), extra.end(), "cache.storage_key_scheme=unified") != extra.end();
-  const std::string toml = unified ? ""
-                                   : "[[model.sidecar]]\nname = \"indexer\"\nsource = \"full\"\nwords = 2\n"
-                                     "[[model.sidecar]]\nname = \"compressor\"\nsource = \"swa\"\nwords = 1\n";
+  const std::string toml = "[[model.sidecar]]\nname = \"indexer\"\nsource = \"full\"\nwords = 2\n"
+                           "[[model.sidecar]]\nname = \"compressor\"\nsource = \"swa\"\nwords = 1\n";
   std::vector<std::string> sets = l.sets();
   for (const char* s : {"model.layers=8", "model.kv_heads=2", "model.head_dim=2",
                         "model.layer_types=full,swa,full,mamba,full,swa,full,mamba", "model.swa_window=20",

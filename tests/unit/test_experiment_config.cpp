@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 
 #include "core/check.hpp"
 #include "runtime/experiment.hpp"
@@ -280,9 +281,37 @@ TEST(ExperimentConfig, HybridUnifiedObjectsPerComponentKind) {
   // Another layer pattern over the same layers is another model.
   const auto other = parse_experiment(toml, "x", {"model.layer_types=full,full,swa,mamba"});
   EXPECT_NE(full, cache::namespace_digest(component_namespace(other, LayerKind::Full)));
-  // Sidecars have no chunk of the grid to travel in: refused with the reason.
-  expect_contains(error_of(toml + "[[model.sidecar]]\nname = \"idx\"\nsource = \"full\"\nwords = 1\n"),
-                  "cache.storage_key_scheme = \"unified\" with a hybrid model's sidecars ([[model.sidecar]])");
+  // A sidecar is a namespace of its own, tied to its source's and its own name and width.
+  const auto sc = parse_experiment(toml + "[[model.sidecar]]\nname = \"idx\"\nsource = \"full\"\nwords = 1\n", "x", {});
+  const auto idx = unified_sidecar_plan(sc, sc.model.sidecars.at(0));
+  ASSERT_EQ(idx.chunks.size(), 1u);
+  EXPECT_FALSE(idx.chunks[0].head_group.has_value()) << "replicated: every holder keeps it whole";
+  EXPECT_NE(idx.digest, full);
+  auto wider = sc.model.sidecars.at(0);
+  wider.words = 2;
+  EXPECT_NE(unified_sidecar_plan(sc, wider).digest, idx.digest);
+  wider = sc.model.sidecars.at(0);
+  wider.source = LayerKind::Swa;
+  EXPECT_NE(unified_sidecar_plan(sc, wider).digest, idx.digest);
+  // A hybrid draft: a namespace per kind of its own, chunks over its layers of that kind (one range,
+  // the target's head groups); a FULL-only draft's FULL objects are unified_draft_plan's.
+  const auto d = parse_experiment(toml + "[model.draft]\nmode = \"packed\"\nlayers = 3\nlayer_types = \"full,swa,mamba\"\n", "x",
+                                  {"topology.tp=2", "topology.pp=2"});
+  const ModelGeometry dg = ModelGeometry::draft_for_rank(d, at, shape);
+  std::set<std::string> digests{full, swa, mamba};
+  for (LayerKind k : {LayerKind::Full, LayerKind::Swa, LayerKind::Mamba}) {
+    const auto plan = unified_draft_component_plan(d, dg, k);
+    ASSERT_EQ(plan.chunks.size(), 1u) << layer_kind_name(k) << ": heads 2-3 are one group of 2";
+    EXPECT_EQ(plan.chunks[0].layer_first, 0u);
+    EXPECT_EQ(plan.chunks[0].layer_last, 2u);
+    EXPECT_EQ(plan.chunks[0].local.layer0, 0u);
+    EXPECT_EQ(plan.chunks[0].local.layers, 1u) << "one draft layer of each kind";
+    EXPECT_TRUE(digests.insert(plan.digest).second) << layer_kind_name(k) << ": a namespace of its own";
+  }
+  const auto plain = parse_experiment(toml + "[model.draft]\nmode = \"packed\"\nlayers = 2\n", "x", {"topology.tp=2", "topology.pp=2"});
+  const ModelGeometry pg = ModelGeometry::draft_for_rank(plain, at, shape);
+  EXPECT_EQ(unified_draft_component_plan(plain, pg, LayerKind::Full).digest, unified_draft_plan(plain, pg).digest);
+  EXPECT_TRUE(unified_draft_component_plan(plain, pg, LayerKind::Swa).chunks.empty());
 }
 
 // P/D transfer tags: one per request in flight and per layer or sidecar, under MPI's bound.
