@@ -333,6 +333,7 @@ void read_engine_cost_output(const Config& c, ExperimentConfig& e) {
   e.debug.plant_divergence_stage = c.get_int("debug.plant_divergence_stage");
   e.debug.plant_divergence_kind = c.get_string("debug.plant_divergence_kind");
   e.debug.kill_rank = c.get_int("debug.kill_rank");
+  e.debug.input_error_rank = c.get_int("debug.input_error_rank");
   e.debug.kill_at_step = c.get_int("debug.kill_at_step");
   e.debug.shrink_stage = c.get_int("debug.shrink_stage");
   e.debug.shrink_device_pages = c.get_int("debug.shrink_device_pages");
@@ -409,6 +410,7 @@ void ExperimentConfig::validate_for_world(int world_size) const {
     throw InputError(source + ": key 'debug.plant_divergence_stage': stage " + std::to_string(debug.plant_divergence_stage) +
                      " does not exist with pp = " + std::to_string(max_pp));
   rank_ok(debug.kill_rank, "debug.kill_rank");
+  rank_ok(debug.input_error_rank, "debug.input_error_rank");
   for (const auto& f : faults)
     for (auto r : f.ranks) rank_ok(r, key_path_string({"faults", f.name, "ranks"}));
 }

@@ -246,6 +246,7 @@ struct DebugConfig {
   std::string plant_divergence_kind = "extra";     // extra | order | arguments | results
   std::int64_t kill_rank = -1, kill_at_step = 0;
   std::int64_t shrink_stage = -1, shrink_device_pages = 0;  // one stage's pool capacity (shape mismatch)
+  std::int64_t input_error_rank = -1;  // this world rank alone finds an input error while it builds its stack
 };
 
 struct ExperimentConfig {

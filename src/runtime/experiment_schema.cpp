@@ -310,6 +310,9 @@ void add_output_and_debug_keys(Schema& s) {
              "with another result (equal log lengths)"));
   s.add(ikey({"debug", "kill_rank"}, -1, -1, 1e7, "testing: this world rank dies by SIGKILL (-1: off)"));
   s.add(ikey({"debug", "kill_at_step"}, 0, 0, kBig, "testing: step at which kill_rank dies"));
+  s.add(ikey({"debug", "input_error_rank"}, -1, -1, 1e7,
+             "testing: this world rank alone finds an input error while it builds its stack, the others wait in "
+             "their start-up collectives (-1: off)"));
   s.add(ikey({"debug", "shrink_stage"}, -1, -1, 4096, "testing: this PP stage gets debug.shrink_device_pages (-1: off)"));
   s.add(ikey({"debug", "shrink_device_pages"}, 0, 0, 2147483647.0, "testing: the shrunk stage's device pool capacity"));
 }

@@ -221,6 +221,8 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
       restore_fault_rng(rank_stream(exp.engine.seed, grid.world_rank()).fork("pd.restore.fail.layer")) {
   const auto& c = grid.coord();
   const auto& shape = grid.shape();
+  if (exp.debug.input_error_rank == grid.world_rank())  // testing knob: a rank-local start-up error
+    throw InputError("debug.input_error_rank = " + std::to_string(grid.world_rank()) + ": this rank's stack cannot be built");
   geo = ModelGeometry::for_rank(exp, c, shape);
   capacity = exp.cache.device_pages;
   if (exp.debug.shrink_stage == c.pp) capacity = Pages(exp.debug.shrink_device_pages);  // testing knob

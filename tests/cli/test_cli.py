@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import h5py
 
@@ -214,6 +215,24 @@ def killed_run_readable():
     expect(rc == 0 and "incomplete" in so, "report of an aborted run", so, se)
     rc, so, se = tool("check", out("k"))
     expect(rc == 0 and "incomplete run" in so, "check compares common prefixes", so, se)
+
+
+def rank_local_input_error():
+    """An input error one rank alone finds while it builds its stack (debug.input_error_rank: a shard's
+    storage keys, a pool that does not fit) — the other ranks are already waiting in their start-up
+    collectives, which it will never join: the job stops with exit 2 and that rank's message within
+    seconds (the grace in which every rank could have reported the same error), instead of the
+    others waiting for ever; an error every rank finds alike still prints one message and exits 2."""
+    TWO_STAGES = ["--set", "topology.tp=1", "--set", "topology.cp=1", "--set", "topology.pp=2"]
+    t0 = time.monotonic()
+    rc, so, se = run(2, QUICK, "--out", out("local-err"), *TWO_STAGES, "--set", "debug.input_error_rank=1",
+                     timeout=60)
+    took = time.monotonic() - t0
+    expect(rc == 2 and "debug.input_error_rank = 1: this rank's stack cannot be built" in so + se and
+           "the others did not fail" in so + se and took < 30, "a rank-local input error stops the job, exit 2", rc, took, so, se)
+    rc, so, se = run(2, QUICK, "--out", out("all-err"), *TWO_STAGES, "--set", "debug.input_error_rank=7")
+    expect(rc == 2 and (so + se).count("error:") == 1 and "debug.input_error_rank" in se,
+           "an error every rank finds: one message, exit 2", so, se)
 
 
 def watchdog_stall():
