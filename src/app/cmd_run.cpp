@@ -288,7 +288,9 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
       }
     }
   } catch (const std::exception&) {
-    // Keep what this rank decided before the error; the caller aborts the job.
+    // Keep what this rank decided before the error; the caller aborts the job (or, for an input
+    // error, waits a few seconds for the others: the handler must not outlive this frame).
+    set_watchdog_handler({});
     try {
       trace->decisions(log.take_new());
       trace->faults(faults.take_new());

@@ -67,7 +67,8 @@ int run_under_mpi(int argc, char** argv, const std::string& command, const std::
         if (world_rank == 0) std::cerr << "kvgrid " << command << ": error: " << e.what() << "\n";
         rc = 2;
       } else {
-        log_all("kvgrid " + command + ": error: " + e.what() + " (on this rank; the others did not fail: stopping the job)");
+        log_all("kvgrid " + command + ": error: " + e.what() +
+                " (on this rank; not every rank reported an input error within 5 s: stopping the job)");
         MPI_Abort(MPI_COMM_WORLD, 2);
       }
     } catch (const RunFailure& e) {

@@ -1,5 +1,6 @@
 // What the MPI commands (`kvgrid run`, `kvgrid explore`) share: MPI and Kokkos set-up with the
-// error conventions (input errors exit 2 on every rank; a run failure or an internal error stops
+// error conventions (an input error exits 2: printed once when every rank found it, else by the
+// ranks that did, which stop the job with MPI_Abort(2); a run failure or an internal error stops
 // the whole job), and agreement on a start-up step's outcome.
 #pragma once
 

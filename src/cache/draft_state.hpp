@@ -71,7 +71,7 @@ class DraftState {
 
  private:
   DraftLayout layout_;
-  bool packed_;  // layout_ == Packed
+  bool packed_;  // the draft's rows are in the target's host slots (Packed, unless in a pool of its own)
   KvPool& device_;
   KvPool* target_host_;
   std::size_t target_layers_;

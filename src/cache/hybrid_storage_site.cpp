@@ -326,11 +326,15 @@ void HybridStorageSite::backup(unified::Node* node) {
   if (slots.empty()) return;
   const std::vector<bool> there = ctx_.writer.present(keys);  // in flight counts as there
   WriteBatch batch;
+  // Object o of a slot is this rank's to write unless it is a sidecar's and another TP rank writes those.
+  auto writes = [&](const SlotWrite& w, std::size_t o) {
+    return parts_.empty() || ctx_.cfg.unified_sidecar_writer || o < part(w.k).target_chunks || o >= part(w.k).draft_first;
+  };
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const SlotWrite& w = slots[i];
-    if (std::all_of(there.begin() + static_cast<std::ptrdiff_t>(w.key0), there.begin() + static_cast<std::ptrdiff_t>(w.key0 + w.keys),
-                    [](bool b) { return b; }))
-      continue;
+    bool missing = false;  // an object of this rank's not stored yet
+    for (std::size_t o = 0; o < w.keys && !missing; ++o) missing = writes(w, o) && !there[w.key0 + o];
+    if (!missing) continue;
     if (ctx_.cfg.faults.write_fail && ctx_.cfg.faults.write_fail()) {
       ++ctx_.stats.write_failed;  // nothing left behind: a later prefetch misses these objects
       continue;
@@ -338,9 +342,7 @@ void HybridStorageSite::backup(unified::Node* node) {
     const std::size_t g = batch.open_group(w.k == ComponentKind::Full);  // written_pages counts FULL pages
     const std::span<const std::uint8_t> bytes(batch.bytes.emplace_back(pack(w.k, w.s)));
     for (std::size_t o = 0; o < w.keys; ++o) {
-      if (there[w.key0 + o]) continue;
-      if (!parts_.empty() && !ctx_.cfg.unified_sidecar_writer && o >= part(w.k).target_chunks && o < part(w.k).draft_first)
-        continue;  // a sidecar's object: the stage's first TP rank writes it
+      if (there[w.key0 + o] || !writes(w, o)) continue;  // (a sidecar's object: the stage's first TP rank writes it)
       const std::size_t from = parts_.empty() ? 0 : part(w.k).offsets[o] * sizeof(std::uint64_t);
       const std::size_t to = parts_.empty() ? bytes.size() : part(w.k).offsets[o + 1] * sizeof(std::uint64_t);
       batch.add(g, keys[w.key0 + o], bytes.subspan(from, to - from));

@@ -94,7 +94,9 @@ cache::UnifiedPlan unified_draft_component_plan(const ExperimentConfig& exp, con
 
 cache::UnifiedPlan unified_sidecar_plan(const ExperimentConfig& exp, const SidecarConfig& sidecar) {
   cache::KvNamespace ns = component_namespace(exp, sidecar.source);
-  ns.model_id += "-sidecar-" + sidecar.name + "-" + layer_kind_name(sidecar.source) + "-w" + std::to_string(sidecar.words);
+  // (its place in the file is part of its values: the model folds it as layer kSidecarLayer0 + index)
+  ns.model_id += "-sidecar" + std::to_string(sidecar.index) + "-" + sidecar.name + "-" + layer_kind_name(sidecar.source) + "-w" +
+                 std::to_string(sidecar.words);
   ns.object_layout = "sidecar-words-v1";
   ns.dtype = "u64-words";
   ns.rank_replicated = true;  // every holder keeps it whole

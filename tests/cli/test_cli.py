@@ -229,7 +229,7 @@ def rank_local_input_error():
                      timeout=60)
     took = time.monotonic() - t0
     expect(rc == 2 and "debug.input_error_rank = 1: this rank's stack cannot be built" in so + se and
-           "the others did not fail" in so + se and took < 30, "a rank-local input error stops the job, exit 2", rc, took, so, se)
+           "not every rank reported an input error" in so + se and took < 30, "a rank-local input error stops the job, exit 2", rc, took, so, se)
     rc, so, se = run(2, QUICK, "--out", out("all-err"), *TWO_STAGES, "--set", "debug.input_error_rank=7")
     expect(rc == 2 and (so + se).count("error:") == 1 and "debug.input_error_rank" in se,
            "an error every rank finds: one message, exit 2", so, se)
@@ -1543,7 +1543,9 @@ def hybrid_pd_draft():
     reads the right KV — the same rounds and acceptance at every layout pair (prefill TP2 into decode
     TP2, TP1, TP1 x PP2; prefill TP2 x PP2 into TP1), no draft checksum mismatch, oracle OK; decode's
     host tier restores the draft's data inside (packed) or beside (sidecar) the target's host copies
-    with the device-only run's acceptance; broken transfers fail exactly their requests. Without the
+    with the device-only run's acceptance, and in Figure 5's state (FULL + SWA + MAMBA, 8 output
+    tokens) decode restores 8K from its host, the draft's window and state included, with no draft
+    mismatch (target_only: blind); broken transfers fail exactly their requests. Without the
     draft's state legs every proposal reads a wrong state (jobs/mutants.txt
     pd_hybrid_draft_state_not_sent)."""
     base = ["--set", "model.swa_window=256", "--set", "workload.gsp.groups=2", "--set", "workload.gsp.turns=3",
@@ -1577,6 +1579,30 @@ def hybrid_pd_draft():
             expect(j["hit_rate"]["device"] > 0.3, "decode reuses its own history, the draft's with it", j["hit_rate"])
         if name.startswith("host"):
             expect(j["cached_tokens"]["host"] > 0, f"{name}: history restored from decode's host tier", j["cached_tokens"])
+    # Figure 5's state (experiments/hybrid_pd.toml, FULL + SWA + MAMBA) with 8 output tokens a request
+    # and decode's host tier: decode restores B from its host — the draft's FULL pages, window and
+    # state with the target's — and the draft reads them right; target_only leaves it blind.
+    trace = out("pd_figure5_out8.jsonl")
+    with open(os.path.join(SRC, "experiments", "traces", "pd_figure5.jsonl")) as f, open(trace, "w") as g:
+        for line in f:
+            g.write(json.dumps(dict(json.loads(line), output_length=8)) + "\n")
+    fig5 = ["--set", "model.layer_types=full,swa,mamba", "--set", "model.draft.layers=3", "--set",
+            "model.draft.layer_types=full,swa,mamba", "--set", "workload.mooncake.trace=" + trace, "--set",
+            "cache.device_pages=1024", "--set", "cache.host_pages=2048", "--set", "cache.host_swa_pages=1024", "--set",
+            "cache.host_mamba_slots=32"]
+    runs = {}
+    for mode in ("packed", "sidecar", "target_only"):
+        rc, so, se = run(2, os.path.join(SRC, "experiments", "hybrid_pd.toml"), "--out", out("hpdd-f5-" + mode), *fig5,
+                         "--set", "model.draft.mode=" + mode)
+        m = re.search(spec, so)
+        expect(rc == 0 and "# oracle mismatches: 0 OK" in so and m, f"Figure 5 with a hybrid draft, {mode}", so, se)
+        j = json.loads(tool("report", out("hpdd-f5-" + mode), "--json")[1])
+        runs[mode] = tuple(int(x) for x in m.groups())
+        expect(j["cached_tokens"]["host"] == 8192, f"{mode}: decode restores from its host tier", j["cached_tokens"])
+    print("Figure 5 with a hybrid draft (rounds, accepted, proposed, mismatches):", runs)
+    expect(runs["packed"] == runs["sidecar"] and runs["packed"][3] == 0 and runs["packed"][1] > 0,
+           "the restored draft reads its window and state right, packed and sidecar alike", runs)
+    expect(runs["target_only"][3] > 0, "target_only: the restored draft is blind", runs)
     rc, so, se = run(4, PDMT, "--out", out("hpdd-broken"), *mamba, "--set", "faults.pd.transfer.fail.probability=0.2")
     m = re.search(spec, so)
     expect(rc == 0 and "# oracle mismatches: 0 OK" in so and m and int(m.group(4)) == 0, "broken transfers", so, se)
@@ -1615,12 +1641,16 @@ def hybrid_spec():
     j = json.loads(tool("report", out("hsp-host"), "--json")[1])
     expect(j["cached_tokens"]["host"] > 0, "history loaded back from the host", j["cached_tokens"])
     # The last stage (layers 4-7, all full) holds no target SWA or MAMBA layer: the draft's window
-    # and state go to host pools of their own, packed or sidecar, with the same acceptance.
+    # and state go to host pools of their own, packed or sidecar, with the acceptance of the same
+    # layout on the device alone.
+    stage1_full = ["--set", "model.layer_types=full,swa,mamba,swa,full,full,full,full"]
+    rc, so3, se = run(4, exp, "--out", out("hsp-dev-full"), *stage1_full)
+    base = re.search(r"# speculative decoding: (\d+) rounds, (\d+) of (\d+) proposed tokens accepted.*, 0 draft checksum mismatches", so3)
+    expect(rc == 0 and base, "device only, an all-FULL last stage", so3, se)
     for mode in ("packed", "sidecar"):
-        rc, so3, se = run(4, exp, "--out", out("hsp-host-" + mode), *host, "--set", "model.draft.mode=" + mode,
-                          "--set", "model.layer_types=full,swa,mamba,swa,full,full,full,full")
+        rc, so3, se = run(4, exp, "--out", out("hsp-host-" + mode), *host, "--set", "model.draft.mode=" + mode, *stage1_full)
         m3 = re.search(r"# speculative decoding: (\d+) rounds, (\d+) of (\d+) proposed tokens accepted.*, 0 draft checksum mismatches", so3)
-        expect(rc == 0 and "# verdict: OK" in so3 and m3 and m3.groups() == m.groups(),
+        expect(rc == 0 and "# verdict: OK" in so3 and m3 and m3.groups() == base.groups(),
                f"{mode}: a last stage without the draft's kinds keeps the acceptance", so3, se)
         j = json.loads(tool("report", out("hsp-host-" + mode), "--json")[1])
         expect(j["cached_tokens"]["host"] > 0, f"{mode}: history loaded back from the host", j["cached_tokens"])

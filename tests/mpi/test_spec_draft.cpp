@@ -139,6 +139,9 @@ TEST(SpecDraft, HybridDraftsMoveWithTheHostTier) {
       EXPECT_EQ(r.divergences(), 0);
       EXPECT_EQ(r.verify_failures, 0);
       EXPECT_GT(r.host_tokens + r.storage_tokens, 0) << "the history comes back from the host (and storage)";
+      if (m.find("+storage") != std::string::npos || m.find("+unified") != std::string::npos) {
+        EXPECT_GT(r.storage_tokens, 0) << "and from the storage objects, the draft's with the target's";
+      }
       if (m == "target_only") {
         EXPECT_GT(r.draft_mismatches, 0) << "restored prefixes leave the draft blind";
       } else {
