@@ -163,8 +163,7 @@ std::vector<std::uint8_t> HybridStorageSite::pack(ComponentKind k, Slot s) const
   if (!parts_.empty()) {  // unified keys: the chunks in object order, one after another (the draft's last)
     const UnifiedPart& u = part(k);
     std::vector<std::uint64_t> w(u.offsets.back());
-    const std::span<const kernels::ChunkSpan> mine(u.spans.data(), u.target_chunks), draft(u.spans.data() + u.draft_first,
-                                                                                             u.spans.size() - u.draft_first);
+    const auto mine = u.target_spans(), draft = u.draft_spans();
     std::uint64_t* at = w.data() + u.offsets[u.draft_first];
     const std::vector<PageId> page{PageId(s.value())};
     for (std::size_t j = 0; j < u.sidecars.size(); ++j) {
@@ -218,8 +217,7 @@ void HybridStorageSite::unpack(ComponentKind k, Slot s, std::span<const std::uin
     const UnifiedPart& u = part(k);
     std::vector<std::uint64_t> w(u.offsets.back());
     std::memcpy(w.data(), in.data(), w.size() * sizeof(std::uint64_t));
-    const std::span<const kernels::ChunkSpan> mine(u.spans.data(), u.target_chunks), draft(u.spans.data() + u.draft_first,
-                                                                                             u.spans.size() - u.draft_first);
+    const auto mine = u.target_spans(), draft = u.draft_spans();
     const std::uint64_t* at = w.data() + u.offsets[u.draft_first];
     const std::vector<PageId> page{PageId(s.value())};
     for (std::size_t j = 0; j < u.sidecars.size(); ++j) {  // into the job: the sidecar takes them when it lands
@@ -276,7 +274,7 @@ std::vector<std::string> HybridStorageSite::names(const std::string& base, Compo
   const bool skip_sidecars = lookup && !ctx_.cfg.unified_sidecar_writer;
   std::vector<std::string> out;
   for (std::size_t o = 0; o < u.chunks.size(); ++o)
-    if (!skip_sidecars || o < u.target_chunks || o >= u.draft_first) out.push_back(base + u.chunks[o].suffix);
+    if (!skip_sidecars || !u.sidecar_chunk(o)) out.push_back(base + u.chunks[o].suffix);
   return out;
 }
 
@@ -328,7 +326,7 @@ void HybridStorageSite::backup(unified::Node* node) {
   WriteBatch batch;
   // Object o of a slot is this rank's to write unless it is a sidecar's and another TP rank writes those.
   auto writes = [&](const SlotWrite& w, std::size_t o) {
-    return parts_.empty() || ctx_.cfg.unified_sidecar_writer || o < part(w.k).target_chunks || o >= part(w.k).draft_first;
+    return parts_.empty() || ctx_.cfg.unified_sidecar_writer || !part(w.k).sidecar_chunk(o);
   };
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const SlotWrite& w = slots[i];

@@ -135,6 +135,9 @@ class HybridStorageSite final : public StorageSite {
     std::size_t target_chunks = 0;
     std::vector<std::size_t> sidecars;  // chunks [target_chunks, draft_first): these sidecars' objects (tree index)
     std::size_t draft_first = 0;
+    std::span<const kernels::ChunkSpan> target_spans() const { return {spans.data(), target_chunks}; }
+    std::span<const kernels::ChunkSpan> draft_spans() const { return {spans.data() + draft_first, spans.size() - draft_first}; }
+    bool sidecar_chunk(std::size_t o) const { return o >= target_chunks && o < draft_first; }
     const KvPool* draft_kv = nullptr;
     const StatePool* draft_states = nullptr;
     std::size_t draft_word0 = 0, draft_heads = 0, draft_words = 0;
