@@ -52,7 +52,10 @@ void LayerGather::post(std::size_t layer) {
   const std::size_t bytes = block_ * words * sizeof(std::uint64_t);
   KVGRID_CHECK(bytes <= static_cast<std::size_t>(INT32_MAX), "gather of ", bytes, " bytes per rank");
   std::uint64_t* recv = slots_[layer % 2].layer_block(PageId(1), 0);
-  KVGRID_MPI_CHECK(MPI_Iallgather(send.data(), static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
+  if (cfg_.collective)
+    collective_[layer % 2] = cfg_.collective->post(static_cast<int>(layer % 2), send.data(), recv, bytes);
+  else
+    KVGRID_MPI_CHECK(MPI_Iallgather(send.data(), static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
                                   group_.comm, &req_[layer % 2]));
   stats_.pages += block_ * group_.size;
   stats_.bytes += bytes * group_.size;
@@ -105,7 +108,10 @@ std::uint64_t LayerGather::run(std::span<const GatherItem> items, const std::fun
   const std::size_t L = pool_.layers();
   auto wait = [&](std::size_t l) {
     const auto tw = Clock::now();
-    wait_mpi(&req_[l % 2], "MPI_Iallgather of layer " + std::to_string(l) + " of the cached prefix");
+    if (cfg_.collective)
+      collective_[l % 2].synchronize();
+    else
+      wait_mpi(&req_[l % 2], "MPI_Iallgather of layer " + std::to_string(l) + " of the cached prefix");
     stats_.blocked_ns += since(tw);
   };
   if (cfg_.overlap) {

@@ -31,6 +31,7 @@
 
 #include "cache/kv_pool.hpp"
 #include "protocols/cp_sharding.hpp"
+#include "transfer/gather_collective.hpp"
 
 namespace kvgrid::protocols {
 
@@ -58,6 +59,9 @@ class LayerGather {
     bool overlap = true;       // post layer l+1's gather before attention on layer l
     std::size_t test_every = 8;  // pages folded between MPI_Test calls
     GatherOrder order = GatherOrder::AfterRestore;  // protocol.layer_gather
+    // engine.collectives = nccl: each layer's all-gather goes through this (NCCL on the GPU) and the
+    // fold waits on its event; nullptr: MPI_Iallgather on the group's communicator.
+    transfer::GatherCollective* collective = nullptr;
   };
   LayerGather(Config cfg, const ShardGroup& group, const cache::KvPool& pool);
 
@@ -85,6 +89,7 @@ class LayerGather {
   std::vector<cache::KvPool> slots_;       // two single-layer pools; row 0 is the padding page
   std::vector<std::uint64_t> send_[2];
   MPI_Request req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  transfer::Event collective_[2];  // the layer's all-gather through cfg_.collective
   // The current batch's plan.
   std::vector<PageId> mine_;               // this rank's pages, in order
   std::vector<std::vector<std::uint32_t>> rows_;  // per item: slot row of each prefix page

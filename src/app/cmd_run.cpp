@@ -89,6 +89,9 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
   os << "# " << version_string() << "\n";
   os << "# experiment " << exp.name << " (" << exp.source << ")\n";
   os << "# seed " << exp.engine.seed << "\n";
+  os << "# engine: transfer " << exp.engine.transfer;
+  if (exp.engine.transfer == "cuda") os << " (copies: " << exp.engine.cuda_copy << ")";
+  os << ", collectives " << exp.engine.collectives << ", decode " << exp.engine.decode << "\n";
   os << "# topology " << exp.topology.str() << ", world " << grid.world_size() << " ranks\n";
   os << "# workload " << exp.workload.kind;
   if (exp.workload.kind == "tree") os << ": " << exp.workload.tree.steps << " steps x " << exp.workload.tree.requests_per_step << " requests";

@@ -5,8 +5,19 @@
 #include "core/check.hpp"
 #include "core/hash.hpp"
 #include "kernels/kv_math.hpp"
+#ifdef KVGRID_HAVE_CUDA
+#include "cuda/kv_kernels.hpp"
+#endif
 
 namespace kvgrid::cache {
+
+// A device pool in GPU memory (engine.transfer = cuda) runs the KV kernels as CUDA kernels, with the
+// same arguments and results (cuda/kv_kernels.hpp); every other pool the Kokkos host kernels.
+#ifdef KVGRID_HAVE_CUDA
+#define KVGRID_KV_KERNEL(name, ...) (data_.gpu() ? cuda::kernels::name(__VA_ARGS__) : kernels::name(__VA_ARGS__))
+#else
+#define KVGRID_KV_KERNEL(name, ...) kernels::name(__VA_ARGS__)
+#endif
 
 Payload parse_payload(const std::string& name) {
   if (name == "full") return Payload::Full;
@@ -27,7 +38,7 @@ KvPool::KvPool(KvPoolConfig cfg) : cfg_(std::move(cfg)) {
   for (std::size_t d = 0; d < layout_.dims; ++d) dim_coef_.push_back(kernels::dim_coeff(d, layout_.dims));
   layout_.slot_coef = slot_coef_.data();
   layout_.dim_coef = dim_coef_.data();
-  data_.assign(cfg_.payload == Payload::Full ? layout_.full_words() : layout_.digest_words(), 0);
+  data_ = PoolWords(cfg_.payload == Payload::Full ? layout_.full_words() : layout_.digest_words(), cfg_.memory, cfg_.kind);
   for (std::size_t l = 0; l < layout_.layers; ++l)
     for (std::size_t h = 0; h < layout_.heads; ++h) coef_.push_back(kernels::kv_coeff(layout_.layer_base + l, cfg_.heads[h]));
   layout_.kv_coef = coef_.data();
@@ -73,14 +84,14 @@ void KvPool::write(std::span<const std::uint32_t> page, std::span<const std::uin
     slot = slots_;
     F = F_;
   }
-  if (cfg_.payload == Payload::Full) kernels::write_tokens_full(layout_, data_.data(), page, slot, F);
-  else kernels::write_tokens_digest(layout_, data_.data(), page, slot, F);
+  if (cfg_.payload == Payload::Full) KVGRID_KV_KERNEL(write_tokens_full, layout_, data_.data(), page, slot, F);
+  else KVGRID_KV_KERNEL(write_tokens_digest, layout_, data_.data(), page, slot, F);
 }
 
 void KvPool::fold_pages(std::span<const std::uint32_t> pages, std::span<std::uint64_t> out, std::size_t first_index) const {
   pages = rows(pages);
-  if (cfg_.payload == Payload::Full) kernels::fold_pages_full(layout_, data_.data(), pages, first_index, out);
-  else kernels::fold_pages_digest(layout_, data_.data(), pages, first_index, out);
+  if (cfg_.payload == Payload::Full) KVGRID_KV_KERNEL(fold_pages_full, layout_, data_.data(), pages, first_index, out);
+  else KVGRID_KV_KERNEL(fold_pages_digest, layout_, data_.data(), pages, first_index, out);
 }
 
 std::vector<std::uint64_t> KvPool::page_folds(std::span<const PageId> pages) const {
@@ -96,14 +107,14 @@ std::vector<std::uint64_t> KvPool::page_folds(std::span<const PageId> pages) con
 void KvPool::fold_pages_layer(std::span<const std::uint32_t> pages, std::size_t first_index, std::size_t layer,
                               std::span<std::uint64_t> out) const {
   pages = rows(pages);
-  if (cfg_.payload == Payload::Full) kernels::fold_pages_full(layout_, data_.data(), pages, first_index, out, layer, layer + 1);
-  else kernels::fold_pages_digest(layout_, data_.data(), pages, first_index, out, layer, layer + 1);
+  if (cfg_.payload == Payload::Full) KVGRID_KV_KERNEL(fold_pages_full, layout_, data_.data(), pages, first_index, out, layer, layer + 1);
+  else KVGRID_KV_KERNEL(fold_pages_digest, layout_, data_.data(), pages, first_index, out, layer, layer + 1);
 }
 
 void KvPool::fold_tokens(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot,
                          std::span<const std::uint64_t> F, std::size_t first_pos, std::span<std::uint64_t> out) const {
   if (cfg_.payload == Payload::Full) {
-    kernels::fold_tokens_full(layout_, data_.data(), rows(page), slot, first_pos, out);
+    KVGRID_KV_KERNEL(fold_tokens_full, layout_, data_.data(), rows(page), slot, first_pos, out);
     return;
   }
   KVGRID_CHECK(out.size() == F.size() * layout_.layers * layout_.heads && slot.size() == F.size(), "fold_tokens sizes");

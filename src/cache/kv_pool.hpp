@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cache/cp_placement.hpp"
+#include "cache/pool_words.hpp"
 #include "core/ids.hpp"
 #include "core/rng.hpp"
 #include "kernels/kv_kernels.hpp"
@@ -49,6 +50,10 @@ struct KvPoolConfig {
   Payload payload = Payload::Digest;
   CpPlacement placement{};      // shards > 1: a sharded pool (capacity is per rank)
   std::uint32_t shard_rank = 0;  // this rank's index in the shard group
+  // Where the words live (nullptr: ordinary host memory; transfer/pool_memory.hpp) and which tier's
+  // pool this is (engine.transfer = cuda: a device pool is GPU memory, a host pool pinned memory).
+  const transfer::PoolMemory* memory = nullptr;
+  transfer::PoolKind kind = transfer::PoolKind::Host;
 };
 
 class KvPool {
@@ -130,7 +135,7 @@ class KvPool {
  private:
   KvPoolConfig cfg_;
   kernels::PageLayout layout_;
-  std::vector<std::uint64_t> data_;
+  PoolWords data_;
   std::vector<std::uint64_t> coef_;  // kv_coeff per [local layer][local head]
   std::vector<std::uint64_t> slot_coef_, dim_coef_;  // P(s), w(d) (the layout points at them)
   // Row of a logical page (sharded: ⌊q/N⌋); `owned` checks that this rank owns it.

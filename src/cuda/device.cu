@@ -2,22 +2,30 @@
 
 #include <cuda_runtime.h>
 
+#include <sstream>
+
+#include "cuda/check.hpp"
+
 namespace kvgrid::cuda {
 
 namespace {
-// One block per page; threads stride over the page's 16-byte words (pages are 16-byte aligned
-// multiples in every KV layout kvgrid uses; a byte tail is copied separately).
-__global__ void copy_pages_kernel(unsigned char* dst, const unsigned char* src, const std::uint32_t* dst_ids,
-                                  const std::uint32_t* src_ids, std::size_t page_bytes) {
-  const std::size_t page = blockIdx.x;
-  unsigned char* d = dst + static_cast<std::size_t>(dst_ids[page]) * page_bytes;
-  const unsigned char* s = src + static_cast<std::size_t>(src_ids[page]) * page_bytes;
-  const std::size_t words = page_bytes / 16;
-  for (std::size_t i = threadIdx.x; i < words; i += blockDim.x)
-    reinterpret_cast<uint4*>(d)[i] = reinterpret_cast<const uint4*>(s)[i];
-  for (std::size_t i = words * 16 + threadIdx.x; i < page_bytes; i += blockDim.x) d[i] = s[i];
+int g_rank = -1;
 }
-}  // namespace
+
+void set_rank(int r) { g_rank = r; }
+int rank() { return g_rank; }
+
+void fail(const char* call, const std::string& what, const char* file, int line) {
+  std::ostringstream os;
+  os << "CUDA error at " << file << ":" << line;
+  if (g_rank >= 0) os << " (rank " << g_rank << ")";
+  os << ": " << call << " failed: " << what;
+  throw Error(os.str());
+}
+
+void fail(const char* call, cudaError_t e, const char* file, int line) {
+  fail(call, std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")", file, line);
+}
 
 int device_count() {
   int n = 0;
@@ -28,25 +36,83 @@ int device_count() {
   return n;
 }
 
+std::string no_device_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  }
+  return n == 0 ? "no CUDA device visible" : "";
+}
+
 std::string device_name(int device) {
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "";
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
   return prop.name;
 }
 
-bool copy_pages(void* dst, const void* src, const std::uint32_t* dst_ids, const std::uint32_t* src_ids,
-                std::size_t n_pages, std::size_t page_bytes, std::string* error) {
-  if (n_pages == 0) return true;
-  copy_pages_kernel<<<static_cast<unsigned>(n_pages), 256>>>(static_cast<unsigned char*>(dst),
-                                                               static_cast<const unsigned char*>(src), dst_ids, src_ids,
-                                                               page_bytes);
-  cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) {
-    if (error) *error = cudaGetErrorString(e);
+int select_device(int local_rank) {
+  const int n = device_count();
+  if (n == 0) fail("cudaGetDeviceCount", no_device_reason(), __FILE__, __LINE__);
+  const int d = (local_rank < 0 ? 0 : local_rank) % n;
+  KVGRID_CUDA_CHECK(cudaSetDevice(d));
+  return d;
+}
+
+const char* memory_kind_name(MemoryKind k) {
+  switch (k) {
+    case MemoryKind::Device: return "device (managed, GPU-resident)";
+    case MemoryKind::Pinned: return "pinned host";
+    case MemoryKind::Scratch: return "device scratch";
+  }
+  return "?";
+}
+
+void* allocate(std::size_t bytes, MemoryKind kind) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  switch (kind) {
+    case MemoryKind::Device: {
+      KVGRID_CUDA_CHECK(cudaMallocManaged(&p, bytes, cudaMemAttachGlobal));
+      int dev = 0;
+      KVGRID_CUDA_CHECK(cudaGetDevice(&dev));
+      cudaMemLocation loc{};
+      loc.type = cudaMemLocationTypeDevice;
+      loc.id = dev;
+      // A hint only: a device without it (or a driver that ignores it) still works.
+      if (cudaMemAdvise(p, bytes, cudaMemAdviseSetPreferredLocation, loc) != cudaSuccess) cudaGetLastError();
+      break;
+    }
+    case MemoryKind::Pinned:
+      KVGRID_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped));
+      break;
+    case MemoryKind::Scratch:
+      KVGRID_CUDA_CHECK(cudaMalloc(&p, bytes));
+      break;
+  }
+  return p;
+}
+
+void release(void* p, MemoryKind kind) noexcept {
+  if (!p) return;
+  if (kind == MemoryKind::Pinned)
+    cudaFreeHost(p);
+  else
+    cudaFree(p);
+}
+
+bool device_accessible(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
     return false;
   }
-  return true;
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ||
+         (a.type == cudaMemoryTypeHost && a.devicePointer == p);
 }
 
 #ifndef KVGRID_HAVE_NCCL

@@ -10,6 +10,7 @@
 #include "protocols/cp_sharding.hpp"
 #include "protocols/draft_restore.hpp"
 #include "runtime/storage_keys.hpp"
+#include "transfer/transfer_engine.hpp"
 
 namespace kvgrid {
 
@@ -110,6 +111,8 @@ void check_relations(const ExperimentConfig& e, const std::string& src) {
   if (w.kind == "mooncake" && w.mooncake.trace.empty())
     throw InputError(src + ": workload.kind = \"mooncake\" needs workload.mooncake.trace");
   check_storage_keys(e, src);
+  if (const std::string why = transfer::backend_refusal(e.engine.transfer, e.engine.collectives); !why.empty())
+    throw InputError(src + ": " + why);
   if (e.engine.decode == "fused")
     if (const std::string why = fused_decode_refusal(e); !why.empty())
       throw InputError(src + ": engine.decode = \"fused\" is refused for this experiment: " + why +
@@ -309,6 +312,8 @@ void read_engine_cost_output(const Config& c, ExperimentConfig& e) {
   e.engine.strict = c.get_bool("engine.strict");
   e.engine.transfer = c.get_string("engine.transfer");
   e.engine.decode = c.get_string("engine.decode");
+  e.engine.cuda_copy = c.get_string("engine.cuda_copy");
+  e.engine.collectives = c.get_string("engine.collectives");
   e.cost.prefill_ns_per_token_layer = c.get_float("cost.prefill_ns_per_token_layer");
   e.cost.attention_ns_per_context_token_layer = c.get_float("cost.attention_ns_per_context_token_layer");
   e.cost.decode_ns_per_layer = c.get_float("cost.decode_ns_per_layer");

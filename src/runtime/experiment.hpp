@@ -198,6 +198,8 @@ struct EngineConfig {
   std::string payload = "digest";   // "full" | "digest"
   bool strict = false;              // an oracle mismatch stops the run
   std::string transfer = "simulated";  // transfer engine backend
+  std::string cuda_copy = "memcpy";    // transfer = cuda: how a batch of copies goes out (cuda/engine.hpp)
+  std::string collectives = "mpi";     // KV data collectives: "mpi" | "nccl" (the CP layer gather)
   std::string decode = "step";         // "step" | "fused" (runtime/fused_decode.cpp)
 };
 

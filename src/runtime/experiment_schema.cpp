@@ -259,8 +259,16 @@ void add_engine_and_cost_keys(Schema& s) {
              "request decoding, nothing to admit, arrive, land or check) runs without the phases that cannot act — the "
              "same decisions, KV and clocks (one rank, no storage, draft, hybrid model, failpoints or threaded engine: "
              "refused otherwise, with the reason)"));
-  s.add(skey({"engine", "transfer"}, {"simulated", "threaded"},
-             "transfer engine: simulated (modelled time, seeded jitter, deterministic) or threaded (real copies)"));
+  s.add(skey({"engine", "transfer"}, {"simulated", "threaded", "cuda"},
+             "transfer engine: simulated (modelled time, seeded jitter, deterministic), threaded (real copies) or cuda "
+             "(CUDA streams and events; device pools in GPU memory, host pools pinned; a build with -DKVGRID_CUDA=ON and "
+             "a GPU)"));
+  s.add(skey({"engine", "cuda_copy"}, {"memcpy", "kernel", "batch"},
+             "engine.transfer = cuda: a batch of page copies as one cudaMemcpyAsync per copy, one copy-kernel launch, or "
+             "one cudaMemcpyBatchAsync"));
+  s.add(skey({"engine", "collectives"}, {"mpi", "nccl"},
+             "KV data collectives (the CP layer gather): MPI, or NCCL on the GPU (needs engine.transfer = cuda and a "
+             "build with -DKVGRID_NCCL=ON); MPI stays for control"));
   s.add(fkey({"cost", "prefill_ns_per_token_layer"}, 1250.0, 0.0, 1e12, "prefill compute per token per layer at TP·CP = 1"));
   s.add(fkey({"cost", "attention_ns_per_context_token_layer"}, 0.041, 0.0, 1e12, "attention per (query, context) token pair per layer"));
   s.add(fkey({"cost", "decode_ns_per_layer"}, 150000.0, 0.0, 1e12, "one decode step per layer (weight reads)"));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 
 #include "cache/page_hash.hpp"
 #include "core/check.hpp"
@@ -18,6 +19,14 @@
 namespace kvgrid {
 
 namespace {
+
+// This process's index among the ranks on its node (the GPU it takes): Open MPI's or Slurm's
+// local rank, else the world rank.
+int local_rank(const RankGrid& grid) {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"})
+    if (const char* s = std::getenv(v); s && *s) return std::atoi(s);
+  return grid.world_rank();
+}
 // Which load-backs fail on this rank: P/D decode's restores from a random layer on
 // (pd.restore.fail, drawn once per restore), elsewhere — one group, or P/D prefill — each layer
 // copy of a load-back (transfer.load.fail, drawn per layer; the load's later layers fail with it).
@@ -153,7 +162,7 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
   sc.bytes_per_ns = exp.cost.storage_gb_s / kv_bytes_scale;
   sc.latency_ns = static_cast<std::uint64_t>(exp.cost.storage_latency_us * 1e3);
   sc.seed = exp.engine.seed ^ static_cast<std::uint64_t>(grid.world_rank());
-  sc.threaded = exp.engine.transfer == "threaded";
+  sc.threaded = exp.engine.transfer != "simulated";  // threaded and cuda: real time
   sc.now = [this] { return clock; };
   sc.advance_to = [this](std::uint64_t t) { clock = std::max(clock, t); };
   auto step_now = [&log] { return log.step(); };
@@ -177,7 +186,8 @@ void RankStack::make_draft_pools(const ExperimentConfig& exp, const GridCoord& c
   draft_pool = std::make_unique<cache::KvPool>(cache::KvPoolConfig{capacity, exp.cache.page_size,
                                                                    draft_geo.layer_id(LayerKind::Full, 0),
                                                                    draft_geo.local_of(LayerKind::Full), draft_geo.kv_heads,
-                                                                   draft_geo.head_dim, pool->payload(), placement, shard->rank});
+                                                                   draft_geo.head_dim, pool->payload(), placement, shard->rank,
+                                                                   memory, transfer::PoolKind::Device});
   // A hybrid draft's SWA layers and states: indexed by the target's SWA page ids and state slots
   // (their tree moves them with the target's: poisoned when freed, copied when a state is).
   if (const std::size_t n = draft_geo.local_of(LayerKind::Swa); n > 0)
@@ -223,6 +233,9 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   const auto& shape = grid.shape();
   if (exp.debug.input_error_rank == grid.world_rank())  // testing knob: a rank-local start-up error
     throw InputError("debug.input_error_rank = " + std::to_string(grid.world_rank()) + ": this rank's stack cannot be built");
+  // The backend's device before any pool exists (cuda: GPU local_rank mod count; pools in its memory).
+  gpu = transfer::prepare_backend(exp.engine.transfer, local_rank(grid));
+  memory = transfer::pool_memory(exp.engine.transfer);
   geo = ModelGeometry::for_rank(exp, c, shape);
   capacity = exp.cache.device_pages;
   if (exp.debug.shrink_stage == c.pp) capacity = Pages(exp.debug.shrink_device_pages);  // testing knob
@@ -239,7 +252,8 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   }
   auto kv_config = [&](Pages pages) {
     return cache::KvPoolConfig{pages,        exp.cache.page_size, geo.layer_id(LayerKind::Full, 0), geo.local_of(LayerKind::Full),
-                               geo.kv_heads, geo.head_dim, cache::parse_payload(exp.engine.payload), placement, shard->rank};
+                               geo.kv_heads, geo.head_dim, cache::parse_payload(exp.engine.payload), placement, shard->rank,
+                               memory,       transfer::PoolKind::Device};
   };
   pool = std::make_unique<cache::KvPool>(kv_config(capacity));
   has_draft = exp.model.draft.enabled() && grid.is_last_stage();
@@ -252,11 +266,13 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
                                     : 1.0;
   if (exp.cache.host_pages.value() > 0) {
     auto hc = kv_config(exp.cache.host_pages);  // per rank (sharded: its pages)
+    hc.kind = transfer::PoolKind::Host;
     if (has_draft)  // (packed: the draft's FULL layers after the target's)
       hc.layers = cache::draft_host_layers(*protocols::draft_layout(exp.model.draft.mode), hc.layers, draft_pool->layers());
     host_kv = std::make_unique<cache::KvPool>(hc);
     transfer::EngineConfig ec;
     ec.backend = exp.engine.transfer;
+    ec.cuda_copy = exp.engine.cuda_copy;
     // GB/s == bytes/ns; later stages' copies may be slower (cost.stage_skew: cross-stage skew)
     ec.bytes_per_ns = exp.cost.host_link_gb_s / (1.0 + exp.cost.stage_skew * c.pp) / kv_bytes_scale;
     ec.seed = exp.engine.seed ^ static_cast<std::uint64_t>(grid.world_rank());
@@ -272,8 +288,9 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   restore = protocols::make_restore_placement(exp.cache.cp_sharding);
   if (shard->size > 1) dc->set_restore_placement(restore.get());
   if (shard->size > 1) {
+    collective = transfer::make_gather_collective(exp.engine.collectives, shard->comm);
     const protocols::LayerGather::Config gc{exp.cache.gather_pages, exp.cache.gather_overlap, 8,
-                                            protocols::parse_gather_order(exp.protocol.layer_gather)};
+                                            protocols::parse_gather_order(exp.protocol.layer_gather), collective.get()};
     gather = std::make_unique<protocols::LayerGather>(gc, *shard, *pool);
     if (has_draft) draft_gather = std::make_unique<protocols::LayerGather>(gc, *shard, *draft_pool);
   }

@@ -62,6 +62,11 @@ struct RankStack {
   std::unique_ptr<cache::AckAgreement> agreement;  // protocol.tp_sync over the stage
   std::unique_ptr<cache::DeviceCache> dc;
   std::unique_ptr<cache::RestorePlacement> restore;
+  // engine.transfer = cuda: the GPU this rank runs on ("" otherwise) and its pools' memory.
+  std::string gpu;
+  const transfer::PoolMemory* memory = nullptr;
+  // engine.collectives = nccl: the gathers' data path (both gathers share it; nullptr: MPI).
+  std::unique_ptr<transfer::GatherCollective> collective;
   std::unique_ptr<protocols::LayerGather> gather;  // CP sharding only
   // CP sharding with a draft (last stage): the draft's pages, sharded with the target's ownership,
   // are read through their own gather over the same shard group (its slots, like the draft's pool,

@@ -1,8 +1,15 @@
 // Transfer backends by name.
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "core/check.hpp"
+#include "transfer/pool_memory.hpp"
 #include "transfer/transfer_engine.hpp"
+#ifdef KVGRID_HAVE_CUDA
+#include "cuda/device.hpp"
+#include "cuda/engine.hpp"
+#endif
 
 namespace kvgrid::transfer {
 
@@ -12,7 +19,65 @@ std::unique_ptr<TransferEngine> make_threaded_engine(const EngineConfig& cfg);
 std::unique_ptr<TransferEngine> make_engine(const EngineConfig& cfg) {
   if (cfg.backend == "simulated") return make_simulated_engine(cfg);
   if (cfg.backend == "threaded") return make_threaded_engine(cfg);
+#ifdef KVGRID_HAVE_CUDA
+  if (cfg.backend == "cuda") {
+    try {
+      return cuda::make_cuda_engine(cfg, cuda::parse_copy_mode(cfg.cuda_copy));
+    } catch (const std::invalid_argument& e) {
+      throw InputError(e.what());
+    }
+  }
+#endif
   throw InputError("unknown transfer engine '" + cfg.backend + "' (simulated, threaded; cuda needs -DKVGRID_CUDA=ON)");
+}
+
+std::string backend_refusal(const std::string& backend, const std::string& collectives) {
+#ifndef KVGRID_HAVE_CUDA
+  if (backend == "cuda")
+    return "engine.transfer = \"cuda\" needs kvgrid built with -DKVGRID_CUDA=ON (this build has no CUDA backend; "
+           "jobs/gpu-check.sh builds one)";
+#endif
+  if (collectives == "nccl") {
+#ifndef KVGRID_HAVE_NCCL
+    return "engine.collectives = \"nccl\" needs kvgrid built with -DKVGRID_CUDA=ON -DKVGRID_NCCL=ON (this build has no NCCL)";
+#endif
+    if (backend != "cuda")
+      return "engine.collectives = \"nccl\" needs engine.transfer = \"cuda\" (NCCL runs on the GPU the cuda backend selects; "
+             "engine.transfer is \"" + backend + "\")";
+  }
+  return "";
+}
+
+std::string prepare_backend(const std::string& backend, int local_rank) {
+  if (backend != "cuda") return "";
+#ifdef KVGRID_HAVE_CUDA
+  if (cuda::device_count() == 0)
+    throw InputError("engine.transfer = \"cuda\": no usable GPU on this machine (" + cuda::no_device_reason() + ")");
+  const int d = cuda::select_device(local_rank);
+  return cuda::device_name(d) + " (device " + std::to_string(d) + ")";
+#else
+  (void)local_rank;
+  throw InputError(backend_refusal(backend, "mpi"));
+#endif
+}
+
+const PoolMemory* pool_memory(const std::string& backend) {
+#ifdef KVGRID_HAVE_CUDA
+  if (backend == "cuda") {
+    static const PoolMemory mem{
+        "cuda",
+        [](std::size_t bytes, PoolKind kind) {
+          return cuda::allocate(bytes, kind == PoolKind::Device ? cuda::MemoryKind::Device : cuda::MemoryKind::Pinned);
+        },
+        [](void* p, PoolKind kind) {
+          cuda::release(p, kind == PoolKind::Device ? cuda::MemoryKind::Device : cuda::MemoryKind::Pinned);
+        },
+        /*gpu_kernels=*/true};
+    return &mem;
+  }
+#endif
+  (void)backend;
+  return nullptr;
 }
 
 namespace {

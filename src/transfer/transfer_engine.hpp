@@ -78,6 +78,7 @@ struct EngineConfig {
   double bytes_per_ns = 25.0;    // simulated bandwidth (25 GB/s: a PCIe 5 x16 link, derated)
   double jitter = 0.25;          // simulated: duration × (1 + jitter × U[0,1)) from the seeded stream
   std::uint64_t seed = 1;        // simulated: the rank stream seed
+  std::string cuda_copy = "memcpy";  // cuda: memcpy | kernel | batch (cuda/engine.hpp)
   int copy_threads = 2;          // threaded: threads sharing one batch's copies (the stream worker + helpers)
   // Simulated: the rank's modelled clock, and how `synchronize` advances it.
   std::function<std::uint64_t()> now;
@@ -100,6 +101,14 @@ class TransferEngine {
 
 // Throws InputError for an unknown backend name.
 std::unique_ptr<TransferEngine> make_engine(const EngineConfig& cfg);
+
+// Why this build cannot run `backend` with `collectives` ("" when it can): cuda without
+// -DKVGRID_CUDA=ON, nccl without -DKVGRID_NCCL=ON or without the cuda backend.
+std::string backend_refusal(const std::string& backend, const std::string& collectives);
+// Start-up of a backend on this process before any pool is allocated: cuda picks the GPU
+// `local_rank mod count` and returns its name; InputError naming the driver's reason without one.
+// "" for the host backends.
+std::string prepare_backend(const std::string& backend, int local_rank);
 
 // One event for several batches (a target copy and its draft copy): complete when every part is,
 // failed when any part failed; bytes summed, modelled start the earliest, completion the latest.

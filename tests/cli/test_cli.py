@@ -165,6 +165,11 @@ def bad_input():
         (TMP, [], r"is a directory"),
         (QUICK, ["--set", "debug.kill_rank=99"], r"rank 99 does not exist"),
         (QUICK, ["--set", "cache.cp_sharding=mirrored"], r"'cache\.cp_sharding': expected string \(one of \"replicated\" \"sharded\" \"any_owner_restore\"\), found \"mirrored\""),
+        # the GPU backend: this build has none (a CUDA build without a GPU says so instead: build_check.sh)
+        (QUICK, ["--set", "engine.transfer=cuda"],
+         r'engine\.transfer = "cuda" needs kvgrid built with -DKVGRID_CUDA=ON|engine\.transfer = "cuda": no usable GPU'),
+        (QUICK, ["--set", "engine.collectives=nccl"], r'engine\.collectives = "nccl" needs'),
+        (QUICK, ["--set", "engine.cuda_copy=dma"], r"'engine\.cuda_copy': expected string \(one of \"memcpy\" \"kernel\" \"batch\"\)"),
         (QUICK, ["--set", "cache.cp_sharding=sharded", "--set", "cache.device_pages=64"],
          r"cache\.device_pages = 64 leaves no KV pages once the two gather slots of cache\.gather_pages = 1024"),
     ]

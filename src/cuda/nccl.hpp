@@ -1,0 +1,65 @@
+// NCCL for KV data (engine.collectives = nccl; built with -DKVGRID_NCCL=ON). MPI stays for
+// control: the caller creates the unique id on one rank and broadcasts it over its MPI group
+// (runtime/rank_stack.cpp), then every rank of the group builds its NcclComm.
+//
+// StagedAllGather is the CP layer gather's data path: the gather's send and receive buffers live in
+// host memory (the gather slot is a host-side KvPool the model folds), so a post copies the send
+// bytes to a device buffer, runs ncclAllGather and copies the result back, all on one stream, and
+// returns the event recorded after the last copy: the fold of layer l waits on that event while the
+// next layer's gather is already queued behind it (stream order gives the overlap). Two slots, as
+// the gather's double buffering needs.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstddef>
+#include <memory>
+
+#include "cuda/device.hpp"
+#include "transfer/transfer_engine.hpp"
+
+namespace kvgrid::cuda {
+
+using NcclId = std::array<char, 128>;
+NcclId nccl_unique_id();
+
+class NcclComm {
+ public:
+  // Collective over the group's `nranks` ranks (each passes its rank and the same id).
+  NcclComm(int nranks, int rank, const NcclId& id);
+  ~NcclComm();
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+  int size() const { return size_; }
+  int rank() const { return rank_; }
+  // Device buffers; recv holds size() × bytes, rank r's at r × bytes. Stream-ordered.
+  void all_gather(const void* send, void* recv, std::size_t bytes, cudaStream_t s);
+  // Point-to-point (matched in posting order per peer); bracket several with group_start/group_end.
+  void send(const void* buf, std::size_t bytes, int peer, cudaStream_t s);
+  void recv(void* buf, std::size_t bytes, int peer, cudaStream_t s);
+  void group_start();
+  void group_end();
+
+ private:
+  void* comm_ = nullptr;  // ncclComm_t
+  int size_ = 0, rank_ = 0;
+};
+
+class StagedAllGather {
+ public:
+  explicit StagedAllGather(NcclComm& comm);
+  ~StagedAllGather();
+  StagedAllGather(const StagedAllGather&) = delete;
+  StagedAllGather& operator=(const StagedAllGather&) = delete;
+  // recv (host, comm.size() × bytes) ← every rank's send (host, bytes), through slot `slot` (0/1).
+  // The caller keeps both host buffers untouched until the event completes.
+  transfer::Event post(int slot, const void* send, void* recv, std::size_t bytes);
+
+ private:
+  NcclComm& comm_;
+  cudaStream_t stream_ = nullptr;
+  Buffer send_[2], recv_[2];
+};
+
+}  // namespace kvgrid::cuda
