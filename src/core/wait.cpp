@@ -3,6 +3,8 @@
 #include <atomic>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/check.hpp"
 
@@ -13,6 +15,22 @@ std::atomic<double> g_deadline_s{120.0};
 std::mutex g_handler_mu;
 WatchdogHandler g_handler;
 WaitInterrupt g_interrupt;  // set and polled by the rank's own loop thread only (kvgrid explore)
+// add_wait_progress: this thread's hooks, and whether one is running (no re-entry).
+thread_local std::vector<std::pair<int, std::function<void()>>> t_progress;
+thread_local bool t_in_progress = false;
+thread_local int t_next_progress = 0;
+
+void run_progress() {
+  if (t_progress.empty() || t_in_progress) return;
+  t_in_progress = true;
+  try {
+    for (auto& [id, f] : t_progress) f();
+  } catch (...) {
+    t_in_progress = false;
+    throw;
+  }
+  t_in_progress = false;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -75,6 +93,19 @@ std::chrono::duration<double> wait_deadline() { return std::chrono::duration<dou
 
 void set_wait_interrupt(WaitInterrupt f) { g_interrupt = std::move(f); }
 
+int add_wait_progress(std::function<void()> f) {
+  t_progress.emplace_back(++t_next_progress, std::move(f));
+  return t_next_progress;
+}
+
+void remove_wait_progress(int id) {
+  for (auto it = t_progress.begin(); it != t_progress.end(); ++it)
+    if (it->first == id) {
+      t_progress.erase(it);
+      return;
+    }
+}
+
 void set_watchdog_handler(WatchdogHandler h) {
   std::lock_guard<std::mutex> g(g_handler_mu);
   g_handler = std::move(h);
@@ -85,6 +116,7 @@ void wait_mpi(MPI_Request* req, std::string_view what, MPI_Status* status) {
   const auto limit = start + std::chrono::duration_cast<Clock::duration>(wait_deadline());
   Backoff b;
   for (;;) {
+    run_progress();
     int flag = 0;
     KVGRID_MPI_CHECK(MPI_Test(req, &flag, status));
     if (flag) return;
@@ -98,6 +130,7 @@ void wait_mpi_all(std::span<MPI_Request> reqs, std::string_view what, bool progr
   const auto limit = start + std::chrono::duration_cast<Clock::duration>(wait_deadline());
   Backoff b(progressing);
   for (;;) {
+    run_progress();
     int flag = 0;
     KVGRID_MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE));
     if (flag) return;
@@ -110,7 +143,9 @@ void wait_until(const std::function<bool()>& done, std::string_view what) {
   const auto start = Clock::now();
   const auto limit = start + std::chrono::duration_cast<Clock::duration>(wait_deadline());
   Backoff b;
-  while (!done()) {
+  for (;;) {
+    run_progress();
+    if (done()) return;
     if (Clock::now() > limit) fire(what, start);
     b.pause(what);
   }

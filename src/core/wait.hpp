@@ -50,6 +50,15 @@ class WaitInterrupted : public std::runtime_error {
 using WaitInterrupt = std::function<bool()>;
 void set_wait_interrupt(WaitInterrupt f);
 
+// Work a wait must keep doing while it waits for something else: a transport whose data moves only
+// when its owner acts (transfer/ordered_transport.cpp takes its peers' announcements and posts the
+// matching data receives — without that, a sender waiting for its data to leave and a receiver
+// waiting for the sender's next message would wait for each other). Called at every poll of
+// wait_mpi, wait_mpi_all and wait_until on the thread that added it (per thread; not re-entered).
+// Returns an id for remove_wait_progress.
+int add_wait_progress(std::function<void()> f);
+void remove_wait_progress(int id);
+
 void set_wait_deadline(std::chrono::duration<double> d);
 std::chrono::duration<double> wait_deadline();
 // Installs the handler called when a deadline passes. If the handler returns, WatchdogTimeout is

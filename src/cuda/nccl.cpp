@@ -2,6 +2,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -60,6 +61,99 @@ void NcclComm::recv(void* buf, std::size_t bytes, int peer, cudaStream_t s) {
 }
 void NcclComm::group_start() { KVGRID_NCCL_CHECK(ncclGroupStart()); }
 void NcclComm::group_end() { KVGRID_NCCL_CHECK(ncclGroupEnd()); }
+
+namespace {
+std::size_t total(const std::vector<HostPart>& parts) {
+  std::size_t n = 0;
+  for (const auto& p : parts) n += p.bytes;
+  return n;
+}
+transfer::Event holding(cudaStream_t s, std::size_t bytes, Buffer buffer) {
+  auto ev = std::make_shared<CudaEvent>();
+  ev->bytes = bytes;
+  KVGRID_CUDA_CHECK(cudaEventRecord(ev->get(), s));
+  return transfer::Event(std::make_shared<HoldingEvent>(std::move(ev), std::move(buffer)));
+}
+
+// A staged receive: complete when ncclRecv has landed in the staging buffer and the parts have been
+// copied out of it. The copy-out is a plain cudaMemcpy made when the receive is seen complete, so
+// posting a receive never blocks the host (an asynchronous copy into pageable memory would wait for
+// the receive, i.e. for the peer, inside recv()).
+class ScatterEvent final : public transfer::EventState {
+ public:
+  ScatterEvent(std::shared_ptr<CudaEvent> ev, Buffer staging, std::vector<HostPart> parts)
+      : ev_(std::move(ev)), staging_(std::move(staging)), parts_(std::move(parts)) {
+    bytes = ev_->bytes;
+  }
+  ~ScatterEvent() override {
+    if (!ev_->query()) cudaEventSynchronize(ev_->get());  // ncclRecv still writes into staging_
+  }
+  bool query() override {
+    if (scattered_) return true;
+    if (!ev_->query()) return false;
+    scatter();
+    return true;
+  }
+  void synchronize() override {
+    if (scattered_) return;
+    ev_->synchronize();
+    scatter();
+  }
+
+ private:
+  void scatter() {
+    std::size_t at = 0;
+    for (const auto& p : parts_) {
+      KVGRID_CUDA_CHECK(cudaMemcpy(p.data, staging_.as<char>() + at, p.bytes, cudaMemcpyDefault));
+      at += p.bytes;
+    }
+    scattered_ = true;
+  }
+  std::shared_ptr<CudaEvent> ev_;
+  Buffer staging_;
+  std::vector<HostPart> parts_;
+  bool scattered_ = false;
+};
+}  // namespace
+
+StagedPointToPoint::StagedPointToPoint(NcclComm& comm) : comm_(comm) {
+  for (cudaStream_t* s : {&stage_, &send_, &recv_}) KVGRID_CUDA_CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+}
+
+StagedPointToPoint::~StagedPointToPoint() {
+  for (cudaStream_t s : {stage_, send_, recv_})
+    if (s) {
+      cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+    }
+}
+
+transfer::Event StagedPointToPoint::send(int peer, const std::vector<HostPart>& parts) {
+  const std::size_t n = total(parts);
+  Buffer staging(std::max<std::size_t>(n, 16), MemoryKind::Scratch);
+  // The gather runs on a stream of copies only: a copy from pageable memory waits for its stream,
+  // and send_ may hold an earlier ncclSend that waits for its peer.
+  std::size_t at = 0;
+  for (const auto& p : parts) {
+    KVGRID_CUDA_CHECK(cudaMemcpyAsync(staging.as<char>() + at, p.data, p.bytes, cudaMemcpyDefault, stage_));
+    at += p.bytes;
+  }
+  CudaEvent staged;
+  KVGRID_CUDA_CHECK(cudaEventRecord(staged.get(), stage_));
+  KVGRID_CUDA_CHECK(cudaStreamWaitEvent(send_, staged.get(), 0));
+  comm_.send(staging.get(), n, peer, send_);
+  return holding(send_, n, std::move(staging));
+}
+
+transfer::Event StagedPointToPoint::recv(int peer, const std::vector<HostPart>& parts) {
+  const std::size_t n = total(parts);
+  Buffer staging(std::max<std::size_t>(n, 16), MemoryKind::Scratch);
+  comm_.recv(staging.get(), n, peer, recv_);
+  auto ev = std::make_shared<CudaEvent>();
+  ev->bytes = n;
+  KVGRID_CUDA_CHECK(cudaEventRecord(ev->get(), recv_));
+  return transfer::Event(std::make_shared<ScatterEvent>(std::move(ev), std::move(staging), parts));
+}
 
 StagedAllGather::StagedAllGather(NcclComm& comm) : comm_(comm) {
   KVGRID_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "cuda/device.hpp"
 #include "transfer/transfer_engine.hpp"
@@ -44,6 +45,30 @@ class NcclComm {
  private:
   void* comm_ = nullptr;  // ncclComm_t
   int size_ = 0, rank_ = 0;
+};
+
+struct HostPart {
+  void* data;
+  std::size_t bytes;
+};
+
+// The P/D transport's data plane on NCCL: a message's host parts gathered into one device buffer (a
+// stream of copies) and sent with ncclSend (a second stream), received with ncclRecv into one (a
+// third) and copied out when the receive is seen complete. Neither call blocks the host on a peer.
+// The n-th send to a peer meets the peer's n-th receive from this rank (NCCL has no tags: the ordered
+// transport, transfer/ordered_transport.hpp, keeps tags apart). Each event owns its buffer.
+class StagedPointToPoint {
+ public:
+  explicit StagedPointToPoint(NcclComm& comm);
+  ~StagedPointToPoint();
+  StagedPointToPoint(const StagedPointToPoint&) = delete;
+  StagedPointToPoint& operator=(const StagedPointToPoint&) = delete;
+  transfer::Event send(int peer, const std::vector<HostPart>& parts);
+  transfer::Event recv(int peer, const std::vector<HostPart>& parts);
+
+ private:
+  NcclComm& comm_;
+  cudaStream_t stage_ = nullptr, send_ = nullptr, recv_ = nullptr;
 };
 
 class StagedAllGather {

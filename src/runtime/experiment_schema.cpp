@@ -266,9 +266,11 @@ void add_engine_and_cost_keys(Schema& s) {
   s.add(skey({"engine", "cuda_copy"}, {"memcpy", "kernel", "batch"},
              "engine.transfer = cuda: a batch of page copies as one cudaMemcpyAsync per copy, one copy-kernel launch, or "
              "one cudaMemcpyBatchAsync"));
-  s.add(skey({"engine", "collectives"}, {"mpi", "nccl"},
-             "KV data collectives (the CP layer gather): MPI, or NCCL on the GPU (needs engine.transfer = cuda and a "
-             "build with -DKVGRID_NCCL=ON); MPI stays for control"));
+  s.add(skey({"engine", "collectives"}, {"mpi", "nccl", "mpi_ordered"},
+             "KV data between ranks (the CP layer gather, the P/D transport): MPI, or NCCL on the GPU (needs "
+             "engine.transfer = cuda and a build with -DKVGRID_NCCL=ON; P/D over NCCL's order-matched point-to-point); "
+             "mpi_ordered: P/D through the NCCL transport's ordering layer over MPI (testing it without a GPU). MPI stays "
+             "for control"));
   s.add(fkey({"cost", "prefill_ns_per_token_layer"}, 1250.0, 0.0, 1e12, "prefill compute per token per layer at TP·CP = 1"));
   s.add(fkey({"cost", "attention_ns_per_context_token_layer"}, 0.041, 0.0, 1e12, "attention per (query, context) token pair per layer"));
   s.add(fkey({"cost", "decode_ns_per_layer"}, 150000.0, 0.0, 1e12, "one decode step per layer (weight reads)"));

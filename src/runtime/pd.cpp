@@ -8,6 +8,7 @@
 #include "core/wait.hpp"
 #include "cache/hybrid_cache.hpp"
 #include "protocols/cp_sharding.hpp"
+#include "transfer/ordered_transport.hpp"
 
 namespace kvgrid {
 
@@ -151,7 +152,14 @@ PdLink::PdLink(const ExperimentConfig& exp, const RankGrid& grid, cache::KvPool&
   legs_ = pd_legs(exp, grid.spec(), grid.coord());
   transfer_layers_ = static_cast<std::uint64_t>(exp.model.layers + (pd_sends_draft(exp) ? exp.model.draft.layers : 0));
   leader_peer_ = role_ == PdRole::Prefill ? grid.spec().groups[0].shape.size() : 0;
-  link_ = transfer::make_mpi_transport(grid.world());
+  // engine.collectives: MPI's tagged point-to-point, or the ordered transport over NCCL (or over MPI
+  // on one tag: its ordering layer without a GPU).
+  if (exp.engine.collectives == "nccl")
+    link_ = transfer::make_ordered_transport(grid.world(), transfer::make_nccl_plane(grid.world()));
+  else if (exp.engine.collectives == "mpi_ordered")
+    link_ = transfer::make_ordered_transport(grid.world(), transfer::make_mpi_ordered_plane(grid.world()));
+  else
+    link_ = transfer::make_mpi_transport(grid.world());
   for (std::int64_t s = exp.engine.max_running; s-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(s));
   next_slot_ = static_cast<std::uint32_t>(exp.engine.max_running);
   slot_limit_ = static_cast<std::uint32_t>((32767 - kPdTagBase) / (std::max<std::uint64_t>(transfer_layers_, 1) + exp.model.sidecars.size()));

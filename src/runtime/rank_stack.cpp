@@ -234,7 +234,7 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   if (exp.debug.input_error_rank == grid.world_rank())  // testing knob: a rank-local start-up error
     throw InputError("debug.input_error_rank = " + std::to_string(grid.world_rank()) + ": this rank's stack cannot be built");
   // The backend's device before any pool exists (cuda: GPU local_rank mod count; pools in its memory).
-  gpu = transfer::prepare_backend(exp.engine.transfer, local_rank(grid));
+  gpu = transfer::prepare_backend(exp.engine.transfer, local_rank(grid), grid.world_rank());
   memory = transfer::pool_memory(exp.engine.transfer);
   geo = ModelGeometry::for_rank(exp, c, shape);
   capacity = exp.cache.device_pages;

@@ -7,6 +7,7 @@
 #include "transfer/pool_memory.hpp"
 #include "transfer/transfer_engine.hpp"
 #ifdef KVGRID_HAVE_CUDA
+#include "cuda/check.hpp"
 #include "cuda/device.hpp"
 #include "cuda/engine.hpp"
 #endif
@@ -48,15 +49,16 @@ std::string backend_refusal(const std::string& backend, const std::string& colle
   return "";
 }
 
-std::string prepare_backend(const std::string& backend, int local_rank) {
+std::string prepare_backend(const std::string& backend, int local_rank, int world_rank) {
   if (backend != "cuda") return "";
 #ifdef KVGRID_HAVE_CUDA
+  cuda::set_rank(world_rank);
   if (cuda::device_count() == 0)
     throw InputError("engine.transfer = \"cuda\": no usable GPU on this machine (" + cuda::no_device_reason() + ")");
   const int d = cuda::select_device(local_rank);
   return cuda::device_name(d) + " (device " + std::to_string(d) + ")";
 #else
-  (void)local_rank;
+  (void)local_rank, (void)world_rank;
   throw InputError(backend_refusal(backend, "mpi"));
 #endif
 }

@@ -106,9 +106,9 @@ std::unique_ptr<TransferEngine> make_engine(const EngineConfig& cfg);
 // -DKVGRID_CUDA=ON, nccl without -DKVGRID_NCCL=ON or without the cuda backend.
 std::string backend_refusal(const std::string& backend, const std::string& collectives);
 // Start-up of a backend on this process before any pool is allocated: cuda picks the GPU
-// `local_rank mod count` and returns its name; InputError naming the driver's reason without one.
-// "" for the host backends.
-std::string prepare_backend(const std::string& backend, int local_rank);
+// `local_rank mod count`, names `world_rank` in its error messages and returns the GPU's name;
+// InputError naming the driver's reason without one. "" for the host backends.
+std::string prepare_backend(const std::string& backend, int local_rank, int world_rank);
 
 // One event for several batches (a target copy and its draft copy): complete when every part is,
 // failed when any part failed; bytes summed, modelled start the earliest, completion the latest.

@@ -337,10 +337,17 @@ def pd_example():
                                                     "--set", "topology.decode.tp=2", "--set", "topology.decode.pp=2"],
                                       (8192, 4096, 4096)),
                                      ("hetero", 5, ["--set", "topology.prefill.tp=2", "--set", "topology.prefill.pp=2",
-                                                    "--set", "topology.decode.tp=1"], (8192, 4096, 4096))):
+                                                    "--set", "topology.decode.tp=1"], (8192, 4096, 4096)),
+                                     # the NCCL transport's ordering layer (tags kept apart over an
+                                     # order-matched data plane), here over MPI
+                                     ("ordered", 5, ["--set", "topology.prefill.tp=2", "--set", "topology.prefill.pp=2",
+                                                     "--set", "topology.decode.tp=1", "--set", "engine.collectives=mpi_ordered"],
+                                      (8192, 4096, 4096))):
         pd = "full_transfer" if variant == "full_transfer" else "decode_reuse"
         rc, so, se = run(np_, PDEX, "--out", out("pde-" + variant), "--set", "protocol.pd=" + pd, *sets)
         expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, f"{variant} run", so, se)
+        if variant == "ordered":
+            expect("collectives mpi_ordered" in so, "the header names the P/D transport", so)
         if variant == "decode_reuse":  # the experiment as shipped (protocol.pd's default)
             expect_recorded_digest(out("pde-" + variant), "pd_example")
         with h5py.File(out(f"pde-{variant}/run.h5"), "r") as f:
@@ -1567,6 +1574,10 @@ def hybrid_pd_draft():
     for name, np_, sets in (("tp2", 4, mamba), ("tp1", 3, mamba + ["--set", "topology.decode.tp=1"]),
                             ("pp2", 4, mamba + ["--set", "topology.decode.tp=1", "--set", "topology.decode.pp=2"]),
                             ("hetero", 5, mamba + ["--set", "topology.prefill.pp=2", "--set", "topology.decode.tp=1"]),
+                            # every leg (FULL pages, SWA windows, states, the draft's) through the
+                            # NCCL transport's ordering layer, over MPI
+                            ("hetero-ordered", 5, mamba + ["--set", "topology.prefill.pp=2", "--set", "topology.decode.tp=1",
+                                                           "--set", "engine.collectives=mpi_ordered"]),
                             ("swa", 4, swa + ["--set", "cache.host_pages=0", "--set", "cache.swa_pages=2048"]),
                             ("host", 4, swa + pressure),
                             ("host-sidecar", 4, swa + pressure + ["--set", "model.draft.mode=sidecar"])):

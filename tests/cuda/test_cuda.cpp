@@ -6,7 +6,7 @@
 //     test test_kv_reference.cpp holds to the Kokkos host kernels);
 //   * the page gather with a host gather;
 //   * NCCL (when built with it) at communicator size 1: all-gather, send/receive to self, the
-//     CP gather's staged path.
+//     CP gather's staged path, the P/D data plane's staged send and receive.
 // Builds without MPI, HDF5 or Kokkos (src/cuda/CMakeLists.txt, jobs/gpu-check.sh).
 #include <gtest/gtest.h>
 
@@ -306,6 +306,21 @@ TEST(CudaNccl, SizeOneCommunicatorGathersAndSendsToItself) {
   e1.synchronize();
   EXPECT_EQ(r0, host);
   EXPECT_TRUE(std::equal(r1.begin(), r1.end(), host.begin() + 7));
+  // The P/D data plane's path: three host parts gathered, sent to itself, received and scattered
+  // into two parts of other sizes (send and receive in one NCCL group: a rank's send to itself
+  // needs its receive posted with it).
+  StagedPointToPoint p2p(comm);
+  std::vector<std::uint64_t> x(1000), y(3096);
+  std::vector<HostPart> out{{host.data(), 100 * 8}, {host.data() + 100, 3000 * 8}, {host.data() + 3100, 996 * 8}};
+  std::vector<HostPart> in{{x.data(), x.size() * 8}, {y.data(), y.size() * 8}};
+  comm.group_start();
+  auto sent = p2p.send(0, out);
+  auto received = p2p.recv(0, in);
+  comm.group_end();
+  received.synchronize();
+  sent.synchronize();
+  EXPECT_TRUE(std::equal(x.begin(), x.end(), host.begin()));
+  EXPECT_TRUE(std::equal(y.begin(), y.end(), host.begin() + 1000));
 }
 #endif
 

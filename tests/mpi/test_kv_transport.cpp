@@ -1,7 +1,10 @@
 // The KV transport between paired ranks (P/D suffix transfer): the first half of the world sends
 // layers of scattered pages to its peer in the second half, which receives them into other
 // pages; both payloads, layers posted in opposite orders on the two sides, two requests' messages
-// on the same tags arriving in order. The received pages fold exactly like the sent ones.
+// on the same tags arriving in order. The received pages fold exactly like the sent ones. Both the
+// MPI transport and the ordered transport (engine.collectives = nccl's, over an MPI data plane that
+// pairs by posting order alone, as NCCL does) — which must hold the early layers' messages for the
+// receives posted later, and keep a cancelled receive from swallowing a later message.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -9,6 +12,7 @@
 #include "cache/kv_pool.hpp"
 #include "mpi_util.hpp"
 #include "transfer/kv_transport.hpp"
+#include "transfer/ordered_transport.hpp"
 
 namespace kvgrid {
 namespace {
@@ -33,14 +37,20 @@ void fill(cache::KvPool& p, const std::vector<PageId>& pages, std::uint64_t requ
   p.write(pg, slot, F);
 }
 
+std::unique_ptr<transfer::KvTransport> make(bool ordered) {
+  return ordered ? transfer::make_ordered_transport(MPI_COMM_WORLD, transfer::make_mpi_ordered_plane(MPI_COMM_WORLD))
+                 : transfer::make_mpi_transport(MPI_COMM_WORLD);
+}
+
 TEST(KvTransport, LayersOfScatteredPagesArriveIntactAndInOrder) {
   const int n = testing::world_size(), me = testing::world_rank();
   if (n < 2 || n % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
   const bool sender = me < n / 2;
   const int peer = sender ? me + n / 2 : me - n / 2;
-  auto transport = transfer::make_mpi_transport(MPI_COMM_WORLD);
+  for (const bool ordered : {false, true})
   for (const auto payload : {cache::Payload::Full, cache::Payload::Digest}) {
-    SCOPED_TRACE(payload == cache::Payload::Full ? "full" : "digest");
+    auto transport = make(ordered);
+    SCOPED_TRACE(::testing::Message() << transport->name() << (payload == cache::Payload::Full ? " full" : " digest"));
     cache::KvPool p = pool(payload), expected = pool(payload);
     const std::vector<PageId> src{PageId(3), PageId(7), PageId(5)}, dst{PageId(2), PageId(4), PageId(6)};
     const std::vector<PageId> src2{PageId(9), PageId(11)}, dst2{PageId(10), PageId(12)};
@@ -71,6 +81,45 @@ TEST(KvTransport, LayersOfScatteredPagesArriveIntactAndInOrder) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
+}
+
+// A cancelled receive matches nothing: the message of its tag that arrives afterwards goes to the
+// next receive of that tag (as a cancelled MPI receive leaves it), and messages of other tags are
+// untouched. The sender posts only after the receiver cancelled (a barrier between).
+TEST(KvTransport, OrderedTransportCancelLeavesTheMessageToTheNextReceive) {
+  const int n = testing::world_size(), me = testing::world_rank();
+  if (n < 2 || n % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  const bool sender = me < n / 2;
+  const int peer = sender ? me + n / 2 : me - n / 2;
+  auto transport = make(true);
+  std::vector<std::uint64_t> a(64), b(64), c(32);
+  const auto blk = [](std::vector<std::uint64_t>& v) { return std::vector<transfer::Block>{{v.data(), v.size() * 8}}; };
+  if (sender) {
+    for (std::size_t i = 0; i < 64; ++i) a[i] = 1000 + i, b[i] = 2000 + i;
+    for (std::size_t i = 0; i < 32; ++i) c[i] = 3000 + i;
+    MPI_Barrier(MPI_COMM_WORLD);  // the receiver has cancelled its first receive of tag 7
+    auto e1 = transport->send(peer, 7, blk(a));
+    auto e2 = transport->send(peer, 9, blk(c));
+    auto e3 = transport->send(peer, 7, blk(b));
+    e1.synchronize(), e2.synchronize(), e3.synchronize();
+  } else {
+    std::vector<std::uint64_t> gone(64, 0);
+    auto cancelled = transport->recv(peer, 7, blk(gone));
+    cancelled.cancel();
+    EXPECT_TRUE(cancelled.query());
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto r9 = transport->recv(peer, 9, blk(c));  // posted first, matched second: tags, not order
+    auto r7a = transport->recv(peer, 7, blk(a));
+    auto r7b = transport->recv(peer, 7, blk(b));
+    r7b.synchronize(), r9.synchronize(), r7a.synchronize();
+    for (std::size_t i = 0; i < 64; ++i) {
+      EXPECT_EQ(a[i], 1000 + i);
+      EXPECT_EQ(b[i], 2000 + i);
+      EXPECT_EQ(gone[i], 0u);
+    }
+    for (std::size_t i = 0; i < 32; ++i) EXPECT_EQ(c[i], 3000 + i);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 }  // namespace
