@@ -40,24 +40,6 @@ class CudaEvent final : public transfer::EventState {
   bool done_ = false;
 };
 
-// An event that owns a buffer its operations use (a staging buffer): the buffer is freed only after
-// the event completed.
-class HoldingEvent final : public transfer::EventState {
- public:
-  HoldingEvent(std::shared_ptr<CudaEvent> ev, Buffer buffer) : ev_(std::move(ev)), buffer_(std::move(buffer)) {
-    bytes = ev_->bytes;
-  }
-  ~HoldingEvent() override {
-    if (!ev_->query()) cudaEventSynchronize(ev_->get());
-  }
-  bool query() override { return ev_->query(); }
-  void synchronize() override { ev_->synchronize(); }
-
- private:
-  std::shared_ptr<CudaEvent> ev_;
-  Buffer buffer_;
-};
-
 // An event recorded on `s` now (after everything queued on it so far).
 inline transfer::Event record_event(cudaStream_t s, std::uint64_t bytes) {
   auto ev = std::make_shared<CudaEvent>();

@@ -46,6 +46,24 @@ NcclComm::NcclComm(int nranks, int rank, const NcclId& id) : size_(nranks), rank
   comm_ = c;
 }
 
+std::vector<std::unique_ptr<NcclComm>> NcclComm::create_grouped(const std::vector<NcclInit>& inits) {
+  std::vector<ncclComm_t> c(inits.size(), nullptr);
+  KVGRID_NCCL_CHECK(ncclGroupStart());
+  ncclResult_t first = ncclSuccess;
+  for (std::size_t i = 0; i < inits.size() && first == ncclSuccess; ++i) {
+    ncclUniqueId uid;
+    std::memcpy(&uid, inits[i].id.data(), sizeof uid);
+    first = ncclCommInitRank(&c[i], inits[i].nranks, uid, inits[i].rank);
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  if (first != ncclSuccess) fail("ncclCommInitRank (grouped)", std::string("NCCL: ") + ncclGetErrorString(first), __FILE__, __LINE__);
+  if (end != ncclSuccess) fail("ncclGroupEnd (communicator creation)", std::string("NCCL: ") + ncclGetErrorString(end), __FILE__, __LINE__);
+  std::vector<std::unique_ptr<NcclComm>> out;
+  for (std::size_t i = 0; i < inits.size(); ++i)
+    out.push_back(std::unique_ptr<NcclComm>(new NcclComm(c[i], inits[i].nranks, inits[i].rank)));
+  return out;
+}
+
 NcclComm::~NcclComm() {
   if (comm_) ncclCommDestroy(as_comm(comm_));
 }
@@ -62,97 +80,131 @@ void NcclComm::recv(void* buf, std::size_t bytes, int peer, cudaStream_t s) {
 void NcclComm::group_start() { KVGRID_NCCL_CHECK(ncclGroupStart()); }
 void NcclComm::group_end() { KVGRID_NCCL_CHECK(ncclGroupEnd()); }
 
-namespace {
-std::size_t total(const std::vector<HostPart>& parts) {
-  std::size_t n = 0;
-  for (const auto& p : parts) n += p.bytes;
-  return n;
-}
-transfer::Event holding(cudaStream_t s, std::size_t bytes, Buffer buffer) {
-  auto ev = std::make_shared<CudaEvent>();
-  ev->bytes = bytes;
-  KVGRID_CUDA_CHECK(cudaEventRecord(ev->get(), s));
-  return transfer::Event(std::make_shared<HoldingEvent>(std::move(ev), std::move(buffer)));
-}
-
-// A staged receive: complete when ncclRecv has landed in the staging buffer and the parts have been
-// copied out of it. The copy-out is a plain cudaMemcpy made when the receive is seen complete, so
-// posting a receive never blocks the host (an asynchronous copy into pageable memory would wait for
-// the receive, i.e. for the peer, inside recv()).
-class ScatterEvent final : public transfer::EventState {
- public:
-  ScatterEvent(std::shared_ptr<CudaEvent> ev, Buffer staging, std::vector<HostPart> parts)
-      : ev_(std::move(ev)), staging_(std::move(staging)), parts_(std::move(parts)) {
-    bytes = ev_->bytes;
+struct StagedPointToPoint::Streams {
+  cudaStream_t stage = nullptr, send = nullptr, recv = nullptr;
+  Streams() {
+    for (cudaStream_t* s : {&stage, &send, &recv}) KVGRID_CUDA_CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
   }
-  ~ScatterEvent() override {
-    if (!ev_->query()) cudaEventSynchronize(ev_->get());  // ncclRecv still writes into staging_
+  ~Streams() {
+    for (cudaStream_t s : {stage, send, recv})
+      if (s) {
+        cudaStreamSynchronize(s);
+        cudaStreamDestroy(s);
+      }
+  }
+  Streams(const Streams&) = delete;
+  Streams& operator=(const Streams&) = delete;
+};
+
+// One staged send or receive: complete when its NCCL operation is (recorded as `ev_` on its stream)
+// and, for a receive, its parts have been copied out of the staging buffer — a plain cudaMemcpy made
+// when the receive is seen complete (an asynchronous copy into pageable memory posted with the
+// receive would wait for it, i.e. for the peer, inside recv()). The staging buffer is freed once it
+// is no longer read or written: at completion, or, dropped before, on the operation's stream behind it.
+struct StagedPointToPoint::Staged final : transfer::EventState {
+  Staged(std::shared_ptr<Streams> streams, cudaStream_t op, void* staging, std::size_t n, std::vector<HostPart> out)
+      : streams_(std::move(streams)), op_(op), staging_(staging), out_(std::move(out)) {
+    bytes = n;
+    KVGRID_CUDA_CHECK(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming));
+  }
+  ~Staged() override {
+    if (staging_) cudaFreeAsync(staging_, recorded_ ? op_ : streams_->stage);  // (not thrown: a destructor)
+    if (ev_) cudaEventDestroy(ev_);
+  }
+  void record(cudaStream_t s) {
+    KVGRID_CUDA_CHECK(cudaEventRecord(ev_, s));
+    recorded_ = true;
   }
   bool query() override {
-    if (scattered_) return true;
-    if (!ev_->query()) return false;
-    scatter();
+    if (done_) return true;
+    if (!recorded_) return false;  // in a group not ended yet
+    const cudaError_t e = cudaEventQuery(ev_);
+    if (e == cudaErrorNotReady) return false;
+    KVGRID_CUDA_CHECK(e);
+    finish();
     return true;
   }
   void synchronize() override {
-    if (scattered_) return;
-    ev_->synchronize();
-    scatter();
+    if (done_) return;
+    if (!recorded_) throw Error("a staged NCCL operation waited for inside its group (call group_end first)");
+    KVGRID_CUDA_CHECK(cudaEventSynchronize(ev_));
+    finish();
   }
 
  private:
-  void scatter() {
+  void finish() {
     std::size_t at = 0;
-    for (const auto& p : parts_) {
-      KVGRID_CUDA_CHECK(cudaMemcpy(p.data, staging_.as<char>() + at, p.bytes, cudaMemcpyDefault));
+    for (const auto& p : out_) {
+      KVGRID_CUDA_CHECK(cudaMemcpy(p.data, static_cast<char*>(staging_) + at, p.bytes, cudaMemcpyDefault));
       at += p.bytes;
     }
-    scattered_ = true;
+    // Nothing reads or writes it any more: freed on the copy stream (never behind a pending NCCL call).
+    KVGRID_CUDA_CHECK(cudaFreeAsync(staging_, streams_->stage));
+    staging_ = nullptr;
+    done_ = true;
   }
-  std::shared_ptr<CudaEvent> ev_;
-  Buffer staging_;
-  std::vector<HostPart> parts_;
-  bool scattered_ = false;
+  std::shared_ptr<Streams> streams_;
+  cudaStream_t op_;
+  void* staging_;
+  std::vector<HostPart> out_;  // a receive's parts (empty for a send)
+  cudaEvent_t ev_ = nullptr;
+  bool recorded_ = false, done_ = false;
 };
-}  // namespace
 
-StagedPointToPoint::StagedPointToPoint(NcclComm& comm) : comm_(comm) {
-  for (cudaStream_t* s : {&stage_, &send_, &recv_}) KVGRID_CUDA_CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
-}
+StagedPointToPoint::StagedPointToPoint(NcclComm& comm) : comm_(comm), streams_(std::make_shared<Streams>()) {}
 
 StagedPointToPoint::~StagedPointToPoint() {
-  for (cudaStream_t s : {stage_, send_, recv_})
-    if (s) {
-      cudaStreamSynchronize(s);
-      cudaStreamDestroy(s);
+  if (grouped_) ncclGroupEnd();  // (a group left open by an exception)
+}
+
+void StagedPointToPoint::group_start() {
+  if (grouped_) throw Error("StagedPointToPoint: nested group");
+  comm_.group_start();
+  grouped_ = true;
+}
+
+void StagedPointToPoint::group_end() {
+  if (!grouped_) throw Error("StagedPointToPoint: group_end without group_start");
+  grouped_ = false;
+  comm_.group_end();
+  for (auto& [op, s] : deferred_) op->record(s);
+  deferred_.clear();
+}
+
+transfer::Event StagedPointToPoint::send(int peer, const std::vector<HostPart>& parts) { return post(true, peer, parts); }
+transfer::Event StagedPointToPoint::recv(int peer, const std::vector<HostPart>& parts) { return post(false, peer, parts); }
+
+transfer::Event StagedPointToPoint::post(bool sending, int peer, const std::vector<HostPart>& parts) {
+  std::size_t n = 0;
+  for (const auto& p : parts) n += p.bytes;
+  Streams& s = *streams_;
+  const cudaStream_t op = sending ? s.send : s.recv;
+  void* staging = nullptr;
+  KVGRID_CUDA_CHECK(cudaMallocAsync(&staging, std::max<std::size_t>(n, 16), s.stage));
+  cudaEvent_t ready = nullptr;
+  KVGRID_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+  if (sending) {
+    // The gather runs on the copy stream: a copy from pageable memory waits for its stream, and the
+    // send stream may hold an earlier ncclSend that waits for its peer.
+    std::size_t at = 0;
+    for (const auto& p : parts) {
+      KVGRID_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(staging) + at, p.data, p.bytes, cudaMemcpyDefault, s.stage));
+      at += p.bytes;
     }
-}
-
-transfer::Event StagedPointToPoint::send(int peer, const std::vector<HostPart>& parts) {
-  const std::size_t n = total(parts);
-  Buffer staging(std::max<std::size_t>(n, 16), MemoryKind::Scratch);
-  // The gather runs on a stream of copies only: a copy from pageable memory waits for its stream,
-  // and send_ may hold an earlier ncclSend that waits for its peer.
-  std::size_t at = 0;
-  for (const auto& p : parts) {
-    KVGRID_CUDA_CHECK(cudaMemcpyAsync(staging.as<char>() + at, p.data, p.bytes, cudaMemcpyDefault, stage_));
-    at += p.bytes;
   }
-  CudaEvent staged;
-  KVGRID_CUDA_CHECK(cudaEventRecord(staged.get(), stage_));
-  KVGRID_CUDA_CHECK(cudaStreamWaitEvent(send_, staged.get(), 0));
-  comm_.send(staging.get(), n, peer, send_);
-  return holding(send_, n, std::move(staging));
-}
-
-transfer::Event StagedPointToPoint::recv(int peer, const std::vector<HostPart>& parts) {
-  const std::size_t n = total(parts);
-  Buffer staging(std::max<std::size_t>(n, 16), MemoryKind::Scratch);
-  comm_.recv(staging.get(), n, peer, recv_);
-  auto ev = std::make_shared<CudaEvent>();
-  ev->bytes = n;
-  KVGRID_CUDA_CHECK(cudaEventRecord(ev->get(), recv_));
-  return transfer::Event(std::make_shared<ScatterEvent>(std::move(ev), std::move(staging), parts));
+  KVGRID_CUDA_CHECK(cudaEventRecord(ready, s.stage));  // the allocation (and a send's gather) before the operation
+  KVGRID_CUDA_CHECK(cudaStreamWaitEvent(op, ready, 0));
+  cudaEventDestroy(ready);  // (released once it has completed)
+  auto staged = std::make_shared<Staged>(streams_, op, staging, n, sending ? std::vector<HostPart>{} : parts);
+  if (sending)
+    comm_.send(staging, n, peer, op);
+  else
+    comm_.recv(staging, n, peer, op);
+  if (grouped_)
+    deferred_.emplace_back(staged, op);
+  else
+    staged->record(op);
+  return transfer::Event(staged);
 }
 
 StagedAllGather::StagedAllGather(NcclComm& comm) : comm_(comm) {

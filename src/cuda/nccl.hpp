@@ -15,6 +15,7 @@
 #include <array>
 #include <cstddef>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "cuda/device.hpp"
@@ -25,10 +26,18 @@ namespace kvgrid::cuda {
 using NcclId = std::array<char, 128>;
 NcclId nccl_unique_id();
 
+struct NcclInit {
+  int nranks = 0, rank = 0;
+  NcclId id{};
+};
+
 class NcclComm {
  public:
   // Collective over the group's `nranks` ranks (each passes its rank and the same id).
   NcclComm(int nranks, int rank, const NcclId& id);
+  // Several communicators at once, their ncclCommInitRank in one NCCL group: a rank in several
+  // groups (a P/D rank paired with several peers) waits for none of them one by one.
+  static std::vector<std::unique_ptr<NcclComm>> create_grouped(const std::vector<NcclInit>& inits);
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
@@ -43,6 +52,7 @@ class NcclComm {
   void group_end();
 
  private:
+  NcclComm(void* comm, int nranks, int rank) : comm_(comm), size_(nranks), rank_(rank) {}
   void* comm_ = nullptr;  // ncclComm_t
   int size_ = 0, rank_ = 0;
 };
@@ -52,11 +62,17 @@ struct HostPart {
   std::size_t bytes;
 };
 
-// The P/D transport's data plane on NCCL: a message's host parts gathered into one device buffer (a
-// stream of copies) and sent with ncclSend (a second stream), received with ncclRecv into one (a
-// third) and copied out when the receive is seen complete. Neither call blocks the host on a peer.
+// The P/D transport's data plane on NCCL: a message's host parts gathered into a device buffer (on
+// a stream of copies) and sent with ncclSend (a second stream), received with ncclRecv into one (a
+// third) and copied out when the receive is seen complete. Neither call blocks the host on a peer:
+// staging buffers are stream-ordered allocations (cudaMallocAsync / cudaFreeAsync — a cudaFree would
+// wait for the whole device, a pending receive from another peer included), and an event dropped
+// before its operation completed frees its buffer behind the operation instead of waiting for it.
 // The n-th send to a peer meets the peer's n-th receive from this rank (NCCL has no tags: the ordered
-// transport, transfer/ordered_transport.hpp, keeps tags apart). Each event owns its buffer.
+// transport, transfer/ordered_transport.hpp, keeps tags apart). Operations of one communicator are
+// serialized by NCCL: give each pair of peers a communicator of its own (transfer/nccl_data.cpp), or
+// two peers' operations queued in different orders on different ranks wait for each other.
+// The events' synchronize() blocks in CUDA; callers that must keep making progress poll query().
 class StagedPointToPoint {
  public:
   explicit StagedPointToPoint(NcclComm& comm);
@@ -65,10 +81,21 @@ class StagedPointToPoint {
   StagedPointToPoint& operator=(const StagedPointToPoint&) = delete;
   transfer::Event send(int peer, const std::vector<HostPart>& parts);
   transfer::Event recv(int peer, const std::vector<HostPart>& parts);
+  // Sends and receives as one NCCL group (a rank's send to itself needs its receive in the same
+  // group). NCCL queues a group's operations at group_end, so their events are recorded then: until
+  // group_end they report not complete.
+  void group_start();
+  void group_end();
+
+  struct Streams;  // (shared with the events: a dropped event frees its staging on them)
+  struct Staged;
 
  private:
+  transfer::Event post(bool sending, int peer, const std::vector<HostPart>& parts);
   NcclComm& comm_;
-  cudaStream_t stage_ = nullptr, send_ = nullptr, recv_ = nullptr;
+  std::shared_ptr<Streams> streams_;
+  bool grouped_ = false;
+  std::vector<std::pair<std::shared_ptr<Staged>, cudaStream_t>> deferred_;  // recorded at group_end
 };
 
 class StagedAllGather {

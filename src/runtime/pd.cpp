@@ -154,8 +154,11 @@ PdLink::PdLink(const ExperimentConfig& exp, const RankGrid& grid, cache::KvPool&
   leader_peer_ = role_ == PdRole::Prefill ? grid.spec().groups[0].shape.size() : 0;
   // engine.collectives: MPI's tagged point-to-point, or the ordered transport over NCCL (or over MPI
   // on one tag: its ordering layer without a GPU).
-  if (exp.engine.collectives == "nccl")
-    link_ = transfer::make_ordered_transport(grid.world(), transfer::make_nccl_plane(grid.world()));
+  if (exp.engine.collectives == "nccl") {
+    std::vector<int> peers;
+    for (const auto& leg : legs_) peers.push_back(leg.peer);
+    link_ = transfer::make_ordered_transport(grid.world(), transfer::make_nccl_plane(grid.world(), std::move(peers)));
+  }
   else if (exp.engine.collectives == "mpi_ordered")
     link_ = transfer::make_ordered_transport(grid.world(), transfer::make_mpi_ordered_plane(grid.world()));
   else

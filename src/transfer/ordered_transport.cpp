@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <map>
 #include <string>
 #include <vector>
@@ -109,6 +110,13 @@ class Core : public std::enable_shared_from_this<Core> {
   }
   ~Core() {
     remove_wait_progress(hook_);
+    // Messages announced but never received (a cancelled receive's, a run stopped early): their data
+    // receives are posted into holding buffers that go now — withdrawn (MPI) or let land first.
+    for (auto& [peer, q] : held_)
+      for (auto& h : q) try {
+          h.data.cancel();
+        } catch (const std::exception&) {  // (a destructor: the run is ending anyway)
+        }
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
   std::string_view plane_name() const { return plane_->name(); }
@@ -217,6 +225,7 @@ void OrderedRecv::synchronize() {
 
 void OrderedRecv::cancel() {
   if (done) return;
+  if (!matched) core_->progress();  // an announcement already here matches first, as an MPI message that arrived
   if (!matched) {  // nothing posted on the plane: withdraw it (a later message of its tag is held instead)
     core_->forget(this);
     cancelled = done = true;

@@ -13,7 +13,12 @@
 //    receive with that tag takes (MPI's unexpected messages);
 //  * a cancelled receive matches nothing; a message announced after it is held for a later receive,
 //    as a cancelled MPI receive leaves its message to the next matching one.
-// Progress is made whenever a receive is posted, queried or waited for.
+// Progress is made whenever a receive is posted, queried or waited for, and at every poll of a wait
+// on the thread that built the transport (core/wait.hpp's progress hooks).
+// What a plane must provide: per pair of ranks, order; across pairs, independence — one peer's
+// pending operation never holds back another peer's (the NCCL plane: a communicator per pair).
+// Buggy variant (jobs/mutants.txt ordered_transport_ignores_tags): pairing by order alone, as NCCL
+// does — layers posted in another order land in the wrong pages.
 #pragma once
 
 #include <mpi.h>
@@ -38,8 +43,12 @@ class DataPlane {
 
 // MPI on one data tag (posting order only, as NCCL): the "mpi_ordered" plane.
 std::unique_ptr<DataPlane> make_mpi_ordered_plane(MPI_Comm comm);
-// NCCL over comm's ranks (collective: every rank of comm calls it); InputError without NCCL.
-std::unique_ptr<DataPlane> make_nccl_plane(MPI_Comm comm);
+// NCCL between this rank and each of `peers` (ranks of comm; the relation must be symmetric: a
+// peer lists this rank too): a two-rank communicator per pair, built from ids exchanged over comm
+// (every rank of comm calls it, an empty list included). One communicator for all would serialize
+// every peer's operations in one order, and ranks that queued two peers' messages in different
+// orders would wait for each other. InputError without NCCL.
+std::unique_ptr<DataPlane> make_nccl_plane(MPI_Comm comm, std::vector<int> peers);
 
 std::unique_ptr<KvTransport> make_ordered_transport(MPI_Comm comm, std::unique_ptr<DataPlane> plane);
 

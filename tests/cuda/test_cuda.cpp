@@ -308,15 +308,21 @@ TEST(CudaNccl, SizeOneCommunicatorGathersAndSendsToItself) {
   EXPECT_TRUE(std::equal(r1.begin(), r1.end(), host.begin() + 7));
   // The P/D data plane's path: three host parts gathered, sent to itself, received and scattered
   // into two parts of other sizes (send and receive in one NCCL group: a rank's send to itself
-  // needs its receive posted with it).
-  StagedPointToPoint p2p(comm);
+  // needs its receive posted with it; their events are recorded when the group ends).
+  // Over a communicator of its own, created with another in one NCCL group (as the P/D plane
+  // creates one per peer).
+  auto pair = NcclComm::create_grouped({{1, 0, nccl_unique_id()}, {1, 0, nccl_unique_id()}});
+  ASSERT_EQ(pair.size(), 2u);
+  EXPECT_EQ(pair[1]->size(), 1);
+  StagedPointToPoint p2p(*pair[1]);
   std::vector<std::uint64_t> x(1000), y(3096);
   std::vector<HostPart> out{{host.data(), 100 * 8}, {host.data() + 100, 3000 * 8}, {host.data() + 3100, 996 * 8}};
   std::vector<HostPart> in{{x.data(), x.size() * 8}, {y.data(), y.size() * 8}};
-  comm.group_start();
+  p2p.group_start();
   auto sent = p2p.send(0, out);
   auto received = p2p.recv(0, in);
-  comm.group_end();
+  EXPECT_FALSE(received.query());  // recorded at group_end, after NCCL queued the group
+  p2p.group_end();
   received.synchronize();
   sent.synchronize();
   EXPECT_TRUE(std::equal(x.begin(), x.end(), host.begin()));
