@@ -4,7 +4,8 @@
 // on the same tags arriving in order. The received pages fold exactly like the sent ones. Both the
 // MPI transport and the ordered transport (engine.collectives = nccl's, over an MPI data plane that
 // pairs by posting order alone, as NCCL does) — which must hold the early layers' messages for the
-// receives posted later, and keep a cancelled receive from swallowing a later message.
+// receives posted later (each path forced in a test of its own), and keep a cancelled receive from
+// swallowing a later message.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -120,6 +121,51 @@ TEST(KvTransport, OrderedTransportCancelLeavesTheMessageToTheNextReceive) {
     for (std::size_t i = 0; i < 32; ++i) EXPECT_EQ(c[i], 3000 + i);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Each matching path forced: every receive posted before any announcement arrives (queued receives
+// matched by tag), and every message announced before any receive is posted (held messages: the
+// marker's receive completing proves the earlier announcements were taken, in order). In both,
+// receives posted in the opposite order get their own tag's bytes.
+TEST(KvTransport, OrderedTransportMatchesByTagWhetherTheReceiveOrTheMessageComesFirst) {
+  const int n = testing::world_size(), me = testing::world_rank();
+  if (n < 2 || n % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  const bool sender = me < n / 2;
+  const int peer = sender ? me + n / 2 : me - n / 2;
+  const auto blk = [](std::vector<std::uint64_t>& v) { return std::vector<transfer::Block>{{v.data(), v.size() * 8}}; };
+  constexpr int kMessages = 6;
+  for (const bool held : {false, true}) {
+    SCOPED_TRACE(held ? "messages first (held)" : "receives first (queued)");
+    auto transport = make(true);
+    std::vector<std::vector<std::uint64_t>> buf(kMessages, std::vector<std::uint64_t>(16, 0));
+    std::vector<std::uint64_t> marker(1, 0);
+    std::vector<transfer::Event> events;
+    if (sender) {
+      for (int m = 0; m < kMessages; ++m)
+        for (std::size_t i = 0; i < 16; ++i) buf[m][i] = 100 * static_cast<std::uint64_t>(m) + i + 1;
+      marker[0] = 77;
+      if (!held) MPI_Barrier(MPI_COMM_WORLD);  // every receive is posted
+      for (int m = 0; m < kMessages; ++m) events.push_back(transport->send(peer, 10 + m, blk(buf[m])));
+      events.push_back(transport->send(peer, 99, blk(marker)));
+    } else {
+      if (held) {
+        transport->recv(peer, 99, blk(marker)).synchronize();  // the six before it are held now
+        EXPECT_EQ(marker[0], 77u);
+      }
+      for (int m = kMessages; m-- > 0;) events.push_back(transport->recv(peer, 10 + m, blk(buf[m])));
+      if (!held) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        events.push_back(transport->recv(peer, 99, blk(marker)));
+      }
+    }
+    for (auto& e : events) e.synchronize();
+    if (!sender) {
+      EXPECT_EQ(marker[0], 77u);
+      for (int m = 0; m < kMessages; ++m)
+        for (std::size_t i = 0; i < 16; ++i) EXPECT_EQ(buf[m][i], 100 * static_cast<std::uint64_t>(m) + i + 1) << "tag " << 10 + m;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
 }
 
 }  // namespace
