@@ -5,7 +5,7 @@
 // MPI transport and the ordered transport (engine.collectives = nccl's, over an MPI data plane that
 // pairs by posting order alone, as NCCL does) — which must hold the early layers' messages for the
 // receives posted later (each path forced in a test of its own), and keep a cancelled receive from
-// swallowing a later message.
+// swallowing a later message; with several peers (4+ ranks) each peer's messages stay its own.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -166,6 +166,44 @@ TEST(KvTransport, OrderedTransportMatchesByTagWhetherTheReceiveOrTheMessageComes
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
+}
+
+// Many to many: every rank of the first half sends to every rank of the second half, the same tags
+// to each peer, each sender in its own order; each receiver posts its receives interleaving the
+// peers in another order. Bytes are matched per (peer, tag), never across peers.
+TEST(KvTransport, OrderedTransportKeepsPeersApart) {
+  const int n = testing::world_size(), me = testing::world_rank();
+  if (n < 4 || n % 2 != 0) GTEST_SKIP() << "needs an even number of ranks, at least 4";
+  const int half = n / 2;
+  const bool sender = me < half;
+  const auto blk = [](std::vector<std::uint64_t>& v) { return std::vector<transfer::Block>{{v.data(), v.size() * 8}}; };
+  const auto value = [](int from, int to, int tag, std::size_t i) {
+    return static_cast<std::uint64_t>(from) * 1000000 + static_cast<std::uint64_t>(to) * 10000 + static_cast<std::uint64_t>(tag) * 100 + i;
+  };
+  constexpr int kTags = 4;
+  auto transport = make(true);
+  std::vector<std::vector<std::uint64_t>> buf(static_cast<std::size_t>(half * kTags), std::vector<std::uint64_t>(8, 0));
+  std::vector<transfer::Event> events;
+  for (int k = 0; k < half * kTags; ++k) {
+    // Senders walk (peer, tag) from their own offset; receivers walk it backwards, tags outermost.
+    const int j = sender ? (k + me) % (half * kTags) : half * kTags - 1 - k;
+    const int peer = (sender ? j % half : j / kTags) + (sender ? half : 0);
+    const int tag = sender ? j / half : j % kTags;
+    auto& b = buf[static_cast<std::size_t>((peer % half) * kTags + tag)];
+    if (sender) {
+      for (std::size_t i = 0; i < b.size(); ++i) b[i] = value(me, peer, tag, i);
+      events.push_back(transport->send(peer, 20 + tag, blk(b)));
+    } else {
+      events.push_back(transport->recv(peer, 20 + tag, blk(b)));
+    }
+  }
+  for (auto& e : events) e.synchronize();
+  if (!sender)
+    for (int from = 0; from < half; ++from)
+      for (int tag = 0; tag < kTags; ++tag)
+        for (std::size_t i = 0; i < 8; ++i)
+          EXPECT_EQ(buf[static_cast<std::size_t>(from * kTags + tag)][i], value(from, me, tag, i)) << "from " << from << " tag " << tag;
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 }  // namespace
