@@ -9,6 +9,7 @@
 #include "core/check.hpp"
 #include "core/wait.hpp"
 #include "transfer/gather_collective.hpp"
+#include "transfer/polled_event.hpp"
 #include "transfer/ordered_transport.hpp"
 #ifdef KVGRID_HAVE_NCCL
 #include "cuda/nccl.hpp"
@@ -28,26 +29,6 @@ std::unique_ptr<cuda::NcclComm> nccl_over(MPI_Comm group) {
   if (rank == 0) id = cuda::nccl_unique_id();
   KVGRID_MPI_CHECK(MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, group));
   return std::make_unique<cuda::NcclComm>(size, rank, id);
-}
-
-// A GPU event whose synchronize() polls through core/wait (the watchdog, the wait's progress
-// hooks: the ordered transport's announcements) instead of blocking in CUDA.
-class Polled final : public EventState {
- public:
-  Polled(Event inner, std::string what) : inner_(std::move(inner)), what_(std::move(what)) {}
-  bool query() override { return inner_.query(); }
-  void synchronize() override {
-    if (!inner_.query()) wait_until([this] { return inner_.query(); }, what_);
-  }
-
- private:
-  Event inner_;
-  std::string what_;
-};
-Event polled(Event e, std::string what) {
-  auto p = std::make_shared<Polled>(e, std::move(what));
-  p->bytes = e.bytes();
-  return Event(std::move(p));
 }
 
 class NcclGather final : public GatherCollective {

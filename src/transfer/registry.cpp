@@ -10,6 +10,7 @@
 #include "cuda/check.hpp"
 #include "cuda/device.hpp"
 #include "cuda/engine.hpp"
+#include "transfer/polled_event.hpp"
 #endif
 
 namespace kvgrid::transfer {
@@ -17,13 +18,31 @@ namespace kvgrid::transfer {
 std::unique_ptr<TransferEngine> make_simulated_engine(const EngineConfig& cfg);
 std::unique_ptr<TransferEngine> make_threaded_engine(const EngineConfig& cfg);
 
+#ifdef KVGRID_HAVE_CUDA
+namespace {
+// The cuda engine as the stack sees it: its events wait through core/wait (polled_event.hpp).
+class Watched final : public TransferEngine {
+ public:
+  explicit Watched(std::unique_ptr<TransferEngine> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return inner_->name(); }
+  Event submit(StreamId stream, std::vector<Copy> batch) override {
+    return polled(inner_->submit(stream, std::move(batch)), "a CUDA copy batch on stream " + std::to_string(stream));
+  }
+  void inject(std::uint64_t delay_ns, bool fail) override { inner_->inject(delay_ns, fail); }
+
+ private:
+  std::unique_ptr<TransferEngine> inner_;
+};
+}  // namespace
+#endif
+
 std::unique_ptr<TransferEngine> make_engine(const EngineConfig& cfg) {
   if (cfg.backend == "simulated") return make_simulated_engine(cfg);
   if (cfg.backend == "threaded") return make_threaded_engine(cfg);
 #ifdef KVGRID_HAVE_CUDA
   if (cfg.backend == "cuda") {
     try {
-      return cuda::make_cuda_engine(cfg, cuda::parse_copy_mode(cfg.cuda_copy));
+      return std::make_unique<Watched>(cuda::make_cuda_engine(cfg, cuda::parse_copy_mode(cfg.cuda_copy)));
     } catch (const std::invalid_argument& e) {
       throw InputError(e.what());
     }

@@ -5,6 +5,8 @@
 #include <numeric>
 
 #include "core/check.hpp"
+#include "core/wait.hpp"
+#include "transfer/polled_event.hpp"
 #include "transfer/transfer_engine.hpp"
 
 namespace kvgrid::transfer {
@@ -183,6 +185,45 @@ TEST(KvPoolTransfer, IncompatiblePoolsAreRefused) {
   cache::KvPool b({Pages(4), Tokens(4), 0, 2, {0}, 2, cache::Payload::Digest});
   std::vector<PageId> p = {PageId(1)};
   EXPECT_THROW(cache::layer_copies(a, p, b, p), InternalError);
+}
+
+// The GPU backends' events reach the stack through transfer::polled (the cuda engine, the NCCL
+// gather and P/D plane): their wait polls through core/wait — never the event's own blocking
+// synchronize —, bytes and a failure known only at completion carry over, and one that never
+// completes ends in the watchdog naming it.
+TEST(PolledEvent, WaitsThroughCoreWaitAndKeepsTheEventsState) {
+  struct Countdown final : transfer::EventState {
+    int left = 0;
+    bool query() override {
+      if (left > 0 && --left == 0) failed = true;  // (the failure is learnt at completion)
+      return left == 0;
+    }
+    void synchronize() override { ADD_FAILURE() << "the blocking synchronize was called"; }
+  };
+  auto c = std::make_shared<Countdown>();
+  c->left = 5;
+  c->bytes = 42;
+  const transfer::Event e = transfer::polled(transfer::Event(c), "a countdown");
+  EXPECT_EQ(e.bytes(), 42u);
+  EXPECT_FALSE(e.failed());
+  EXPECT_FALSE(e.query());
+  e.synchronize();
+  EXPECT_TRUE(e.query());
+  EXPECT_TRUE(e.failed());
+  EXPECT_EQ(c->left, 0);
+
+  auto never = std::make_shared<Countdown>();
+  never->left = 1 << 30;
+  const transfer::Event n = transfer::polled(transfer::Event(never), "a copy that never lands");
+  const auto deadline = wait_deadline();
+  set_wait_deadline(std::chrono::duration<double>(0.05));
+  try {
+    n.synchronize();
+    ADD_FAILURE() << "no watchdog";
+  } catch (const WatchdogTimeout& w) {
+    EXPECT_NE(std::string(w.what()).find("a copy that never lands"), std::string::npos) << w.what();
+  }
+  set_wait_deadline(deadline);
 }
 
 }  // namespace
