@@ -80,17 +80,31 @@ void NcclComm::recv(void* buf, std::size_t bytes, int peer, cudaStream_t s) {
 void NcclComm::group_start() { KVGRID_NCCL_CHECK(ncclGroupStart()); }
 void NcclComm::group_end() { KVGRID_NCCL_CHECK(ncclGroupEnd()); }
 
+// The streams and the staging buffers' memory pool of one StagedPointToPoint. The pool is its own,
+// and a freed block is not reused behind another stream's pending work: from the device's default
+// pool, a buffer freed behind a pending ncclRecv could be handed to the next allocation on the copy
+// stream with a wait for that receive — one peer's work held up by another's.
 struct StagedPointToPoint::Streams {
   cudaStream_t stage = nullptr, send = nullptr, recv = nullptr;
+  cudaMemPool_t pool = nullptr;
   Streams() {
     for (cudaStream_t* s : {&stage, &send, &recv}) KVGRID_CUDA_CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+    int device = 0;
+    KVGRID_CUDA_CHECK(cudaGetDevice(&device));
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    KVGRID_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+    int off = 0;
+    KVGRID_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &off));
   }
   ~Streams() {
     for (cudaStream_t s : {stage, send, recv})
-      if (s) {
-        cudaStreamSynchronize(s);
-        cudaStreamDestroy(s);
-      }
+      if (s) cudaStreamSynchronize(s);  // (every buffer freed)
+    if (pool) cudaMemPoolDestroy(pool);
+    for (cudaStream_t s : {stage, send, recv})
+      if (s) cudaStreamDestroy(s);
   }
   Streams(const Streams&) = delete;
   Streams& operator=(const Streams&) = delete;
@@ -154,7 +168,14 @@ struct StagedPointToPoint::Staged final : transfer::EventState {
 StagedPointToPoint::StagedPointToPoint(NcclComm& comm) : comm_(comm), streams_(std::make_shared<Streams>()) {}
 
 StagedPointToPoint::~StagedPointToPoint() {
-  if (grouped_) ncclGroupEnd();  // (a group left open by an exception)
+  if (!grouped_) return;
+  // A group left open by an exception: NCCL queues it now, so its events (and the frees behind
+  // them) go after it.
+  ncclGroupEnd();
+  for (auto& [op, st] : deferred_) try {
+      op->record(st);
+    } catch (const Error&) {  // (a destructor)
+    }
 }
 
 void StagedPointToPoint::group_start() {
@@ -180,7 +201,7 @@ transfer::Event StagedPointToPoint::post(bool sending, int peer, const std::vect
   Streams& s = *streams_;
   const cudaStream_t op = sending ? s.send : s.recv;
   void* staging = nullptr;
-  KVGRID_CUDA_CHECK(cudaMallocAsync(&staging, std::max<std::size_t>(n, 16), s.stage));
+  KVGRID_CUDA_CHECK(cudaMallocFromPoolAsync(&staging, std::max<std::size_t>(n, 16), s.pool, s.stage));
   cudaEvent_t ready = nullptr;
   KVGRID_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
   if (sending) {

@@ -54,20 +54,26 @@ class NcclPlane final : public DataPlane {
     peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
     int me = 0;
     KVGRID_MPI_CHECK(MPI_Comm_rank(comm, &me));
-    // Ids: the lower rank of each pair makes it and sends it to the higher (all at once, then one wait).
+    // Ids: the lower rank of each pair makes it and sends it to the higher, which answers (all at
+    // once, then one wait): a peer list that is not symmetric stops here, in a wait the watchdog
+    // sees, not in ncclGroupEnd.
     MPI_Comm ids = MPI_COMM_NULL;
     KVGRID_MPI_CHECK(MPI_Comm_dup(comm, &ids));
     std::vector<cuda::NcclInit> inits(peers.size());
-    std::vector<MPI_Request> reqs(peers.size(), MPI_REQUEST_NULL);
+    std::vector<MPI_Request> reqs(2 * peers.size(), MPI_REQUEST_NULL);
+    std::vector<char> acks(peers.size(), 1);
     for (std::size_t i = 0; i < peers.size(); ++i) {
       KVGRID_CHECK(peers[i] != me, "P/D over NCCL: rank ", me, " paired with itself");
       inits[i].nranks = 2;
       inits[i].rank = me < peers[i] ? 0 : 1;
+      const int bytes = static_cast<int>(inits[i].id.size());
       if (inits[i].rank == 0) {
         inits[i].id = cuda::nccl_unique_id();
-        KVGRID_MPI_CHECK(MPI_Isend(inits[i].id.data(), static_cast<int>(inits[i].id.size()), MPI_BYTE, peers[i], 0, ids, &reqs[i]));
+        KVGRID_MPI_CHECK(MPI_Isend(inits[i].id.data(), bytes, MPI_BYTE, peers[i], 0, ids, &reqs[2 * i]));
+        KVGRID_MPI_CHECK(MPI_Irecv(&acks[i], 1, MPI_BYTE, peers[i], 1, ids, &reqs[2 * i + 1]));
       } else {
-        KVGRID_MPI_CHECK(MPI_Irecv(inits[i].id.data(), static_cast<int>(inits[i].id.size()), MPI_BYTE, peers[i], 0, ids, &reqs[i]));
+        KVGRID_MPI_CHECK(MPI_Irecv(inits[i].id.data(), bytes, MPI_BYTE, peers[i], 0, ids, &reqs[2 * i]));
+        KVGRID_MPI_CHECK(MPI_Isend(&acks[i], 1, MPI_BYTE, peers[i], 1, ids, &reqs[2 * i + 1]));
       }
     }
     wait_mpi_all(reqs, "the NCCL ids of this rank's P/D peers");

@@ -111,10 +111,11 @@ class Core : public std::enable_shared_from_this<Core> {
   ~Core() {
     remove_wait_progress(hook_);
     // Messages announced but never received (a cancelled receive's, a run stopped early): their data
-    // receives are posted into holding buffers that go now — withdrawn (MPI) or let land first.
+    // receives are posted into holding buffers that go now. The data was sent after its announcement:
+    // let it land (a cancel could withdraw the receive and leave the sender's request pending).
     for (auto& [peer, q] : held_)
       for (auto& h : q) try {
-          h.data.cancel();
+          h.data.synchronize();
         } catch (const std::exception&) {  // (a destructor: the run is ending anyway)
         }
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);

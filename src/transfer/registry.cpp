@@ -119,13 +119,19 @@ class JoinedEvent final : public EventState {
   bool query() override {
     for (const auto& p : parts_)
       if (!p.query()) return false;
+    completed();
     return true;
   }
   void synchronize() override {
     for (const auto& p : parts_) p.synchronize();
+    completed();
   }
 
  private:
+  // A part may learn its failure only at completion (transfer/polled_event.hpp).
+  void completed() {
+    for (const auto& p : parts_) failed = failed || p.failed();
+  }
   std::vector<Event> parts_;
 };
 

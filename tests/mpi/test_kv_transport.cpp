@@ -185,7 +185,8 @@ TEST(KvTransport, OrderedTransportKeepsPeersApart) {
   std::vector<std::vector<std::uint64_t>> buf(static_cast<std::size_t>(half * kTags), std::vector<std::uint64_t>(8, 0));
   std::vector<transfer::Event> events;
   for (int k = 0; k < half * kTags; ++k) {
-    // Senders walk (peer, tag) from their own offset; receivers walk it backwards, tags outermost.
+    // Senders walk (tag, peer) — peers interleaved — from their own offset; receivers walk
+    // (peer, tag) backwards, peers outermost.
     const int j = sender ? (k + me) % (half * kTags) : half * kTags - 1 - k;
     const int peer = (sender ? j % half : j / kTags) + (sender ? half : 0);
     const int tag = sender ? j / half : j % kTags;
@@ -198,11 +199,13 @@ TEST(KvTransport, OrderedTransportKeepsPeersApart) {
     }
   }
   for (auto& e : events) e.synchronize();
-  if (!sender)
+  if (!sender) {
     for (int from = 0; from < half; ++from)
       for (int tag = 0; tag < kTags; ++tag)
-        for (std::size_t i = 0; i < 8; ++i)
+        for (std::size_t i = 0; i < 8; ++i) {
           EXPECT_EQ(buf[static_cast<std::size_t>(from * kTags + tag)][i], value(from, me, tag, i)) << "from " << from << " tag " << tag;
+        }
+  }
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

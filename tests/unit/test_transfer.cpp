@@ -211,6 +211,13 @@ TEST(PolledEvent, WaitsThroughCoreWaitAndKeepsTheEventsState) {
   EXPECT_TRUE(e.query());
   EXPECT_TRUE(e.failed());
   EXPECT_EQ(c->left, 0);
+  // ... and through a joined event (a P/D send: announcement and data; a target and a draft copy).
+  auto d = std::make_shared<Countdown>();
+  d->left = 3;
+  const transfer::Event joined = transfer::join({transfer::Event(), transfer::polled(transfer::Event(d), "a draft copy")});
+  EXPECT_FALSE(joined.failed());
+  joined.synchronize();
+  EXPECT_TRUE(joined.failed());
 
   auto never = std::make_shared<Countdown>();
   never->left = 1 << 30;
