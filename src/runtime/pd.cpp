@@ -158,11 +158,11 @@ PdLink::PdLink(const ExperimentConfig& exp, const RankGrid& grid, cache::KvPool&
     std::vector<int> peers;
     for (const auto& leg : legs_) peers.push_back(leg.peer);
     link_ = transfer::make_ordered_transport(grid.world(), transfer::make_nccl_plane(grid.world(), std::move(peers)));
-  }
-  else if (exp.engine.collectives == "mpi_ordered")
+  } else if (exp.engine.collectives == "mpi_ordered") {
     link_ = transfer::make_ordered_transport(grid.world(), transfer::make_mpi_ordered_plane(grid.world()));
-  else
+  } else {
     link_ = transfer::make_mpi_transport(grid.world());
+  }
   for (std::int64_t s = exp.engine.max_running; s-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(s));
   next_slot_ = static_cast<std::uint32_t>(exp.engine.max_running);
   slot_limit_ = static_cast<std::uint32_t>((32767 - kPdTagBase) / (std::max<std::uint64_t>(transfer_layers_, 1) + exp.model.sidecars.size()));

@@ -14,6 +14,8 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -27,6 +29,20 @@ struct Block {
   void* data;
   std::size_t bytes;
 };
+
+// A message's bytes: its blocks' sizes summed.
+inline std::uint64_t total_bytes(std::span<const Block> blocks) {
+  std::uint64_t n = 0;
+  for (const auto& b : blocks) n += b.bytes;
+  return n;
+}
+// Copies a contiguous message (`src`, total_bytes(blocks) long) into its blocks, in order.
+inline void scatter_into(const char* src, std::span<const Block> blocks) {
+  for (const auto& b : blocks) {
+    std::memcpy(b.data, src, b.bytes);
+    src += b.bytes;
+  }
+}
 
 class KvTransport {
  public:

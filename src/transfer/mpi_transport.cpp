@@ -50,11 +50,7 @@ class MpiEvent final : public EventState {
 
  private:
   void finish() {
-    std::size_t at = 0;
-    for (const auto& b : scatter) {
-      std::memcpy(b.data, staging.data() + at, b.bytes);
-      at += b.bytes;
-    }
+    scatter_into(staging.data(), scatter);
     staging.clear();
     staging.shrink_to_fit();
     done_ = true;

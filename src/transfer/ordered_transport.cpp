@@ -1,6 +1,5 @@
 #include "transfer/ordered_transport.hpp"
 
-#include <cstring>
 #include <deque>
 #include <exception>
 #include <map>
@@ -21,12 +20,6 @@ struct Announce {
   std::int64_t tag;
   std::uint64_t bytes;
 };
-
-std::uint64_t total_bytes(std::span<const Block> blocks) {
-  std::uint64_t n = 0;
-  for (const auto& b : blocks) n += b.bytes;
-  return n;
-}
 
 // An MPI request as an event (the announcement of a send).
 class RequestEvent final : public EventState {
@@ -75,11 +68,7 @@ class OrderedRecv final : public EventState {
   }
   void scatter() {
     if (holding) {
-      std::size_t at = 0;
-      for (const auto& b : blocks) {
-        std::memcpy(b.data, holding->data() + at, b.bytes);
-        at += b.bytes;
-      }
+      scatter_into(holding->data(), blocks);
       holding.reset();
     }
     done = true;

@@ -107,8 +107,8 @@ class JoinedEvent final : public EventState {
  public:
   explicit JoinedEvent(std::vector<Event> parts) : parts_(std::move(parts)) {
     bool first = true;
+    completed();
     for (const auto& p : parts_) {
-      failed = failed || p.failed();
       bytes += p.bytes();
       complete_ns = std::max(complete_ns, p.complete_ns());
       const std::uint64_t s = p.complete_ns() - p.modelled_ns();
