@@ -104,6 +104,35 @@ void unpack_objects(const PageLayout& g, bool digest, std::uint64_t* pool, std::
   Kokkos::fence();
 }
 
+std::vector<LayerRun> layer_runs(const PageLayout& g, bool digest, std::span<const ChunkSpan> chunks, std::size_t layer) {
+  const std::size_t S = digest ? 1 : g.page_size, D = digest ? 1 : g.dims;  // digest: one word per head
+  std::vector<LayerRun> runs;
+  std::size_t offset = 0;  // the chunk's first word in the row
+  for (const ChunkSpan& c : chunks) {
+    KVGRID_CHECK(c.layers > 0 && c.heads > 0 && c.layer0 + c.layers <= g.layers && c.head0 + c.heads <= g.heads,
+                 "page_unified layout: chunk (layers ", c.layer0, "+", c.layers, ", heads ", c.head0, "+", c.heads,
+                 ") outside a pool of ", g.layers, " layers and ", g.heads, " heads");
+    if (layer >= c.layer0 && layer < c.layer0 + c.layers)
+      for (std::size_t h = 0; h < c.heads; ++h)
+        for (std::size_t s = 0; s < S; ++s)  // object: [layer in chunk][slot][head in group][dim]
+          runs.push_back({((c.head0 + h) * S + s) * D, offset + (((layer - c.layer0) * S + s) * c.heads + h) * D, D});
+    offset += object_words(g, digest, c);
+  }
+  std::sort(runs.begin(), runs.end(), [](const LayerRun& a, const LayerRun& b) { return a.block < b.block; });
+  std::vector<LayerRun> merged;
+  std::size_t next = 0;  // the block word the next run must start at
+  for (const LayerRun& r : runs) {
+    KVGRID_CHECK(r.block == next, "page_unified layout: the chunks do not tile local layer ", layer, "'s ", g.heads,
+                 " heads (block word ", next, " is ", r.block < next ? "covered twice" : "not covered", ")");
+    if (!merged.empty() && merged.back().row + merged.back().words == r.row) merged.back().words += r.words;
+    else merged.push_back(r);
+    next = r.block + r.words;
+  }
+  KVGRID_CHECK(next == g.heads * S * D, "page_unified layout: the chunks do not tile local layer ", layer, "'s ", g.heads,
+               " heads (they cover ", next, " of its ", g.heads * S * D, " words)");
+  return merged;
+}
+
 std::size_t state_object_words(std::size_t words, const ChunkSpan& c) { return c.layers * c.heads * words; }
 
 namespace {

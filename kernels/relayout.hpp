@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kernels/kv_kernels.hpp"
 
@@ -35,6 +36,19 @@ void pack_objects(const PageLayout& g, bool digest, const std::uint64_t* pool, s
 // The inverse: pool rows ← staging (only the chunks' words of each row are written).
 void unpack_objects(const PageLayout& g, bool digest, std::uint64_t* pool, std::span<const std::uint32_t> rows,
                     std::span<const ChunkSpan> chunks, const std::uint64_t* staging, bool kokkos = true);
+
+// page_unified pools (cache.host_layout = page_unified): a row holds the page's chunks' objects one
+// after another, so a storage object is the row's words at an offset — no pack on backup, no
+// unpack on read. A copy between such a row and a layer-first row ([layer][head][slot][dim]) moves,
+// for each local layer, the runs that are contiguous on both sides: `block` is the run's first
+// word within the layer-first (page, layer) block, `row` within the page_unified row. The runs are
+// ordered by `block`, adjacent runs merged, and cover the block exactly once (else an error: the
+// chunks do not tile the layer's heads). One run per chunk and layer in digest mode and with one
+// head per group; with larger groups one per (head, slot): the transpose a relayout copy pays.
+struct LayerRun {
+  std::size_t block = 0, row = 0, words = 0;
+};
+std::vector<LayerRun> layer_runs(const PageLayout& g, bool digest, std::span<const ChunkSpan> chunks, std::size_t layer);
 
 // Recurrent (MAMBA) states: a state slot is [layer][head][word] over this rank's MAMBA layers and
 // heads (cache/state_pool.hpp); a chunk's object is [layer in chunk][head in group][word], the

@@ -1,6 +1,7 @@
 #include "cache/kv_pool.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/check.hpp"
 #include "core/hash.hpp"
@@ -42,6 +43,40 @@ KvPool::KvPool(KvPoolConfig cfg) : cfg_(std::move(cfg)) {
   for (std::size_t l = 0; l < layout_.layers; ++l)
     for (std::size_t h = 0; h < layout_.heads; ++h) coef_.push_back(kernels::kv_coeff(layout_.layer_base + l, cfg_.heads[h]));
   layout_.kv_coef = coef_.data();
+  const bool digest = cfg_.payload == Payload::Digest;
+  const std::size_t block = layer_block_bytes() / sizeof(std::uint64_t);
+  for (std::size_t l = 0; l < layout_.layers; ++l)
+    runs_.push_back(page_unified() ? kernels::layer_runs(layout_, digest, cfg_.object_chunks, l)
+                                   : std::vector<kernels::LayerRun>{{0, l * block, block}});
+}
+
+void KvPool::require_layer_first(const char* what) const {
+  KVGRID_CHECK(!page_unified(), what, " of a page_unified pool (its rows hold storage objects, not layer blocks)");
+}
+
+void KvPool::require_own_chunks(std::span<const kernels::ChunkSpan> chunks) const {
+  const auto& own = cfg_.object_chunks;
+  bool same = chunks.size() == own.size();
+  for (std::size_t j = 0; same && j < own.size(); ++j)
+    same = chunks[j].layer0 == own[j].layer0 && chunks[j].layers == own[j].layers && chunks[j].head0 == own[j].head0 &&
+           chunks[j].heads == own[j].heads;
+  KVGRID_CHECK(same, "objects of ", chunks.size(), " chunks from a page_unified pool of ", own.size(),
+               " other chunks (its rows hold its own objects only)");
+}
+
+std::span<const kernels::LayerRun> KvPool::layer_runs(std::size_t layer) const {
+  KVGRID_CHECK(layer < runs_.size(), "layer runs of local layer ", layer, " of ", runs_.size());
+  return runs_[layer];
+}
+
+std::uint64_t* KvPool::row_data(PageId page) {
+  return const_cast<std::uint64_t*>(static_cast<const KvPool*>(this)->row_data(page));
+}
+
+const std::uint64_t* KvPool::row_data(PageId page) const {
+  const std::uint32_t r = row(page.value(), /*owned=*/false);
+  KVGRID_CHECK(r >= 1 && r < layout_.pages, "row of page ", page, " (row ", r, ")");
+  return data_.data() + r * row_words();
 }
 
 std::uint64_t KvPool::content_digest() const {
@@ -70,6 +105,7 @@ std::span<const std::uint32_t> KvPool::rows(std::span<const std::uint32_t> pages
 
 void KvPool::write(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot,
                    std::span<const std::uint64_t> F) {
+  require_layer_first("write");
   if (sharded()) {  // only the tokens of owned pages, at their rows
     rows_.clear();
     slots_.clear();
@@ -89,12 +125,26 @@ void KvPool::write(std::span<const std::uint32_t> page, std::span<const std::uin
 }
 
 void KvPool::fold_pages(std::span<const std::uint32_t> pages, std::span<std::uint64_t> out, std::size_t first_index) const {
+  require_layer_first("fold_pages");
   pages = rows(pages);
   if (cfg_.payload == Payload::Full) KVGRID_KV_KERNEL(fold_pages_full, layout_, data_.data(), pages, first_index, out);
   else KVGRID_KV_KERNEL(fold_pages_digest, layout_, data_.data(), pages, first_index, out);
 }
 
 std::vector<std::uint64_t> KvPool::page_folds(std::span<const PageId> pages) const {
+  if (page_unified()) {  // fold a layer-first copy of each page
+    KvPoolConfig lc = cfg_;
+    lc.capacity = Pages(static_cast<std::int64_t>(pages.size()));
+    lc.object_chunks.clear();
+    lc.memory = nullptr;
+    KVGRID_CHECK(!sharded(), "page folds of a sharded page_unified pool");
+    KvPool scratch(lc);
+    std::vector<PageId> rows;
+    for (std::size_t i = 0; i < pages.size(); ++i) rows.push_back(PageId(static_cast<std::uint32_t>(i + 1)));
+    for (auto& per_layer : layer_copies(scratch, rows, *this, pages))
+      for (const auto& c : per_layer) std::memcpy(c.dst, c.src, c.bytes);
+    return scratch.page_folds(rows);
+  }
   const std::size_t lh = layout_.layers * layout_.heads;
   std::vector<std::uint64_t> out(pages.size() * lh, 0);
   for (std::size_t i = 0; i < pages.size(); ++i) {
@@ -106,6 +156,7 @@ std::vector<std::uint64_t> KvPool::page_folds(std::span<const PageId> pages) con
 
 void KvPool::fold_pages_layer(std::span<const std::uint32_t> pages, std::size_t first_index, std::size_t layer,
                               std::span<std::uint64_t> out) const {
+  require_layer_first("fold_pages_layer");
   pages = rows(pages);
   if (cfg_.payload == Payload::Full) KVGRID_KV_KERNEL(fold_pages_full, layout_, data_.data(), pages, first_index, out, layer, layer + 1);
   else KVGRID_KV_KERNEL(fold_pages_digest, layout_, data_.data(), pages, first_index, out, layer, layer + 1);
@@ -113,6 +164,7 @@ void KvPool::fold_pages_layer(std::span<const std::uint32_t> pages, std::size_t 
 
 void KvPool::fold_tokens(std::span<const std::uint32_t> page, std::span<const std::uint32_t> slot,
                          std::span<const std::uint64_t> F, std::size_t first_pos, std::span<std::uint64_t> out) const {
+  require_layer_first("fold_tokens");
   if (cfg_.payload == Payload::Full) {
     KVGRID_KV_KERNEL(fold_tokens_full, layout_, data_.data(), rows(page), slot, first_pos, out);
     return;
@@ -162,6 +214,11 @@ std::size_t KvPool::object_words(const kernels::ChunkSpan& c) const {
 
 void KvPool::pack(std::span<const PageId> pages, std::span<const kernels::ChunkSpan> chunks, std::uint64_t* staging,
                   bool kokkos) const {
+  if (page_unified()) {
+    require_own_chunks(chunks);
+    for (std::size_t i = 0; i < pages.size(); ++i) std::copy_n(row_data(pages[i]), row_words(), staging + i * row_words());
+    return;
+  }
   std::vector<std::uint32_t> r(pages.size());  // local: a worker thread must not share rows_
   for (std::size_t i = 0; i < pages.size(); ++i) r[i] = row(pages[i].value(), /*owned=*/true);
   kernels::pack_objects(layout_, cfg_.payload == Payload::Digest, data_.data(), r, chunks, staging, kokkos);
@@ -169,6 +226,11 @@ void KvPool::pack(std::span<const PageId> pages, std::span<const kernels::ChunkS
 
 void KvPool::unpack(std::span<const PageId> pages, std::span<const kernels::ChunkSpan> chunks, const std::uint64_t* staging,
                     bool kokkos) {
+  if (page_unified()) {
+    require_own_chunks(chunks);
+    for (std::size_t i = 0; i < pages.size(); ++i) std::copy_n(staging + i * row_words(), row_words(), row_data(pages[i]));
+    return;
+  }
   std::vector<std::uint32_t> r(pages.size());
   for (std::size_t i = 0; i < pages.size(); ++i) r[i] = row(pages[i].value(), /*owned=*/true);
   kernels::unpack_objects(layout_, cfg_.payload == Payload::Digest, data_.data(), r, chunks, staging, kokkos);
@@ -209,6 +271,7 @@ std::uint64_t* KvPool::layer_block(PageId page, std::size_t layer) {
 }
 
 const std::uint64_t* KvPool::layer_block(PageId page, std::size_t layer) const {
+  require_layer_first("layer_block");
   const std::uint32_t r = row(page.value(), /*owned=*/false);
   KVGRID_CHECK(r >= 1 && r < layout_.pages && layer < layout_.layers, "block of page ", page, " (row ", r, ") layer ", layer);
   return data_.data() + (cfg_.payload == Payload::Full ? layout_.full_index(r, layer, 0, 0, 0)
@@ -247,15 +310,28 @@ std::vector<std::vector<transfer::Copy>> layer_copies_at(KvPool& dst, std::span<
                " layers");
   KVGRID_CHECK(dst_pages.size() == src_pages.size(), "copy of ", src_pages.size(), " pages into ", dst_pages.size());
   std::vector<std::vector<transfer::Copy>> out(layers);
-  const std::size_t bytes = src.layer_block_bytes();
+  constexpr std::size_t W = sizeof(std::uint64_t);
   for (std::size_t i = 0; i < src_pages.size(); ++i) {
     if (!dst.owns(dst_pages[i])) continue;  // the owner of the destination copies it
     if (KVGRID_DEBUG_CHECKS_ON())
       KVGRID_CHECK(src.owns(src_pages[i]), "copy of page ", src_pages[i], " (owned by rank ",
                    src.placement().page_owner(src_pages[i].value()), ") into page ", dst_pages[i], " (owned by rank ",
                    dst.placement().page_owner(dst_pages[i].value()), "): the copy would move a page off its owner");
-    for (std::size_t l = 0; l < layers; ++l)
-      out[l].push_back({dst.layer_block(dst_pages[i], dst_layer0 + l), src.layer_block(src_pages[i], src_layer0 + l), bytes});
+    std::uint64_t* d = dst.row_data(dst_pages[i]);
+    const std::uint64_t* s = src.row_data(src_pages[i]);
+    for (std::size_t l = 0; l < layers; ++l) {
+      // Both sides' runs over the layer-first block, intersected: one copy per stretch that is
+      // contiguous on both (layer-first pools: the whole block).
+      const auto dr = dst.layer_runs(dst_layer0 + l), sr = src.layer_runs(src_layer0 + l);
+      std::size_t a = 0, b = 0, at = 0;
+      while (a < dr.size() && b < sr.size()) {
+        const std::size_t end = std::min(dr[a].block + dr[a].words, sr[b].block + sr[b].words);
+        out[l].push_back({d + dr[a].row + (at - dr[a].block), s + sr[b].row + (at - sr[b].block), (end - at) * W});
+        at = end;
+        if (at == dr[a].block + dr[a].words) ++a;
+        if (at == sr[b].block + sr[b].words) ++b;
+      }
+    }
   }
   return out;
 }

@@ -54,6 +54,9 @@ struct KvPoolConfig {
   // pool this is (engine.transfer = cuda: a device pool is GPU memory, a host pool pinned memory).
   const transfer::PoolMemory* memory = nullptr;
   transfer::PoolKind kind = transfer::PoolKind::Host;
+  // Non-empty: a page_unified pool (cache.host_layout = page_unified): each row holds these chunks'
+  // storage objects one after another (kernels/relayout.hpp); they must tile every layer and head.
+  std::vector<kernels::ChunkSpan> object_chunks{};
 };
 
 class KvPool {
@@ -101,10 +104,20 @@ class KvPool {
   void corrupt(PageId page, Rng& rng);
 
   // One (page, local layer) block: contiguous words, the unit the transfer engine copies
-  // (full: heads × page_size × dims words; digest: heads words).
+  // (full: heads × page_size × dims words; digest: heads words). Layer-first pools only.
   std::uint64_t* layer_block(PageId page, std::size_t layer);
   const std::uint64_t* layer_block(PageId page, std::size_t layer) const;
   std::size_t layer_block_bytes() const;
+  // A page's row: all its words (layer-first: [layer][head][slot][dim]; page_unified: its objects).
+  std::uint64_t* row_data(PageId page);
+  const std::uint64_t* row_data(PageId page) const;
+  std::size_t row_words() const { return layout_.layers * layer_block_bytes() / sizeof(std::uint64_t); }
+  // page_unified pools: the rows hold objects, not layer blocks; the model's reads and writes
+  // (write, fold_*, layer_block) refuse them, copies go through layer_runs.
+  bool page_unified() const { return !cfg_.object_chunks.empty(); }
+  // Where local layer `layer`'s block lies in a row, as runs (kernels/relayout.hpp; layer-first:
+  // one run at layer × block words).
+  std::span<const kernels::LayerRun> layer_runs(std::size_t layer) const;
   // Same geometry and payload (so that pages can be copied between the two pools).
   bool compatible(const KvPool& other) const;
   // Same (page, layer) block shape, payload and placement: layers of one may be copied into
@@ -113,7 +126,9 @@ class KvPool {
 
   // Unified storage objects (cache/unified_kv.hpp, kernels/relayout.hpp): the listed pages' chunks
   // packed in object order into `staging` (page after page), or unpacked from it. Owned pages
-  // only (no sharded pool calls these yet); `kokkos` = false on a storage worker thread.
+  // only (no sharded pool calls these yet); `kokkos` = false on a storage worker thread. A
+  // page_unified pool holds them in that order already: `chunks` must be its own, and each row is
+  // one contiguous copy.
   std::size_t object_words(const kernels::ChunkSpan& c) const;
   void pack(std::span<const PageId> pages, std::span<const kernels::ChunkSpan> chunks, std::uint64_t* staging,
             bool kokkos = true) const;
@@ -142,6 +157,9 @@ class KvPool {
   std::uint32_t row(std::uint32_t page, bool owned) const;
   std::span<const std::uint32_t> rows(std::span<const std::uint32_t> pages) const;  // owned pages' rows
   void fill(std::span<const PageId> pages, std::uint64_t word, const char* what);  // owned pages' rows, every word
+  void require_layer_first(const char* what) const;
+  void require_own_chunks(std::span<const kernels::ChunkSpan> chunks) const;
+  std::vector<std::vector<kernels::LayerRun>> runs_;  // per local layer (page_unified: layer_runs)
   mutable std::vector<std::uint32_t> rows_, slots_;
   mutable std::vector<std::uint64_t> F_;
 };

@@ -7,7 +7,11 @@
 // With CP sharding each page is written, looked up and read by its owner only.
 // Unified keys (cfg.unified, unified_kv.hpp): a page is one object per chunk of this rank (layer
 // range × head group), packed from the host page in object order by the relayout kernel and
-// unpacked on read; a page counts as stored when every one of its chunks' objects exists.
+// unpacked on read; a page counts as stored when every one of its chunks' objects exists. With
+// page_unified host pages (cache.host_layout) the host row is those objects already: a backup
+// copies the row into the write batch as it is (the storage writer's threads write it later, so
+// the batch cannot point into a page that may be freed meanwhile) and a read lands each object
+// in place in its row, at its offset.
 // Prefetched pages hang below the deepest backed-up node of the hit; device pages past it that
 // have no host copy are read again and become that copy. Every intact leading page is usable.
 #pragma once

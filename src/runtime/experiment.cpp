@@ -206,6 +206,7 @@ void read_cache(const Config& c, ExperimentConfig& e) {
   e.cache.storage_url = c.get_string("cache.storage_url");
   e.cache.storage_capacity_mb = c.get_int("cache.storage_capacity_mb");
   e.cache.storage_key_scheme = c.get_string("cache.storage_key_scheme");
+  e.cache.host_layout = c.get_string("cache.host_layout");
   e.cache.storage_layer_partition = c.get_int("cache.storage_layer_partition");
   e.cache.storage_head_partition = c.get_int("cache.storage_head_partition");
   e.cache.storage_namespace = c.get_string("cache.storage_namespace");

@@ -95,6 +95,9 @@ struct CacheConfig {
   // that any aligned layout reads); the grid (0: each rank's own range / heads) and a tenant name.
   std::string storage_key_scheme = "rank_suffix";
   std::int64_t storage_layer_partition = 0, storage_head_partition = 0;
+  // Host page layout: layer_first (the device pool's) | page_unified (unified keys: a host page is
+  // its storage objects in object order; device<->host copies relayout, storage I/O is in place).
+  std::string host_layout = "layer_first";
   std::string storage_namespace;
   // unified keys: other jobs read and write the directory while this one runs (lookups see their
   // objects as they appear; not reproducible). `storage_job` (set by `kvgrid run`, not a key):

@@ -109,6 +109,9 @@ void add_cache_keys(Schema& s) {
   s.add(skey({"cache", "storage_key_scheme"}, {"rank_suffix", "unified"},
              "storage object names: rank_suffix (per rank: read by the same rank of the same layout) or unified "
              "(a shared grid of layer ranges x head groups that any aligned layout reads, across jobs)"));
+  s.add(skey({"cache", "host_layout"}, {"layer_first", "page_unified"},
+             "host (L2) page layout: layer_first (the device pool's) or page_unified (unified keys: a host page holds "
+             "its storage objects, written and read in place; device<->host copies relayout)"));
   s.add(ikey({"cache", "storage_layer_partition"}, 0, 0, 1e9,
              "unified keys: layers per object (0: each rank's own layer range; set it to share across PP layouts)"));
   s.add(ikey({"cache", "storage_head_partition"}, 0, 0, 1e9,

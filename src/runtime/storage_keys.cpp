@@ -122,6 +122,18 @@ void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
   if (c.storage_shared && c.storage_dir.empty() && c.storage == "file")
     throw InputError(src + ": cache.storage_shared = true needs cache.storage_dir (the directory the jobs share)");
   if (c.storage == "redis") (void)cache::RedisStorage::parse_url(c.storage_url);  // a malformed URL: exit 2 at load
+  if (c.host_layout == "page_unified") {
+    auto refuse = [&](bool bad, const std::string& what, const std::string& why) {
+      if (bad) throw InputError(src + ": cache.host_layout = \"page_unified\" with " + what + ": " + why);
+    };
+    refuse(c.storage_key_scheme != "unified", "cache.storage_key_scheme = \"" + c.storage_key_scheme + "\"",
+           "a page_unified host page holds the unified scheme's objects; set cache.storage_key_scheme = \"unified\"");
+    refuse(c.host_pages.value() == 0, "cache.host_pages = 0", "there is no host tier to lay out");
+    refuse(exp.model.hybrid(), "a hybrid model (model.layer_types)", "not built yet: only full-attention host pages");
+    refuse(exp.model.draft.enabled(), "a draft model", "not built yet: a draft's host rows are laid out layer-first");
+    refuse(!c.cp_sharding.empty() && c.cp_sharding != "replicated", "cache.cp_sharding = \"" + c.cp_sharding + "\"",
+           "not built yet: sharded pools' objects are packed per owner");
+  }
   if (c.storage_key_scheme != "unified") {
     if (c.storage_shared)
       throw InputError(src + ": cache.storage_shared = true needs cache.storage_key_scheme = \"unified\" "

@@ -114,6 +114,40 @@ def layout_pairs():
            "MLA reader TP1 x PP2: two objects per rank and page", r)
 
 
+def host_layout():
+    """cache.host_layout = page_unified: a host page holds this rank's storage objects in object order
+    (the device<->host copies relayout; a backup copies the row as it is, a read lands in place).
+    Next to layer_first host pages in the same TP2 job: the same decisions (decision digest) and
+    byte-identical objects. A page_unified TP1 x PP2 reader serves every prompt from the layer_first
+    writer's objects, and a layer_first TP4 reader from the page_unified writer's, oracle OK. A
+    page_unified host without unified keys is refused at load, naming both keys."""
+    m = ["--set", "model.layers=8", "--set", "cache.storage_layer_partition=2", "--set", "cache.storage_head_partition=2"]
+    files, digests = {}, {}
+    for layout in ("layer_first", "page_unified"):
+        store = out("hl-" + layout)
+        rc, so, se = run(2, UKV, "--out", out("hl-w-" + layout), *m, "--set", "topology.tp=2", "--set", "topology.pp=1",
+                         "--set", "cache.storage_dir=" + store, "--set", "cache.host_layout=" + layout)
+        expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, f"{layout} writer OK", so, se)
+        digests[layout] = digest_of(so)
+        d = os.path.join(store, "unified")
+        # (past the 40-byte header, whose last field is the writing job's id: the key and the payload)
+        files[layout] = {n: open(os.path.join(d, n), "rb").read()[40:] for n in os.listdir(d) if OBJ.match(n)}
+    print("decision digests:", digests, "objects:", {k: len(v) for k, v in files.items()})
+    expect(digests["layer_first"] is not None and digests["layer_first"] == digests["page_unified"],
+           "the host layout changes no decision", digests)
+    expect(len(files["layer_first"]) == 4 * 16 * 16 and files["layer_first"] == files["page_unified"],
+           "byte-identical objects, past the job id (4 prompts x 16 pages x 4 layer ranges x 4 head groups)", len(files["layer_first"]), len(files["page_unified"]))
+    for name, np_, src, sets in (("hl-r-pu", 2, "layer_first", ["--set", "topology.tp=1", "--set", "topology.pp=2",
+                                                                 "--set", "cache.host_layout=page_unified"]),
+                                 ("hl-r-lf", 4, "page_unified", ["--set", "topology.tp=4", "--set", "topology.pp=1"])):
+        r = ok_run(np_, name, *m, *sets, "--set", "cache.storage_dir=" + out("hl-" + src))
+        expect(r["cached_tokens"] == {"device": 0, "host": 0, "storage": 4 * 240} and r["storage_objects"]["written"] == [0] * np_,
+               f"{name}: every prompt from the {src} writer's objects", r["cached_tokens"], r["storage_objects"])
+    rc, so, se = run_single(UKV, "--out", out("hl-bad"), "--set", "cache.storage_key_scheme=rank_suffix",
+                            "--set", "cache.host_layout=page_unified")
+    expect(rc == 2 and "cache.host_layout" in se and "cache.storage_key_scheme" in se, "refused at load, exit 2", rc, se)
+
+
 def cp_sharded():
     """CP page-sharded writers and readers (beyond the article, whose unified path refuses CP): a
     TP2 x CP2 sharded writer's owners write only their pages' chunks; readers of another CP degree

@@ -244,6 +244,21 @@ TEST(ExperimentConfig, StringArraysOfChoices) {
                   "cache.component_bugs = [\"shared_state_slot\", ...] plants bugs in the hybrid cache's components");
 }
 
+// cache.host_layout = page_unified: only with unified keys and a host tier, and not (yet) for
+// hybrid models, draft models or CP page sharding — each refused with both keys named.
+TEST(ExperimentConfig, PageUnifiedHostPagesAreRefusedWhereNotBuilt) {
+  const std::string ok = "[cache]\nhost_pages = 64\nstorage = \"file\"\nstorage_key_scheme = \"unified\"\nhost_layout = \"page_unified\"\n"
+                         "[workload]\nkind = \"gsp\"\n";
+  EXPECT_EQ(error_of(ok), "");
+  const std::string pu = "cache.host_layout = \"page_unified\" with ";
+  expect_contains(error_of(ok, {"cache.storage_key_scheme=rank_suffix"}), pu + "cache.storage_key_scheme = \"rank_suffix\"");
+  expect_contains(error_of(ok, {"cache.host_pages=0", "cache.storage=none"}), pu + "cache.host_pages = 0");
+  expect_contains(error_of(ok + "[model]\nlayer_types = \"full,swa\"\nswa_window = 8\n"),
+                  pu + "a hybrid model");
+  expect_contains(error_of(ok, {"cache.cp_sharding=sharded", "topology.cp=2"}), pu + "cache.cp_sharding = \"sharded\"");
+  expect_contains(error_of(ok, {"model.draft.mode=sidecar"}), pu + "a draft model");
+}
+
 // Hybrid models under unified keys: each component kind has its own namespace, and its chunks
 // hold only that kind's layers of each grid range, counted in the kind's own pool.
 TEST(ExperimentConfig, HybridUnifiedObjectsPerComponentKind) {

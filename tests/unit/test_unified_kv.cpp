@@ -191,6 +191,95 @@ TEST(UnifiedKv, RelayoutMatchesAPlainReferenceOverAGrid) {
           }
 }
 
+// page_unified host pools (cache.host_layout = page_unified): the copies layer_copies makes from a
+// layer-first device pool leave each host row equal to the relayout kernel's objects of that page
+// (the plain reference above), the copies back rebuild the device rows word for word, and pack()
+// of the host pool is its rows as they are — over the same grid, both payloads.
+TEST(UnifiedKv, PageUnifiedRowsHoldTheObjectsTheRelayoutKernelPacks) {
+  const unsigned seed = 20261206;
+  std::mt19937_64 rng(seed);
+  std::cout << "seed " << seed << "\n";
+  for (Payload payload : {Payload::Full, Payload::Digest})
+    for (std::uint64_t layers : {1u, 3u, 4u})
+      for (std::uint32_t heads_n : {1u, 2u, 4u})
+        for (std::size_t lp : {1u, 2u, 4u})
+          for (std::uint32_t hg : {1u, 2u, 4u}) {
+            if (heads_n % hg != 0) continue;
+            const bool digest = payload == Payload::Digest;
+            std::vector<kernels::ChunkSpan> chunks;
+            for (std::size_t a = 0; a < layers; a += lp)
+              for (std::size_t h = 0; h < heads_n; h += hg) chunks.push_back({a, std::min<std::size_t>(lp, layers - a), h, hg});
+            KvPoolConfig dc{Pages(5), Tokens(3), 7, layers, heads(0, heads_n), 2, payload};
+            KvPoolConfig hc = dc;
+            hc.object_chunks = chunks;
+            KvPool device(dc), host(hc), back(dc);
+            const std::vector<PageId> dev = {PageId(3), PageId(1), PageId(4)}, hp = {PageId(2), PageId(5), PageId(1)};
+            for (PageId p : dev)
+              for (std::size_t w = 0; w < device.row_words(); ++w) device.row_data(p)[w] = rng();
+            const std::string at = "digest " + std::to_string(digest) + " layers " + std::to_string(layers) + " heads " +
+                                   std::to_string(heads_n) + " lp " + std::to_string(lp) + " hg " + std::to_string(hg);
+            auto run = [](const std::vector<std::vector<transfer::Copy>>& per_layer) {
+              for (const auto& layer : per_layer)
+                for (const auto& c : layer) std::memcpy(c.dst, c.src, c.bytes);
+            };
+            run(layer_copies(host, hp, device, dev));
+            kernels::PageLayout g;
+            g.pages = 6;
+            g.layers = layers;
+            g.heads = heads_n;
+            g.page_size = 3;
+            g.dims = 2;
+            std::vector<std::uint64_t> whole(6 * device.row_words(), 0);  // the pool's words (row 0: padding)
+            for (std::uint32_t r = 1; r < 6; ++r)
+              std::copy_n(device.row_data(PageId(r)), device.row_words(), whole.begin() + r * device.row_words());
+            for (std::size_t i = 0; i < dev.size(); ++i) {
+              const auto want = reference_pack(g, digest, whole, {dev[i].value()}, chunks);
+              ASSERT_EQ(std::vector<std::uint64_t>(host.row_data(hp[i]), host.row_data(hp[i]) + host.row_words()), want) << at;
+            }
+            std::vector<std::uint64_t> packed(dev.size() * host.row_words());
+            host.pack(hp, chunks, packed.data());
+            std::vector<std::uint64_t> want_packed(packed.size());
+            device.pack(dev, chunks, want_packed.data());
+            ASSERT_EQ(packed, want_packed) << at;
+            EXPECT_EQ(host.page_folds(hp), device.page_folds(dev)) << at;
+            run(layer_copies(back, dev, host, hp));
+            for (PageId p : dev)
+              ASSERT_EQ(0, std::memcmp(back.row_data(p), device.row_data(p), device.row_words() * sizeof(std::uint64_t))) << at;
+            // Each layer's copies cover its block exactly: one copy per (page, layer) where both sides
+            // are contiguous (digest; one head per group), one per (head, slot) run otherwise.
+            const auto per_layer = layer_copies(host, hp, device, dev);
+            for (std::size_t l = 0; l < layers; ++l) {
+              std::size_t bytes = 0;
+              for (const auto& c : per_layer[l]) bytes += c.bytes;
+              EXPECT_EQ(bytes, dev.size() * device.layer_block_bytes()) << at << " layer " << l;
+              EXPECT_EQ(per_layer[l].size(), dev.size() * host.layer_runs(l).size()) << at;
+              if (digest || hg == 1) {
+                EXPECT_LE(host.layer_runs(l).size(), heads_n / hg) << at;
+              }
+            }
+          }
+}
+
+TEST(UnifiedKv, PageUnifiedPoolsRefuseLayerReadsAndChunksThatDoNotTile) {
+  KvPoolConfig c{Pages(2), Tokens(4), 0, 2, heads(0, 2), 1, Payload::Digest};
+  c.object_chunks = {{0, 2, 0, 1}};  // head 1 missing
+  try {
+    KvPool bad(c);
+    FAIL() << "chunks that miss a head were accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("do not tile"), std::string::npos) << e.what();
+  }
+  c.object_chunks = {{0, 2, 0, 1}, {0, 2, 1, 1}};
+  KvPool ok(c);
+  EXPECT_THROW((void)ok.layer_block(PageId(1), 0), std::exception);
+  const std::vector<std::uint32_t> page = {1}, slot = {0};
+  const std::vector<std::uint64_t> F = {5};
+  EXPECT_THROW(ok.write(page, slot, F), std::exception);
+  std::vector<std::uint64_t> staging(8);
+  const std::vector<kernels::ChunkSpan> other = {{0, 2, 0, 2}};
+  EXPECT_THROW(ok.pack(std::vector<PageId>{PageId(1)}, other, staging.data()), std::exception);
+}
+
 // Pools of a TP2 x PP2 writer (each rank: 2 of 4 heads, 2 of 4 layers) pack a page into objects;
 // a TP1 x PP1 reader's pool assembles the same page from their objects and holds exactly what it
 // would have computed itself (and a TP4 reader, one head each, too).
