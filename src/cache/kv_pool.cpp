@@ -48,20 +48,25 @@ KvPool::KvPool(KvPoolConfig cfg) : cfg_(std::move(cfg)) {
   for (std::size_t l = 0; l < layout_.layers; ++l)
     runs_.push_back(page_unified() ? kernels::layer_runs(layout_, digest, cfg_.object_chunks, l)
                                    : std::vector<kernels::LayerRun>{{0, l * block, block}});
+  std::size_t at = 0;
+  for (const auto& c : cfg_.object_chunks) {
+    object_offsets_.push_back(at);
+    at += object_words(c);
+  }
 }
 
 void KvPool::require_layer_first(const char* what) const {
   KVGRID_CHECK(!page_unified(), what, " of a page_unified pool (its rows hold storage objects, not layer blocks)");
 }
 
-void KvPool::require_own_chunks(std::span<const kernels::ChunkSpan> chunks) const {
+std::size_t KvPool::object_offset(const kernels::ChunkSpan& c) const {
   const auto& own = cfg_.object_chunks;
-  bool same = chunks.size() == own.size();
-  for (std::size_t j = 0; same && j < own.size(); ++j)
-    same = chunks[j].layer0 == own[j].layer0 && chunks[j].layers == own[j].layers && chunks[j].head0 == own[j].head0 &&
-           chunks[j].heads == own[j].heads;
-  KVGRID_CHECK(same, "objects of ", chunks.size(), " chunks from a page_unified pool of ", own.size(),
-               " other chunks (its rows hold its own objects only)");
+  for (std::size_t j = 0; j < own.size(); ++j)
+    if (c.layer0 == own[j].layer0 && c.layers == own[j].layers && c.head0 == own[j].head0 && c.heads == own[j].heads)
+      return object_offsets_[j];
+  KVGRID_CHECK(false, "the object of chunk (layers ", c.layer0, "+", c.layers, ", heads ", c.head0, "+", c.heads,
+               ") from a pool whose rows hold ", own.size(), " other chunks");
+  return 0;
 }
 
 std::span<const kernels::LayerRun> KvPool::layer_runs(std::size_t layer) const {
@@ -215,8 +220,8 @@ std::size_t KvPool::object_words(const kernels::ChunkSpan& c) const {
 void KvPool::pack(std::span<const PageId> pages, std::span<const kernels::ChunkSpan> chunks, std::uint64_t* staging,
                   bool kokkos) const {
   if (page_unified()) {
-    require_own_chunks(chunks);
-    for (std::size_t i = 0; i < pages.size(); ++i) std::copy_n(row_data(pages[i]), row_words(), staging + i * row_words());
+    for (PageId p : pages)
+      for (const auto& c : chunks) staging = std::copy_n(row_data(p) + object_offset(c), object_words(c), staging);
     return;
   }
   std::vector<std::uint32_t> r(pages.size());  // local: a worker thread must not share rows_
@@ -227,8 +232,11 @@ void KvPool::pack(std::span<const PageId> pages, std::span<const kernels::ChunkS
 void KvPool::unpack(std::span<const PageId> pages, std::span<const kernels::ChunkSpan> chunks, const std::uint64_t* staging,
                     bool kokkos) {
   if (page_unified()) {
-    require_own_chunks(chunks);
-    for (std::size_t i = 0; i < pages.size(); ++i) std::copy_n(staging + i * row_words(), row_words(), row_data(pages[i]));
+    for (PageId p : pages)
+      for (const auto& c : chunks) {
+        std::copy_n(staging, object_words(c), row_data(p) + object_offset(c));
+        staging += object_words(c);
+      }
     return;
   }
   std::vector<std::uint32_t> r(pages.size());

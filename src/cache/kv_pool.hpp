@@ -118,6 +118,8 @@ class KvPool {
   // Where local layer `layer`'s block lies in a row, as runs (kernels/relayout.hpp; layer-first:
   // one run at layer × block words).
   std::span<const kernels::LayerRun> layer_runs(std::size_t layer) const;
+  // page_unified pools: the first word of chunk `c`'s object in a row (`c` one of object_chunks).
+  std::size_t object_offset(const kernels::ChunkSpan& c) const;
   // Same geometry and payload (so that pages can be copied between the two pools).
   bool compatible(const KvPool& other) const;
   // Same (page, layer) block shape, payload and placement: layers of one may be copied into
@@ -127,8 +129,8 @@ class KvPool {
   // Unified storage objects (cache/unified_kv.hpp, kernels/relayout.hpp): the listed pages' chunks
   // packed in object order into `staging` (page after page), or unpacked from it. Owned pages
   // only (no sharded pool calls these yet); `kokkos` = false on a storage worker thread. A
-  // page_unified pool holds them in that order already: `chunks` must be its own, and each row is
-  // one contiguous copy.
+  // page_unified pool holds them in that order already: each of `chunks` must be one of its own,
+  // copied from (or to) its offset in the row.
   std::size_t object_words(const kernels::ChunkSpan& c) const;
   void pack(std::span<const PageId> pages, std::span<const kernels::ChunkSpan> chunks, std::uint64_t* staging,
             bool kokkos = true) const;
@@ -158,8 +160,8 @@ class KvPool {
   std::span<const std::uint32_t> rows(std::span<const std::uint32_t> pages) const;  // owned pages' rows
   void fill(std::span<const PageId> pages, std::uint64_t word, const char* what);  // owned pages' rows, every word
   void require_layer_first(const char* what) const;
-  void require_own_chunks(std::span<const kernels::ChunkSpan> chunks) const;
   std::vector<std::vector<kernels::LayerRun>> runs_;  // per local layer (page_unified: layer_runs)
+  std::vector<std::size_t> object_offsets_;           // page_unified: each chunk's first word in a row
   mutable std::vector<std::uint32_t> rows_, slots_;
   mutable std::vector<std::uint64_t> F_;
 };

@@ -165,10 +165,9 @@ std::size_t RadixStorageSite::read(Job& j, std::size_t first, std::size_t count,
   const std::size_t n = fail_at ? std::min(count, *fail_at) : count;  // storage.read.fail: an I/O error from there on
   std::vector<std::string> keys;
   std::vector<std::size_t> words, item_end(n);  // each object's size; objects up to the end of item i
-  // page_unified host pages (and no draft): each object is read straight into its page's row, at
-  // its offset; otherwise into a buffer and unpacked from there.
-  const bool in_place = unified() && host_kv_.page_unified() && parts_.size() == 1;
-  std::vector<std::uint64_t*> dest;  // in place: each object's words in the host pool
+  // A part whose pool is page_unified (cache.host_layout) has each object read straight into its
+  // page's row, at the chunk's offset; the others' objects go to a buffer and are unpacked.
+  std::vector<std::uint64_t*> dest;  // per object: where it lands in place (nullptr: the buffer)
   for (std::size_t i = 0; i < n; ++i) {
     if (host_kv_.owns(job.pages[first + i])) {  // CP sharding: its owner reads it
       if (unified()) {
@@ -177,7 +176,9 @@ std::size_t RadixStorageSite::read(Job& j, std::size_t first, std::size_t count,
         for (const auto& part : parts_)
           for (std::size_t c = 0; c < part.chunks.size(); ++c) {
             words.push_back(part.offsets[c + 1] - part.offsets[c]);
-            if (in_place) dest.push_back(host_kv_.row_data(job.pages[first + i]) + part.offsets[c]);
+            dest.push_back(part.pool->page_unified()
+                               ? part.pool->row_data(job.pages[first + i]) + part.pool->object_offset(part.spans[c])
+                               : nullptr);
           }
       } else {
         if (draft_) {
@@ -190,15 +191,16 @@ std::size_t RadixStorageSite::read(Job& j, std::size_t first, std::size_t count,
     }
     item_end[i] = keys.size();
   }
+  dest.resize(words.size(), nullptr);  // (rank_suffix keys: every object through the buffer)
   std::size_t total = 0;
-  for (auto w : words) total += w;
-  std::vector<std::uint64_t> buf(in_place ? 0 : total);
+  for (std::size_t o = 0; o < words.size(); ++o) total += dest[o] ? 0 : words[o];
+  std::vector<std::uint64_t> buf(total);
   std::vector<std::span<std::uint8_t>> outs;
-  std::size_t at = 0;
+  std::size_t at = 0;  // (a part's buffered objects of one page stay contiguous: unpack reads them so)
   for (std::size_t o = 0; o < words.size(); ++o) {
-    std::uint64_t* to = in_place ? dest[o] : buf.data() + at;
+    std::uint64_t* to = dest[o] ? dest[o] : buf.data() + at;
     outs.push_back(std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(to), words[o] * sizeof(std::uint64_t)));
-    at += words[o];
+    if (!dest[o]) at += words[o];
   }
   const std::size_t intact = ctx_.store.get_batch(keys, outs);
   std::size_t obj = 0;
@@ -206,12 +208,12 @@ std::size_t RadixStorageSite::read(Job& j, std::size_t first, std::size_t count,
     if (item_end[i] > intact) return i;
     const PageId page = job.pages[first + i];
     if (obj == item_end[i]) continue;  // owned elsewhere
-    if (in_place) {  // landed where it belongs
-      obj = item_end[i];
-      continue;
-    }
     if (unified()) {
       for (const auto& part : parts_) {  // each part's chunks are consecutive objects, in span order
+        if (part.pool->page_unified()) {  // landed in place
+          obj += part.chunks.size();
+          continue;
+        }
         part.pool->unpack(std::span<const PageId>(&page, 1), part.spans, reinterpret_cast<const std::uint64_t*>(outs[obj].data()),
                           /*kokkos=*/!ctx_.cfg.threaded);
         obj += part.chunks.size();

@@ -267,8 +267,14 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   if (exp.cache.host_pages.value() > 0) {
     auto hc = kv_config(exp.cache.host_pages);  // per rank (sharded: its pages)
     hc.kind = transfer::PoolKind::Host;
-    if (exp.cache.host_layout == "page_unified")  // rows hold this rank's storage objects (storage_keys.cpp checks)
+    if (exp.cache.host_layout == "page_unified") {  // rows hold this rank's storage objects (storage_keys.cpp checks)
       for (const auto& chunk : unified_plan(exp, geo).chunks) hc.object_chunks.push_back(chunk.local);
+      if (has_draft && exp.model.draft.mode == "packed")  // then the draft's, its layers after the target's
+        for (const auto& chunk : unified_draft_plan(exp, draft_geo).chunks) {
+          hc.object_chunks.push_back(chunk.local);
+          hc.object_chunks.back().layer0 += pool->layers();
+        }
+    }
     if (has_draft)  // (packed: the draft's FULL layers after the target's)
       hc.layers = cache::draft_host_layers(*protocols::draft_layout(exp.model.draft.mode), hc.layers, draft_pool->layers());
     host_kv = std::make_unique<cache::KvPool>(hc);

@@ -130,9 +130,6 @@ void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
            "a page_unified host page holds the unified scheme's objects; set cache.storage_key_scheme = \"unified\"");
     refuse(c.host_pages.value() == 0, "cache.host_pages = 0", "there is no host tier to lay out");
     refuse(exp.model.hybrid(), "a hybrid model (model.layer_types)", "not built yet: only full-attention host pages");
-    refuse(exp.model.draft.enabled(), "a draft model", "not built yet: a draft's host rows are laid out layer-first");
-    refuse(!c.cp_sharding.empty() && c.cp_sharding != "replicated", "cache.cp_sharding = \"" + c.cp_sharding + "\"",
-           "not built yet: sharded pools' objects are packed per owner");
   }
   if (c.storage_key_scheme != "unified") {
     if (c.storage_shared)

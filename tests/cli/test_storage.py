@@ -152,7 +152,8 @@ def cp_sharded():
     """CP page-sharded writers and readers (beyond the article, whose unified path refuses CP): a
     TP2 x CP2 sharded writer's owners write only their pages' chunks; readers of another CP degree
     — TP1 x CP4 sharded, TP2 x PP2 replicated — each read exactly the pages
-    their owners need (position mod CP) and serve every prompt from storage, oracle OK."""
+    their owners need (position mod CP) and serve every prompt from storage, oracle OK. The writer
+    and the replicated reader keep their host pages in object order (cache.host_layout)."""
     store = out("cp")
     m = ["--set", "model.layers=8", "--set", "cache.storage_layer_partition=2", "--set", "cache.storage_head_partition=2",
          "--set", "cache.storage_dir=" + store]
@@ -161,13 +162,16 @@ def cp_sharded():
         return ["--set", f"topology.tp={tp}", "--set", f"topology.cp={cp}", "--set", f"topology.pp={pp}",
                 "--set", "cache.cp_sharding=" + sharding]
 
-    w = ok_run(4, "cp-w", *m, *layout(2, 2, 1, "sharded"))
+    # (host pages in object order on the writer and the replicated reader: cache.host_layout)
+    pu = ["--set", "cache.host_layout=page_unified"]
+    w = ok_run(4, "cp-w", *m, *layout(2, 2, 1, "sharded"), *pu)
     # 64 pages, each CP owner half of them; a TP rank's 4 heads = 2 groups x 4 layer ranges = 8 chunks
     expect(w["storage_objects"]["written"] == [32 * 8] * 4, "each owner writes its pages' chunks", w["storage_objects"])
     expect(len(objects(store)) == 64 * 16, "every page's 16 chunks, once", len(objects(store)))
     owned = lambda n, r: sum(1 for p in range(15) if p % n == r) * 4  # reusable pages (15 per prompt) owned by r
-    for name, (tp, cp, pp, sh), chunks in (("cp-r4", (1, 4, 1, "sharded"), 16), ("cp-rrep", (2, 1, 2, "replicated"), 4)):
-        r = ok_run(tp * cp * pp, name, *m, *layout(tp, cp, pp, sh))
+    for name, (tp, cp, pp, sh), chunks, more in (("cp-r4", (1, 4, 1, "sharded"), 16, []),
+                                                 ("cp-rrep", (2, 1, 2, "replicated"), 4, pu)):
+        r = ok_run(tp * cp * pp, name, *m, *layout(tp, cp, pp, sh), *more)
         want = [owned(cp, c) * chunks if sh == "sharded" else 60 * chunks for c in range(cp) for _ in range(tp * pp)]
         expect(r["storage_objects"]["read"] == want and r["cached_tokens"]["storage"] == 960,
                f"{name}: every owner reads its pages' chunks", r["storage_objects"], want, r["cached_tokens"])
@@ -178,11 +182,14 @@ def draft_state():
     speculative decoding with unified keys): a TP2 x PP2 job with a packed 1-layer draft writes the
     draft's objects (L0-0 x 4 head groups per page) beside the target's; a TP1 job with a sidecar
     draft reads both (16 target + 4 draft objects per page) and accepts exactly what the writer
-    accepted with no draft mismatch; with the draft's objects gone no page counts as stored."""
+    accepted with no draft mismatch; with the draft's objects gone no page counts as stored. The
+    writer's host pages hold its target's and its draft's objects in object order (cache.host_layout)."""
     store = out("draft")
     m = ["--set", "model.layers=8", "--set", "cache.storage_layer_partition=2", "--set", "cache.storage_head_partition=2",
          "--set", "cache.storage_dir=" + store, "--set", "model.draft.layers=1", "--set", "model.draft.steps=3"]
-    w = ok_run(4, "dr-w", *m, "--set", "topology.tp=2", "--set", "topology.pp=2", "--set", "model.draft.mode=packed")
+    # (the writer's host pages in object order, the draft's objects after the target's: cache.host_layout)
+    w = ok_run(4, "dr-w", *m, "--set", "topology.tp=2", "--set", "topology.pp=2", "--set", "model.draft.mode=packed",
+               "--set", "cache.host_layout=page_unified")
     # the last stage's ranks (world ranks 2, 3) write their 2 target chunks and 2 draft groups per page
     expect(w["storage_objects"]["written"] == [64 * 4, 64 * 4, 64 * 6, 64 * 6], "draft objects on the last stage", w)
     spaces = {}

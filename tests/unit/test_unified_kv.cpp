@@ -241,6 +241,18 @@ TEST(UnifiedKv, PageUnifiedRowsHoldTheObjectsTheRelayoutKernelPacks) {
             std::vector<std::uint64_t> want_packed(packed.size());
             device.pack(dev, chunks, want_packed.data());
             ASSERT_EQ(packed, want_packed) << at;
+            // Any of its chunks alone (a part of the row: a packed draft's objects after the target's).
+            const std::vector<kernels::ChunkSpan> last = {chunks.back()};
+            std::vector<std::uint64_t> one(dev.size() * host.object_words(last[0])), want_one(one.size());
+            host.pack(hp, last, one.data());
+            device.pack(dev, last, want_one.data());
+            ASSERT_EQ(one, want_one) << at;
+            for (auto& w : one) w = ~w;  // unpacked in place: only that chunk's words change
+            host.unpack(hp, last, one.data());
+            host.pack(hp, last, want_one.data());
+            ASSERT_EQ(one, want_one) << at;
+            for (auto& w : one) w = ~w;
+            host.unpack(hp, last, one.data());
             EXPECT_EQ(host.page_folds(hp), device.page_folds(dev)) << at;
             run(layer_copies(back, dev, host, hp));
             for (PageId p : dev)
