@@ -178,6 +178,24 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
   return sc;
 }
 
+// cache.host_layout = page_unified: the chunks a host pool of kind `k` holds in each row — this
+// rank's objects of that kind, then (a packed draft) the draft's, its layers after the target's
+// `target_layers`. Empty: layer-first rows.
+std::vector<kernels::ChunkSpan> RankStack::host_object_chunks(const ExperimentConfig& exp, LayerKind k,
+                                                              std::size_t target_layers) const {
+  std::vector<kernels::ChunkSpan> out;
+  if (exp.cache.host_layout != "page_unified") return out;  // (storage_keys.cpp checks the rest)
+  const bool hybrid = geo.hybrid();
+  for (const auto& chunk : (hybrid ? unified_component_plan(exp, geo, k) : unified_plan(exp, geo)).chunks)
+    out.push_back(chunk.local);
+  if (has_draft && exp.model.draft.mode == "packed")
+    for (const auto& chunk : (hybrid ? unified_draft_component_plan(exp, draft_geo, k) : unified_draft_plan(exp, draft_geo)).chunks) {
+      out.push_back(chunk.local);
+      out.back().layer0 += target_layers;
+    }
+  return out;
+}
+
 // The draft's device pools on the last stage: its FULL layers' KV at the target's page ids and, for
 // a hybrid draft, its SWA pages and states at the target's SWA pages and state slots.
 void RankStack::make_draft_pools(const ExperimentConfig& exp, const GridCoord& c, const GridShape& shape,
@@ -267,14 +285,7 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   if (exp.cache.host_pages.value() > 0) {
     auto hc = kv_config(exp.cache.host_pages);  // per rank (sharded: its pages)
     hc.kind = transfer::PoolKind::Host;
-    if (exp.cache.host_layout == "page_unified") {  // rows hold this rank's storage objects (storage_keys.cpp checks)
-      for (const auto& chunk : unified_plan(exp, geo).chunks) hc.object_chunks.push_back(chunk.local);
-      if (has_draft && exp.model.draft.mode == "packed")  // then the draft's, its layers after the target's
-        for (const auto& chunk : unified_draft_plan(exp, draft_geo).chunks) {
-          hc.object_chunks.push_back(chunk.local);
-          hc.object_chunks.back().layer0 += pool->layers();
-        }
-    }
+    hc.object_chunks = host_object_chunks(exp, LayerKind::Full, pool->layers());
     if (has_draft)  // (packed: the draft's FULL layers after the target's)
       hc.layers = cache::draft_host_layers(*protocols::draft_layout(exp.model.draft.mode), hc.layers, draft_pool->layers());
     host_kv = std::make_unique<cache::KvPool>(hc);
@@ -320,6 +331,7 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
         cache::KvPoolConfig sc = swa_pool->config();
         sc.capacity = exp.cache.host_swa_pages;
         if (packed && draft_swa_pool) sc.layers += draft_swa_pool->layers();
+        sc.object_chunks = host_object_chunks(exp, LayerKind::Swa, swa_pool->layers());
         swa_host = std::make_unique<cache::KvPool>(sc);
       }
       if (states)

@@ -82,6 +82,7 @@ struct RankStack {
 
  private:
   cache::HybridCacheConfig hybrid_config(const ExperimentConfig& exp, const RankGrid& grid);  // (fills swa_pool, states, sidecars)
+  std::vector<kernels::ChunkSpan> host_object_chunks(const ExperimentConfig& exp, LayerKind k, std::size_t target_layers) const;
   void make_draft_pools(const ExperimentConfig& exp, const GridCoord& c, const GridShape& shape,
                         const cache::CpPlacement& placement);
   void hook_pools();

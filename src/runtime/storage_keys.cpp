@@ -129,7 +129,6 @@ void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
     refuse(c.storage_key_scheme != "unified", "cache.storage_key_scheme = \"" + c.storage_key_scheme + "\"",
            "a page_unified host page holds the unified scheme's objects; set cache.storage_key_scheme = \"unified\"");
     refuse(c.host_pages.value() == 0, "cache.host_pages = 0", "there is no host tier to lay out");
-    refuse(exp.model.hybrid(), "a hybrid model (model.layer_types)", "not built yet: only full-attention host pages");
   }
   if (c.storage_key_scheme != "unified") {
     if (c.storage_shared)

@@ -380,7 +380,8 @@ def hybrid_components():
     layout — serves the prompts extended by 512 tokens and takes the first 512 of each from storage
     with every component, oracle OK. One missing MAMBA object (one head group of one prompt's
     state) costs that prompt its whole hit on a TP2 reader: the hit is the deepest boundary every
-    component can serve on every rank."""
+    component can serve on every rank. The TP1 reader keeps its FULL and SWA host pages in object
+    order (cache.host_layout)."""
     exp = os.path.join(SRC, "experiments", "hybrid_unified.toml")
     store = out("hstore")
     sets = ["--set", "cache.storage_dir=" + store]
@@ -404,7 +405,7 @@ def hybrid_components():
            "three namespaces: MAMBA states (ranges with a mamba layer, 4 each), SWA window pages (16), FULL pages (128)", shapes)
     states = [n for n in os.listdir(os.path.join(store, "unified"))
               if min(by_ns, key=lambda d: sum(by_ns[d].values())) in n]
-    r = hrun(1, "hr1", "--set", "topology.tp=1", "--set", "topology.pp=1", *reader)
+    r = hrun(1, "hr1", "--set", "topology.tp=1", "--set", "topology.pp=1", *reader, "--set", "cache.host_layout=page_unified")
     expect(r["storage_objects"]["read"] == [128 * 16 + 16 * 8 + 4 * 8], "TP1 reader: every chunk of every component", r["storage_objects"])
     expect(r["cached_tokens"] == {"device": 0, "host": 0, "storage": 4 * 512}, "512 tokens of each prompt from storage", r["cached_tokens"])
     os.remove(os.path.join(store, "unified", sorted(states)[0]))
@@ -419,7 +420,8 @@ def hybrid_draft():
     and 296 draft objects per rank (FULL 2 heads x 128 pages, SWA 2 x 16, MAMBA 2 x 4); readers of
     other layouts and the other mode — TP1 sidecar, TP2 packed, PP4 packed — take 512 tokens of
     each prompt from storage with the draft restored from its objects (the acceptance of a reader
-    over an empty store, no draft mismatch); with the draft's objects gone no prompt is a hit."""
+    over an empty store, no draft mismatch); with the draft's objects gone no prompt is a hit. The
+    writer and the PP4 reader keep their host pages in object order (cache.host_layout)."""
     exp = os.path.join(SRC, "experiments", "hybrid_unified.toml")
     store = out("hdstore")
     draft = ["--set", "cache.storage_dir=" + store, "--set", "model.draft.layers=3", "--set",
@@ -433,7 +435,10 @@ def hybrid_draft():
         expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so and m, f"{name}: OK, no draft mismatch", so, se)
         return json.loads(tool("report", out(name), "--json")[1]), m.groups()
 
-    w, _ = hrun(4, "hdw", "--set", "model.draft.mode=packed")
+    # (host pages in object order — the draft's SWA and FULL objects after the target's — on the
+    # writer and the PP4 reader: cache.host_layout)
+    pu = ["--set", "cache.host_layout=page_unified"]
+    w, _ = hrun(4, "hdw", "--set", "model.draft.mode=packed", *pu)
     expect(w["storage_objects"]["written"] == [552, 552, 552 + 296, 552 + 296], "the last stage writes the draft's objects",
            w["storage_objects"])
     written_by_ns = collections.Counter(m.group(2) for m in objects(store))  # (the readers add pages later)
@@ -444,7 +449,7 @@ def hybrid_draft():
     for name, np_, sets, reads in (("hd-tp1", 1, tp1 + ["--set", "model.draft.mode=sidecar"], [2208 + 592]),
                                    ("hd-tp2", 2, ["--set", "topology.tp=2", "--set", "topology.pp=1", "--set", "model.draft.mode=packed"],
                                     [1400, 1400]),
-                                   ("hd-pp4", 4, ["--set", "topology.tp=1", "--set", "topology.pp=4", "--set", "model.draft.mode=packed"],
+                                   ("hd-pp4", 4, ["--set", "topology.tp=1", "--set", "topology.pp=4", "--set", "model.draft.mode=packed", *pu],
                                     [576, 528, 576, 1120])):
         r, acc = hrun(np_, name, *sets, *reader)
         print(name, r["storage_objects"]["read"], r["cached_tokens"], acc)

@@ -244,17 +244,16 @@ TEST(ExperimentConfig, StringArraysOfChoices) {
                   "cache.component_bugs = [\"shared_state_slot\", ...] plants bugs in the hybrid cache's components");
 }
 
-// cache.host_layout = page_unified: only with unified keys and a host tier, and not (yet) for
-// hybrid models — each refused with both keys named; drafts and CP page sharding are accepted.
-TEST(ExperimentConfig, PageUnifiedHostPagesAreRefusedWhereNotBuilt) {
+// cache.host_layout = page_unified: only with unified keys and a host tier — refused otherwise
+// with both keys named; hybrid models, drafts and CP page sharding are accepted.
+TEST(ExperimentConfig, PageUnifiedHostPagesNeedUnifiedKeysAndAHostTier) {
   const std::string ok = "[cache]\nhost_pages = 64\nstorage = \"file\"\nstorage_key_scheme = \"unified\"\nhost_layout = \"page_unified\"\n"
                          "[workload]\nkind = \"gsp\"\n";
   EXPECT_EQ(error_of(ok), "");
   const std::string pu = "cache.host_layout = \"page_unified\" with ";
   expect_contains(error_of(ok, {"cache.storage_key_scheme=rank_suffix"}), pu + "cache.storage_key_scheme = \"rank_suffix\"");
   expect_contains(error_of(ok, {"cache.host_pages=0", "cache.storage=none"}), pu + "cache.host_pages = 0");
-  expect_contains(error_of(ok + "[model]\nlayer_types = \"full,swa\"\nswa_window = 8\n"),
-                  pu + "a hybrid model");
+  EXPECT_EQ(error_of(ok + "[model]\nlayer_types = \"full,swa\"\nswa_window = 8\n"), "");  // hybrid: FULL and SWA host pools
   for (const char* draft : {"model.draft.mode=packed", "model.draft.mode=sidecar", "model.draft.mode=target_only"})
     EXPECT_EQ(error_of(ok, {draft}), "") << draft;
   EXPECT_EQ(error_of(ok, {"cache.cp_sharding=sharded", "topology.cp=2"}), "");
