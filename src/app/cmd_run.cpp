@@ -127,7 +127,9 @@ void print_header(const ExperimentConfig& exp, const RankGrid& grid, const std::
   // (the transfer engine exists with the host tier: no host tier, no copies)
   const bool real_time = exp.workload.kind != "tree" && exp.cache.host_pages.value() > 0 && exp.engine.transfer != "simulated";
   if (exp.cache.storage != "none" && exp.cache.storage_key_scheme == "unified")
-    os << "# storage objects: unified keys in " << where << (exp.cache.storage == "redis" ? "" : "/unified") << "\n";
+    os << "# storage objects: unified keys in " << where << (exp.cache.storage == "redis" ? "" : "/unified")
+       << (exp.cache.host_layout == "page_unified" ? "; host pages in object order (cache.host_layout = page_unified)" : "")
+       << "\n";
   if (exp.cache.storage_shared)  // other jobs' objects appear while this one runs
     os << "# not reproducible: shared store (cache.storage_shared: other jobs read and write " << where << " at the same time)\n";
   else if (exp.cache.storage == "redis")  // a server other jobs may use, evicting by its own policy

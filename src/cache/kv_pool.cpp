@@ -74,12 +74,12 @@ std::span<const kernels::LayerRun> KvPool::layer_runs(std::size_t layer) const {
   return runs_[layer];
 }
 
-std::uint64_t* KvPool::row_data(PageId page) {
-  return const_cast<std::uint64_t*>(static_cast<const KvPool*>(this)->row_data(page));
+std::uint64_t* KvPool::row_data(PageId page, bool owned) {
+  return const_cast<std::uint64_t*>(static_cast<const KvPool*>(this)->row_data(page, owned));
 }
 
-const std::uint64_t* KvPool::row_data(PageId page) const {
-  const std::uint32_t r = row(page.value(), /*owned=*/false);
+const std::uint64_t* KvPool::row_data(PageId page, bool owned) const {
+  const std::uint32_t r = row(page.value(), owned);
   KVGRID_CHECK(r >= 1 && r < layout_.pages, "row of page ", page, " (row ", r, ")");
   return data_.data() + r * row_words();
 }
@@ -144,11 +144,11 @@ std::vector<std::uint64_t> KvPool::page_folds(std::span<const PageId> pages) con
     lc.memory = nullptr;
     KVGRID_CHECK(!sharded(), "page folds of a sharded page_unified pool");
     KvPool scratch(lc);
-    std::vector<PageId> rows;
-    for (std::size_t i = 0; i < pages.size(); ++i) rows.push_back(PageId(static_cast<std::uint32_t>(i + 1)));
-    for (auto& per_layer : layer_copies(scratch, rows, *this, pages))
+    std::vector<PageId> scratch_pages;
+    for (std::size_t i = 0; i < pages.size(); ++i) scratch_pages.push_back(PageId(static_cast<std::uint32_t>(i + 1)));
+    for (auto& per_layer : layer_copies(scratch, scratch_pages, *this, pages))
       for (const auto& c : per_layer) std::memcpy(c.dst, c.src, c.bytes);
-    return scratch.page_folds(rows);
+    return scratch.page_folds(scratch_pages);
   }
   const std::size_t lh = layout_.layers * layout_.heads;
   std::vector<std::uint64_t> out(pages.size() * lh, 0);
@@ -221,7 +221,7 @@ void KvPool::pack(std::span<const PageId> pages, std::span<const kernels::ChunkS
                   bool kokkos) const {
   if (page_unified()) {
     for (PageId p : pages)
-      for (const auto& c : chunks) staging = std::copy_n(row_data(p) + object_offset(c), object_words(c), staging);
+      for (const auto& c : chunks) staging = std::copy_n(row_data(p, true) + object_offset(c), object_words(c), staging);
     return;
   }
   std::vector<std::uint32_t> r(pages.size());  // local: a worker thread must not share rows_
@@ -234,7 +234,7 @@ void KvPool::unpack(std::span<const PageId> pages, std::span<const kernels::Chun
   if (page_unified()) {
     for (PageId p : pages)
       for (const auto& c : chunks) {
-        std::copy_n(staging, object_words(c), row_data(p) + object_offset(c));
+        std::copy_n(staging, object_words(c), row_data(p, true) + object_offset(c));
         staging += object_words(c);
       }
     return;

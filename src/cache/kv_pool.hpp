@@ -109,8 +109,10 @@ class KvPool {
   const std::uint64_t* layer_block(PageId page, std::size_t layer) const;
   std::size_t layer_block_bytes() const;
   // A page's row: all its words (layer-first: [layer][head][slot][dim]; page_unified: its objects).
-  std::uint64_t* row_data(PageId page);
-  const std::uint64_t* row_data(PageId page) const;
+  // `owned`: the page must be this rank's (CP sharding); otherwise any id maps to a row of this
+  // rank, as the copies' translation does.
+  std::uint64_t* row_data(PageId page, bool owned = false);
+  const std::uint64_t* row_data(PageId page, bool owned = false) const;
   std::size_t row_words() const { return layout_.layers * layer_block_bytes() / sizeof(std::uint64_t); }
   // page_unified pools: the rows hold objects, not layer blocks; the model's reads and writes
   // (write, fold_*, layer_block) refuse them, copies go through layer_runs.
@@ -128,7 +130,7 @@ class KvPool {
 
   // Unified storage objects (cache/unified_kv.hpp, kernels/relayout.hpp): the listed pages' chunks
   // packed in object order into `staging` (page after page), or unpacked from it. Owned pages
-  // only (no sharded pool calls these yet); `kokkos` = false on a storage worker thread. A
+  // only; `kokkos` = false on a storage worker thread. A
   // page_unified pool holds them in that order already: each of `chunks` must be one of its own,
   // copied from (or to) its offset in the row.
   std::size_t object_words(const kernels::ChunkSpan& c) const;

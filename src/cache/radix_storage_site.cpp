@@ -176,9 +176,9 @@ std::size_t RadixStorageSite::read(Job& j, std::size_t first, std::size_t count,
         for (const auto& part : parts_)
           for (std::size_t c = 0; c < part.chunks.size(); ++c) {
             words.push_back(part.offsets[c + 1] - part.offsets[c]);
-            dest.push_back(part.pool->page_unified()
-                               ? part.pool->row_data(job.pages[first + i]) + part.pool->object_offset(part.spans[c])
-                               : nullptr);
+            const PageId page = job.pages[first + i];
+            dest.push_back(part.pool->page_unified() ? part.pool->row_data(page, true) + part.pool->object_offset(part.spans[c])
+                                                     : nullptr);
           }
       } else {
         if (draft_) {

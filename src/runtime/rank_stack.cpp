@@ -188,11 +188,13 @@ std::vector<kernels::ChunkSpan> RankStack::host_object_chunks(const ExperimentCo
   const bool hybrid = geo.hybrid();
   for (const auto& chunk : (hybrid ? unified_component_plan(exp, geo, k) : unified_plan(exp, geo)).chunks)
     out.push_back(chunk.local);
-  if (has_draft && exp.model.draft.mode == "packed")
-    for (const auto& chunk : (hybrid ? unified_draft_component_plan(exp, draft_geo, k) : unified_draft_plan(exp, draft_geo)).chunks) {
+  if (has_draft && exp.model.draft.mode == "packed") {
+    const auto draft = hybrid ? unified_draft_component_plan(exp, draft_geo, k) : unified_draft_plan(exp, draft_geo);
+    for (const auto& chunk : draft.chunks) {
       out.push_back(chunk.local);
       out.back().layer0 += target_layers;
     }
+  }
   return out;
 }
 

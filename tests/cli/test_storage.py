@@ -119,8 +119,9 @@ def host_layout():
     (the device<->host copies relayout; a backup copies the row as it is, a read lands in place).
     Next to layer_first host pages in the same TP2 job: the same decisions (decision digest) and
     byte-identical objects. A page_unified TP1 x PP2 reader serves every prompt from the layer_first
-    writer's objects, and a layer_first TP4 reader from the page_unified writer's, oracle OK. A
-    page_unified host without unified keys is refused at load, naming both keys."""
+    writer's objects, and a layer_first TP4 reader from the page_unified writer's, oracle OK; short
+    and corrupt objects read in place are misses, never data. A page_unified host without unified
+    keys is refused at load, naming both keys."""
     m = ["--set", "model.layers=8", "--set", "cache.storage_layer_partition=2", "--set", "cache.storage_head_partition=2"]
     files, digests = {}, {}
     for layout in ("layer_first", "page_unified"):
@@ -143,6 +144,17 @@ def host_layout():
         r = ok_run(np_, name, *m, *sets, "--set", "cache.storage_dir=" + out("hl-" + src))
         expect(r["cached_tokens"] == {"device": 0, "host": 0, "storage": 4 * 240} and r["storage_objects"]["written"] == [0] * np_,
                f"{name}: every prompt from the {src} writer's objects", r["cached_tokens"], r["storage_objects"])
+    # Damaged objects read in place: a short or corrupt object's page and the pages after it are
+    # misses (recomputed), never data, though its bytes landed in the host row (over a copy of the
+    # store: the failpoints damage the files).
+    shutil.copytree(out("hl-layer_first"), out("hl-faulty"))
+    faults = []
+    for f in ("storage.read.short", "storage.object.corrupt"):
+        faults += ["--set", f"faults.{f}.probability=0.3"]
+    r = ok_run(1, "hl-r-faults", *m, "--set", "topology.tp=1", "--set", "topology.pp=1", "--set", "cache.host_layout=page_unified",
+               "--set", "cache.storage_dir=" + out("hl-faulty"), *faults)
+    expect(r["storage_failed_pages"] > 0 and r["cached_tokens"]["storage"] < 4 * 240,
+           "the failpoints fired: fewer pages from storage, oracle OK", r["storage_failed_pages"], r["cached_tokens"])
     rc, so, se = run_single(UKV, "--out", out("hl-bad"), "--set", "cache.storage_key_scheme=rank_suffix",
                             "--set", "cache.host_layout=page_unified")
     expect(rc == 2 and "cache.host_layout" in se and "cache.storage_key_scheme" in se, "refused at load, exit 2", rc, se)
