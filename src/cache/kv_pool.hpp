@@ -130,9 +130,8 @@ class KvPool {
 
   // Unified storage objects (cache/unified_kv.hpp, kernels/relayout.hpp): the listed pages' chunks
   // packed in object order into `staging` (page after page), or unpacked from it. Owned pages
-  // only; `kokkos` = false on a storage worker thread. A
-  // page_unified pool holds them in that order already: each of `chunks` must be one of its own,
-  // copied from (or to) its offset in the row.
+  // only; `kokkos` = false on a storage worker thread. A page_unified pool holds them in that
+  // order already: each of `chunks` must be one of its own, copied from (or to) its offset in the row.
   std::size_t object_words(const kernels::ChunkSpan& c) const;
   void pack(std::span<const PageId> pages, std::span<const kernels::ChunkSpan> chunks, std::uint64_t* staging,
             bool kokkos = true) const;
