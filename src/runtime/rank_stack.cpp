@@ -198,6 +198,21 @@ std::vector<kernels::ChunkSpan> RankStack::host_object_chunks(const ExperimentCo
   return out;
 }
 
+// The host tier's transfer engine on this rank's modelled clock, and the stage's agreement on ACK
+// consumption (protocol.tp_sync).
+void RankStack::make_host_engine(const ExperimentConfig& exp, const RankGrid& grid) {
+  transfer::EngineConfig ec;
+  ec.backend = exp.engine.transfer;
+  ec.cuda_copy = exp.engine.cuda_copy;
+  // GB/s == bytes/ns; later stages' copies may be slower (cost.stage_skew: cross-stage skew)
+  ec.bytes_per_ns = exp.cost.host_link_gb_s / (1.0 + exp.cost.stage_skew * grid.coord().pp) / kv_bytes_scale;
+  ec.seed = exp.engine.seed ^ static_cast<std::uint64_t>(grid.world_rank());
+  ec.now = [this] { return clock; };
+  ec.advance_to = [this](std::uint64_t t) { clock = std::max(clock, t); };
+  engine = transfer::make_engine(ec);
+  agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
+}
+
 // The draft's device pools on the last stage: its FULL layers' KV at the target's page ids and, for
 // a hybrid draft, its SWA pages and states at the target's SWA pages and state slots.
 void RankStack::make_draft_pools(const ExperimentConfig& exp, const GridCoord& c, const GridShape& shape,
@@ -291,16 +306,7 @@ RankStack::RankStack(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
     if (has_draft)  // (packed: the draft's FULL layers after the target's)
       hc.layers = cache::draft_host_layers(*protocols::draft_layout(exp.model.draft.mode), hc.layers, draft_pool->layers());
     host_kv = std::make_unique<cache::KvPool>(hc);
-    transfer::EngineConfig ec;
-    ec.backend = exp.engine.transfer;
-    ec.cuda_copy = exp.engine.cuda_copy;
-    // GB/s == bytes/ns; later stages' copies may be slower (cost.stage_skew: cross-stage skew)
-    ec.bytes_per_ns = exp.cost.host_link_gb_s / (1.0 + exp.cost.stage_skew * c.pp) / kv_bytes_scale;
-    ec.seed = exp.engine.seed ^ static_cast<std::uint64_t>(grid.world_rank());
-    ec.now = [this] { return clock; };
-    ec.advance_to = [this](std::uint64_t t) { clock = std::max(clock, t); };
-    engine = transfer::make_engine(ec);
-    agreement = protocols::make_tp_sync(exp.protocol.tp_sync, grid.stage());
+    make_host_engine(exp, grid);
   }
   cache::DeviceCacheConfig dcc{exp.cache.page_size, capacity, shard->size, std::nullopt};
   if (geo.hybrid()) dcc.hybrid = hybrid_config(exp, grid);

@@ -83,6 +83,7 @@ struct RankStack {
  private:
   cache::HybridCacheConfig hybrid_config(const ExperimentConfig& exp, const RankGrid& grid);  // (fills swa_pool, states, sidecars)
   std::vector<kernels::ChunkSpan> host_object_chunks(const ExperimentConfig& exp, LayerKind k, std::size_t target_layers) const;
+  void make_host_engine(const ExperimentConfig& exp, const RankGrid& grid);  // (needs kv_bytes_scale, clock)
   void make_draft_pools(const ExperimentConfig& exp, const GridCoord& c, const GridShape& shape,
                         const cache::CpPlacement& placement);
   void hook_pools();

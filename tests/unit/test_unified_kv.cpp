@@ -150,6 +150,25 @@ std::vector<std::uint64_t> reference_pack(const kernels::PageLayout& g, bool dig
   return out;
 }
 
+// The grid tests' page layout (3 slots of 2 elements) and their chunks: layer ranges of `lp` x
+// head groups of `hg`.
+kernels::PageLayout small_layout(std::size_t pages, std::size_t layers, std::size_t heads) {
+  kernels::PageLayout g;
+  g.pages = pages;
+  g.layers = layers;
+  g.heads = heads;
+  g.page_size = 3;
+  g.dims = 2;
+  return g;
+}
+
+std::vector<kernels::ChunkSpan> grid_chunks(std::size_t layers, std::size_t heads, std::size_t lp, std::size_t hg) {
+  std::vector<kernels::ChunkSpan> chunks;
+  for (std::size_t a = 0; a < layers; a += lp)
+    for (std::size_t h = 0; h < heads; h += hg) chunks.push_back({a, std::min(lp, layers - a), h, hg});
+  return chunks;
+}
+
 TEST(UnifiedKv, RelayoutMatchesAPlainReferenceOverAGrid) {
   const unsigned seed = 20261203;
   std::mt19937_64 rng(seed);
@@ -160,17 +179,10 @@ TEST(UnifiedKv, RelayoutMatchesAPlainReferenceOverAGrid) {
         for (std::size_t lp : {1u, 2u, 4u})
           for (std::size_t hg : {1u, 2u, 4u}) {
             if (heads_n % hg != 0) continue;
-            kernels::PageLayout g;
-            g.pages = 5;
-            g.layers = layers;
-            g.heads = heads_n;
-            g.page_size = 3;
-            g.dims = 2;
+            const kernels::PageLayout g = small_layout(5, layers, heads_n);
             std::vector<std::uint64_t> pool(digest ? g.digest_words() : g.full_words());
             for (auto& w : pool) w = rng();
-            std::vector<kernels::ChunkSpan> chunks;
-            for (std::size_t a = 0; a < layers; a += lp)
-              for (std::size_t h = 0; h < heads_n; h += hg) chunks.push_back({a, std::min(lp, layers - a), h, hg});
+            const auto chunks = grid_chunks(layers, heads_n, lp, hg);
             const std::vector<std::uint32_t> rows = {3, 1, 4};
             const auto want = reference_pack(g, digest, pool, rows, chunks);
             for (bool kokkos : {true, false}) {
@@ -206,9 +218,7 @@ TEST(UnifiedKv, PageUnifiedRowsHoldTheObjectsTheRelayoutKernelPacks) {
           for (std::uint32_t hg : {1u, 2u, 4u}) {
             if (heads_n % hg != 0) continue;
             const bool digest = payload == Payload::Digest;
-            std::vector<kernels::ChunkSpan> chunks;
-            for (std::size_t a = 0; a < layers; a += lp)
-              for (std::size_t h = 0; h < heads_n; h += hg) chunks.push_back({a, std::min<std::size_t>(lp, layers - a), h, hg});
+            const auto chunks = grid_chunks(layers, heads_n, lp, hg);
             KvPoolConfig dc{Pages(5), Tokens(3), 7, layers, heads(0, heads_n), 2, payload};
             KvPoolConfig hc = dc;
             hc.object_chunks = chunks;
@@ -223,12 +233,7 @@ TEST(UnifiedKv, PageUnifiedRowsHoldTheObjectsTheRelayoutKernelPacks) {
                 for (const auto& c : layer) std::memcpy(c.dst, c.src, c.bytes);
             };
             run(layer_copies(host, hp, device, dev));
-            kernels::PageLayout g;
-            g.pages = 6;
-            g.layers = layers;
-            g.heads = heads_n;
-            g.page_size = 3;
-            g.dims = 2;
+            const kernels::PageLayout g = small_layout(6, layers, heads_n);
             std::vector<std::uint64_t> whole(6 * device.row_words(), 0);  // the pool's words (row 0: padding)
             for (std::uint32_t r = 1; r < 6; ++r)
               std::copy_n(device.row_data(PageId(r)), device.row_words(), whole.begin() + r * device.row_words());
