@@ -186,25 +186,138 @@ void report_choices(MPI_Comm world, const ChoiceSource& c) {
        " flips applied");
 }
 
+// The experiment as this run uses it (file, --set, --seed, --strict, -q), checked against the world.
+ExperimentConfig load_run_experiment(const RunOptions& opt, int world_size) {
+  std::vector<std::string> sets = opt.sets;
+  if (opt.strict) sets.push_back("engine.strict=true");
+  ExperimentConfig e = load_experiment(opt.experiment, sets, opt.seed);
+  e.validate_for_world(world_size);
+  e.output.quiet = opt.quiet;
+  return e;
+}
+
+// --schedule: every copy completion a rank observes answered by the schedule (kvgrid explore).
+std::optional<ChoiceSource> schedule_choices(const RunOptions& opt, const ExperimentConfig& exp, int world_rank) {
+  if (!opt.schedule) return std::nullopt;
+  const Schedule sched = Schedule::parse(*opt.schedule);
+  if (exp.engine.transfer != "simulated")
+    throw InputError("--schedule needs engine.transfer = \"simulated\" (its completions are the choices), not \"" +
+                     exp.engine.transfer + "\"");
+  return ChoiceSource(sched.for_rank(world_rank));
+}
+
+RunMeta run_meta(const ExperimentConfig& exp, int world_size) {
+  RunMeta meta;
+  meta.experiment = exp.name;
+  meta.source = exp.source;
+  meta.config_toml = exp.effective_toml;
+  meta.topology = exp.topology.str();
+  meta.workload = exp.workload.kind;
+  meta.page_size = exp.cache.page_size.value();
+  meta.started = utc_now();
+  meta.seed = static_cast<std::int64_t>(exp.engine.seed);
+  meta.world_size = world_size;
+  return meta;
+}
+
+// What this rank decided and which faults fired, into its trace file now (a deadline or an error
+// is about to end the job).
+void flush_what_was_decided(TraceWriter& trace, DecisionLog& log, FailpointRegistry& faults) {
+  trace.decisions(log.take_new());
+  trace.faults(faults.take_new());
+  trace.flush();
+}
+
+void print_spec_line(const ServeResult& r) {
+  char line[200];
+  std::snprintf(line, sizeof(line),
+                "# speculative decoding: %lld rounds, %lld of %lld proposed tokens accepted, acceptance length %.3f, "
+                "%lld draft checksum mismatches",
+                static_cast<long long>(r.spec_rounds), static_cast<long long>(r.spec_accepted),
+                static_cast<long long>(r.spec_proposed),
+                static_cast<double>(r.spec_accepted + r.spec_rounds) / static_cast<double>(r.spec_rounds),
+                static_cast<long long>(r.draft_mismatches));
+  log0(line);
+}
+
+// The loop the workload asks for (the tree workload's, or the serving loop), summarised.
+RunSummary run_loop(const ExperimentConfig& exp, RankGrid& grid, FailpointRegistry& faults, DecisionLog& log,
+                    TraceWriter* trace, std::unique_ptr<ServeWorkload> workload) {
+  RunSummary s;
+  auto summarize = [&](LoopResult& r) {  // what both loops report
+    s.steps = r.steps;
+    s.checks = r.checks;
+    s.verify_failures = r.verify_failures;
+    s.tree_divergences = r.tree_divergences;
+    s.decision_divergences = r.decision_divergences;
+    s.wall_s = r.wall_s;
+    s.ranks = std::move(r.all);
+  };
+  if (exp.workload.kind == "tree") {
+    TreeRunResult r = run_tree_workload(exp, grid, faults, log, trace, /*print=*/true);
+    summarize(r);
+    return s;
+  }
+  ServeResult r = run_serve(exp, grid, faults, log, trace, /*print=*/true, std::move(workload));
+  summarize(r);
+  s.oracle_mismatches = r.oracle_mismatches;
+  s.requests = r.requests;
+  s.finished = r.finished;
+  s.failed = r.failed;
+  if (exp.model.draft.enabled() && grid.world_rank() == 0 && r.spec_rounds > 0) print_spec_line(r);
+  return s;
+}
+
+// Rank 0's closing lines: steps, requests, the decision digest and whether every rank (of each
+// group) agrees, the oracle, verify and divergence counts, the trace, the verdict (and, failed,
+// the seed and a command that reproduces the run).
+void print_verdict(const RunOptions& opt, const ExperimentConfig& exp, const std::string& dir, const RunSummary& s, bool ok,
+                   int world_size) {
+  const auto& rows = s.ranks;
+  bool logs_agree = true;
+  for (const auto& r : rows) {  // against the first rank of its group (P/D groups decide differently)
+    const auto& first = rows[static_cast<std::size_t>(layout_coord(exp.topology, r.rank).group_base)];
+    logs_agree = logs_agree && r.decision_digest == first.decision_digest && r.decisions == first.decisions;
+  }
+  std::ostringstream os;
+  char digest[32];
+  std::snprintf(digest, sizeof(digest), "0x%016llx", static_cast<unsigned long long>(rows[0].decision_digest));
+  // Times as the progress rows print them: wall seconds to 0.01 s, modelled ms to 0.001 ms.
+  char wall[32], model[32];
+  std::snprintf(wall, sizeof(wall), "%.2f", s.wall_s);
+  std::snprintf(model, sizeof(model), "%.3f", static_cast<double>(rows.back().model_ns) / 1e6);
+  os << "# steps " << s.steps;
+  if (exp.engine.decode == "fused") os << " (" << rows[0].fused_steps << " fused)";
+  os << ", checks " << s.checks << " (every " << exp.engine.check_every << " steps and at the end), wall " << wall << " s\n";
+  if (s.oracle_mismatches >= 0) {
+    const char* why = exp.topology.groups.size() > 1 ? " failed (aborted, broken transfer or restore)" : " failed (aborted)";
+    os << "# requests " << s.finished << " finished" << (s.failed ? ", " + std::to_string(s.failed) + why : "")
+       << " of " << s.requests << ", modelled time " << model << " ms\n";
+  }
+  os << "# decision log: " << rows[0].decisions << " decisions per rank, digest " << digest
+     << (logs_agree ? (exp.topology.groups.size() > 1 ? " on every rank of group 0 (each group agrees)" : " on every rank")
+                    : " on rank 0 (ranks differ)")
+     << "\n";
+  if (s.oracle_mismatches >= 0)
+    os << "# oracle mismatches: " << s.oracle_mismatches << (s.oracle_mismatches ? " FAILED" : " OK") << "\n";
+  if (rows[0].hybrid)
+    os << "# hybrid (rank 0): SWA tombstones made " << rows[0].swa_tombstones_made << ", healed " << rows[0].swa_tombstones_healed
+       << "; MAMBA states copied " << rows[0].mamba_states_copied << ", saved " << rows[0].mamba_states_saved << "\n";
+  os << "# verify failures: " << s.verify_failures << (s.verify_failures ? " FAILED" : " OK") << "\n";
+  const std::int64_t div = s.tree_divergences + s.decision_divergences;
+  os << "# rank divergences: " << div << (div ? " FAILED" : " OK") << " (tree digests " << s.tree_divergences
+     << ", decision logs " << s.decision_divergences << ")\n";
+  os << "# trace " << dir << "/run.h5\n";
+  os << "# verdict: " << s.verdict;
+  if (!ok) os << "\n# seed " << exp.engine.seed << "; reproduce: " << reproduce_line(opt, exp.engine.seed, world_size);
+  log0(os.str());
+}
+
 int run_body(const RunOptions& opt, int world_rank, int world_size) {
   // The same file may be unreadable on some nodes only: agree before the first collective.
-  ExperimentConfig exp = on_every_rank(MPI_COMM_WORLD, [&] {
-    std::vector<std::string> sets = opt.sets;
-    if (opt.strict) sets.push_back("engine.strict=true");
-    ExperimentConfig e = load_experiment(opt.experiment, sets, opt.seed);
-    e.validate_for_world(world_size);
-    e.output.quiet = opt.quiet;
-    return e;
-  });
-  // --schedule: every copy completion a rank observes answered by the schedule (kvgrid explore).
-  std::optional<ChoiceSource> choices = on_every_rank(MPI_COMM_WORLD, [&]() -> std::optional<ChoiceSource> {
-    if (!opt.schedule) return std::nullopt;
-    const Schedule sched = Schedule::parse(*opt.schedule);
-    if (exp.engine.transfer != "simulated")
-      throw InputError("--schedule needs engine.transfer = \"simulated\" (its completions are the choices), not \"" +
-                       exp.engine.transfer + "\"");
-    return ChoiceSource(sched.for_rank(world_rank));
-  });
+  ExperimentConfig exp = on_every_rank(MPI_COMM_WORLD, [&] { return load_run_experiment(opt, world_size); });
+  std::optional<ChoiceSource> choices =
+      on_every_rank(MPI_COMM_WORLD, [&] { return schedule_choices(opt, exp, world_rank); });
   if (choices) set_choice_source(&*choices);
   set_wait_deadline(std::chrono::duration<double>(exp.engine.deadline_s));
   set_debug_checks(exp.engine.debug_checks);
@@ -222,17 +335,7 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
   FailpointRegistry faults(exp.engine.seed, world_rank);
   for (const auto& f : exp.faults) faults.configure(f);
   DecisionLog log;
-
-  RunMeta meta;
-  meta.experiment = exp.name;
-  meta.source = exp.source;
-  meta.config_toml = exp.effective_toml;
-  meta.topology = exp.topology.str();
-  meta.workload = exp.workload.kind;
-  meta.page_size = exp.cache.page_size.value();
-  meta.started = utc_now();
-  meta.seed = static_cast<std::int64_t>(exp.engine.seed);
-  meta.world_size = world_size;
+  const RunMeta meta = run_meta(exp, world_size);
   std::unique_ptr<TraceWriter> trace =
       on_every_rank(grid.world(), [&] { return std::make_unique<TraceWriter>(dir, grid, meta); });
   print_header(exp, grid, dir, opt.verbose);
@@ -248,58 +351,22 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
   set_watchdog_handler([&, flushed_comm](const WatchdogReport& r) {
     log_all(r.message() + "\n  " + log.recent_text());
     try {
-      trace->decisions(log.take_new());
-      trace->faults(faults.take_new());
-      trace->flush();
+      flush_what_was_decided(*trace, log, faults);
     } catch (const std::exception& e) {
       log_all(std::string("trace flush failed: ") + e.what());
     }
     abort_when_all_flushed(flushed_comm, std::min(exp.engine.deadline_s, 5.0));
   });
 
-  // Both loops report the same summary; the serving loop adds the oracle and request counts.
   RunSummary s;
-  std::vector<RankSummaryRow> rows;
-  auto summarize = [&](LoopResult& r) {
-    s.steps = r.steps;
-    s.checks = r.checks;
-    s.verify_failures = r.verify_failures;
-    s.tree_divergences = r.tree_divergences;
-    s.decision_divergences = r.decision_divergences;
-    s.wall_s = r.wall_s;
-    rows = std::move(r.all);
-  };
   try {
-    if (exp.workload.kind == "tree") {
-      TreeRunResult r = run_tree_workload(exp, grid, faults, log, trace.get(), /*print=*/true);
-      summarize(r);
-    } else {
-      ServeResult r = run_serve(exp, grid, faults, log, trace.get(), /*print=*/true, std::move(workload));
-      summarize(r);
-      s.oracle_mismatches = r.oracle_mismatches;
-      s.requests = r.requests;
-      s.finished = r.finished;
-      s.failed = r.failed;
-      if (exp.model.draft.enabled() && world_rank == 0 && r.spec_rounds > 0) {
-        char line[200];
-        std::snprintf(line, sizeof(line),
-                      "# speculative decoding: %lld rounds, %lld of %lld proposed tokens accepted, acceptance length %.3f, "
-                      "%lld draft checksum mismatches",
-                      static_cast<long long>(r.spec_rounds), static_cast<long long>(r.spec_accepted),
-                      static_cast<long long>(r.spec_proposed),
-                      static_cast<double>(r.spec_accepted + r.spec_rounds) / static_cast<double>(r.spec_rounds),
-                      static_cast<long long>(r.draft_mismatches));
-        log0(line);
-      }
-    }
+    s = run_loop(exp, grid, faults, log, trace.get(), std::move(workload));
   } catch (const std::exception&) {
     // Keep what this rank decided before the error; the caller aborts the job (or, for an input
     // error, waits a few seconds for the others: the handler must not outlive this frame).
     set_watchdog_handler({});
     try {
-      trace->decisions(log.take_new());
-      trace->faults(faults.take_new());
-      trace->flush();
+      flush_what_was_decided(*trace, log, faults);
     } catch (...) {
     }
     throw;
@@ -313,46 +380,9 @@ int run_body(const RunOptions& opt, int world_rank, int world_size) {
   const bool ok = s.verify_failures == 0 && s.tree_divergences == 0 && s.decision_divergences == 0 &&
                   s.oracle_mismatches <= 0;
   if (world_rank == 0) {
-    bool logs_agree = true;
-    for (const auto& r : rows) {  // against the first rank of its group (P/D groups decide differently)
-      const auto& first = rows[static_cast<std::size_t>(layout_coord(exp.topology, r.rank).group_base)];
-      logs_agree = logs_agree && r.decision_digest == first.decision_digest && r.decisions == first.decisions;
-    }
     s.verdict = ok ? "OK" : "FAILED";
-    s.ranks = rows;
     TraceWriter::write_summary(dir, s);
-    std::ostringstream os;
-    char digest[32];
-    std::snprintf(digest, sizeof(digest), "0x%016llx", static_cast<unsigned long long>(rows[0].decision_digest));
-    // Times as the progress rows print them: wall seconds to 0.01 s, modelled ms to 0.001 ms.
-    char wall[32], model[32];
-    std::snprintf(wall, sizeof(wall), "%.2f", s.wall_s);
-    std::snprintf(model, sizeof(model), "%.3f", static_cast<double>(rows.back().model_ns) / 1e6);
-    os << "# steps " << s.steps;
-    if (exp.engine.decode == "fused") os << " (" << rows[0].fused_steps << " fused)";
-    os << ", checks " << s.checks << " (every " << exp.engine.check_every << " steps and at the end), wall " << wall << " s\n";
-    if (s.oracle_mismatches >= 0) {
-      const char* why = exp.topology.groups.size() > 1 ? " failed (aborted, broken transfer or restore)" : " failed (aborted)";
-      os << "# requests " << s.finished << " finished" << (s.failed ? ", " + std::to_string(s.failed) + why : "")
-         << " of " << s.requests << ", modelled time " << model << " ms\n";
-    }
-    os << "# decision log: " << rows[0].decisions << " decisions per rank, digest " << digest
-       << (logs_agree ? (exp.topology.groups.size() > 1 ? " on every rank of group 0 (each group agrees)" : " on every rank")
-                      : " on rank 0 (ranks differ)")
-       << "\n";
-    if (s.oracle_mismatches >= 0)
-      os << "# oracle mismatches: " << s.oracle_mismatches << (s.oracle_mismatches ? " FAILED" : " OK") << "\n";
-    if (rows[0].hybrid)
-      os << "# hybrid (rank 0): SWA tombstones made " << rows[0].swa_tombstones_made << ", healed " << rows[0].swa_tombstones_healed
-         << "; MAMBA states copied " << rows[0].mamba_states_copied << ", saved " << rows[0].mamba_states_saved << "\n";
-    os << "# verify failures: " << s.verify_failures << (s.verify_failures ? " FAILED" : " OK") << "\n";
-    const std::int64_t div = s.tree_divergences + s.decision_divergences;
-    os << "# rank divergences: " << div << (div ? " FAILED" : " OK") << " (tree digests " << s.tree_divergences
-       << ", decision logs " << s.decision_divergences << ")\n";
-    os << "# trace " << dir << "/run.h5\n";
-    os << "# verdict: " << s.verdict;
-    if (!ok) os << "\n# seed " << exp.engine.seed << "; reproduce: " << reproduce_line(opt, exp.engine.seed, world_size);
-    log0(os.str());
+    print_verdict(opt, exp, dir, s, ok, world_size);
   }
   set_watchdog_handler({});
   MPI_Comm_free(&flushed_comm);
