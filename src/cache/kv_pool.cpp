@@ -85,12 +85,18 @@ const std::uint64_t* KvPool::row_data(PageId page, bool owned) const {
 }
 
 std::uint64_t KvPool::content_digest() const {
-  // (multiply-xorshift per word, as hash_u32: a full-payload pool is large)
+  // Each non-zero word with its index, in index order (multiply-xorshift, as hash_u32: a
+  // full-payload pool is large). Zero words add nothing, so the parts of the pool a run never
+  // touched are not read at all (PoolWords::for_each_touched): they are zero.
   std::uint64_t h = mix64(0x6b76706f6f6cULL ^ data_.size());
-  for (const std::uint64_t w : data_) {
-    h = (h ^ w) * 0x9fb21c651e98df25ULL;
-    h ^= h >> 32;
-  }
+  const std::uint64_t* d = data_.data();
+  data_.for_each_touched([&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i)
+      if (const std::uint64_t w = d[i]) {
+        h = (h ^ w ^ (i * 0x9e3779b97f4a7c15ULL)) * 0x9fb21c651e98df25ULL;
+        h ^= h >> 32;
+      }
+  });
   return mix64(h);
 }
 

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <new>
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <memory>
 
 #include "transfer/pool_memory.hpp"
@@ -51,10 +53,50 @@ class PoolWords {
   std::uint64_t& operator[](std::size_t i) { return p_[i]; }
   const std::uint64_t* begin() const { return p_; }
   const std::uint64_t* end() const { return p_ + n_; }
+  // Calls f(begin, end) on the word ranges that may hold a non-zero word, in increasing order: for
+  // the pool's own anonymous memory, the 4 KiB pages the process has touched (present or swapped
+  // out, per /proc/self/pagemap) — an untouched page is zero, and reading it would make the kernel
+  // map (with huge pages: allocate and clear) memory for nothing. Anywhere else (GPU or pinned
+  // memory, no pagemap): the whole array.
+  template <class F>
+  void for_each_touched(F f) const {
+    if (n_ == 0) return;
+    if (!heap_ || !touched_ranges(f)) f(std::size_t{0}, n_);
+  }
   // Memory a GPU kernel may run over (the pool's kernels then run on the GPU).
   bool gpu() const { return mem_ && mem_->gpu_kernels && kind_ == transfer::PoolKind::Device; }
 
  private:
+  template <class F>
+  bool touched_ranges(F& f) const {
+    const long page = ::sysconf(_SC_PAGESIZE);
+    const int fd = page > 0 && page % 8 == 0 ? ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC) : -1;
+    if (fd < 0) return false;
+    const std::size_t per_page = static_cast<std::size_t>(page) / sizeof(std::uint64_t);
+    const std::size_t pages = (n_ + per_page - 1) / per_page;
+    const std::uintptr_t first = reinterpret_cast<std::uintptr_t>(p_) / static_cast<std::uintptr_t>(page);
+    std::uint64_t entry[512];
+    std::size_t run_begin = 0;
+    bool in_run = false;
+    for (std::size_t at = 0; at < pages;) {
+      const std::size_t want = std::min<std::size_t>(512, pages - at);
+      const ssize_t got = ::pread(fd, entry, want * sizeof(std::uint64_t), static_cast<off_t>((first + at) * sizeof(std::uint64_t)));
+      if (got != static_cast<ssize_t>(want * sizeof(std::uint64_t))) {  // unreadable: the rest is read whole
+        ::close(fd);
+        if (at == 0) return false;
+        f((in_run ? run_begin : at) * per_page, n_);
+        return true;
+      }
+      for (std::size_t i = 0; i < want; ++i, ++at) {
+        const bool touched = (entry[i] >> 62) != 0;  // bit 63: present, bit 62: swapped
+        if (touched && !in_run) run_begin = at, in_run = true;
+        if (!touched && in_run) f(run_begin * per_page, at * per_page), in_run = false;
+      }
+    }
+    ::close(fd);
+    if (in_run) f(run_begin * per_page, n_);
+    return true;
+  }
   void swap(PoolWords& o) noexcept {
     std::swap(p_, o.p_), std::swap(n_, o.n_), std::swap(mem_, o.mem_), std::swap(kind_, o.kind_);
     std::swap(heap_, o.heap_);

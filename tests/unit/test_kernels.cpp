@@ -2,9 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cstdio>
 #include <tuple>
 
+#include <unistd.h>
+
 #include "cache/kv_pool.hpp"
+#include "cache/pool_words.hpp"
 #include "core/rng.hpp"
 #include "kernels/kv_math.hpp"
 #include "kokkos_env.hpp"
@@ -101,6 +106,60 @@ TEST(KvKernels, LaunchersRejectPagesOutsideThePool) {
   EXPECT_ANY_THROW(pool.fold_pages(std::vector<std::uint32_t>{5}, out));
   EXPECT_ANY_THROW(pool.fold_pages(std::vector<std::uint32_t>{0}, out));  // the padding page holds no KV
   EXPECT_ANY_THROW(pool.write(std::vector<std::uint32_t>{1}, std::vector<std::uint32_t>{4}, std::vector<std::uint64_t>{1}));
+}
+
+// The pool's content digest reads only the pages the process touched (an untouched page is zero):
+// it is a digest of the content all the same — equal for equal words wherever zeros were written
+// or never touched, different for one word anywhere and for the same word one page over.
+TEST(KvPool, ContentDigestSeesEveryWordAndNotWhereZerosCameFrom) {
+  const cache::KvPoolConfig cfg{Pages(512), Tokens(16), 0, 4, {0, 1}, 16, cache::Payload::Full};
+  cache::KvPool a(cfg), b(cfg), c(cfg);
+  EXPECT_EQ(a.content_digest(), b.content_digest());
+  auto put = [](cache::KvPool& p, std::uint32_t page, std::uint64_t f) {
+    p.write(std::vector<std::uint32_t>{page}, std::vector<std::uint32_t>{3}, std::vector<std::uint64_t>{f});
+  };
+  for (std::uint32_t page : {7u, 500u})  // zeros written: the same content as never touched
+    for (std::size_t l = 0; l < 4; ++l) std::fill_n(b.layer_block(PageId(page), l), 64, std::uint64_t{0});
+  EXPECT_EQ(a.content_digest(), b.content_digest());
+  put(a, 300, 0x1234567);
+  EXPECT_NE(a.content_digest(), b.content_digest());
+  put(b, 300, 0x1234567);
+  EXPECT_EQ(a.content_digest(), b.content_digest());
+  put(c, 301, 0x1234567);  // the same token one page over
+  EXPECT_NE(a.content_digest(), c.content_digest());
+  put(a, 511, 1);  // the last page
+  EXPECT_NE(a.content_digest(), b.content_digest());
+}
+
+// PoolWords::for_each_touched: increasing, disjoint ranges that cover every non-zero word; with
+// /proc/self/pagemap readable they leave out most of an array the process never touched.
+TEST(KvPool, TouchedRangesCoverEveryWrittenWord) {
+  cache::PoolWords w(1 << 24, nullptr, transfer::PoolKind::Host);  // 128 MiB, mapped as it is touched
+  Rng rng(7);
+  std::vector<std::size_t> written;
+  for (int i = 0; i < 8; ++i) written.push_back(rng.next_u64() % w.size());
+  written.push_back(0);
+  written.push_back(w.size() - 1);
+  for (std::size_t i : written) w[i] = i + 1;
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  w.for_each_touched([&](std::size_t b, std::size_t e) { ranges.push_back({b, e}); });
+  std::size_t covered = 0;
+  for (std::size_t k = 0; k < ranges.size(); ++k) {
+    EXPECT_LT(ranges[k].first, ranges[k].second);
+    EXPECT_LE(ranges[k].second, w.size());
+    if (k > 0) {
+      EXPECT_LT(ranges[k - 1].second, ranges[k].first);  // disjoint, increasing, not adjacent
+    }
+    covered += ranges[k].second - ranges[k].first;
+  }
+  for (std::size_t i : written) {
+    const bool in = std::any_of(ranges.begin(), ranges.end(), [&](auto r) { return r.first <= i && i < r.second; });
+    EXPECT_TRUE(in) << "word " << i << " outside every range";
+  }
+  std::printf("touched ranges: %zu, covering %zu of %zu words\n", ranges.size(), covered, w.size());
+  if (::access("/proc/self/pagemap", R_OK) == 0) {
+    EXPECT_LT(covered, w.size() / 2);
+  }
 }
 
 }  // namespace
