@@ -493,10 +493,11 @@ def decision_digests():
     """Every quick shipped experiment at seed 1 takes exactly the decisions recorded in
     tests/golden/decision_digests.txt (jobs/digests.py --check; the job checks seeds 1-3 and the
     slow experiments too): a change meant to keep behaviour keeps them."""
-    # quickstart, tree, the three hybrid experiments and pd_example are run as shipped at seed 1 by
-    # their own tests, which compare the recorded digest (expect_recorded_digest)
+    # quickstart, tree, the three hybrid experiments, hybrid_tiers, hybrid_spec and pd_example are run
+    # as shipped at seed 1 by their own tests, which compare the recorded digest (expect_recorded_digest)
     p = subprocess.run([os.path.join(SRC, "jobs", "digests.py"), "--check", "--quick", "--seeds", "1", "--skip",
-                        "quickstart,tree,hybrid_swa,hybrid_mamba,hybrid_all,pd_example"], capture_output=True,
+                        "quickstart,tree,hybrid_swa,hybrid_mamba,hybrid_all,hybrid_tiers,hybrid_spec,pd_example"],
+                       capture_output=True,
                        text=True, env=dict(ENV, KVGRID_BIN=BIN, MPIEXEC=MPIEXEC), timeout=240)
     m = re.search(r"# (\d+) of (\d+) digests as recorded", p.stdout)
     expect(p.returncode == 0 and m and m.group(1) == m.group(2) and int(m.group(1)) >= 13, "decisions as recorded",
@@ -1421,6 +1422,7 @@ def hybrid_host():
     rc, so, se = run(4, exp, "--out", out("ht"))
     expect(rc == 0 and "# oracle mismatches: 0 OK" in so and "# rank divergences: 0 OK" in so
            and "# verify failures: 0 OK" in so, "hybrid_tiers", so, se)
+    expect_recorded_digest(out("ht"), "hybrid_tiers")
     rep = json.loads(tool("report", out("ht"), "--json")[1])
     expect(rep["cached_tokens"]["host"] > 0 and rep["cached_tokens"]["device"] > 0, "reuse from both tiers", rep["cached_tokens"])
     rc, so, se = run(4, exp, "--out", out("ht-bug"), "--set", "protocol.pp_sync=independent_polling")
@@ -1641,6 +1643,7 @@ def hybrid_spec():
     exp = os.path.join(SRC, "experiments", "hybrid_spec.toml")
     rc, so, se = run(4, exp, "--out", out("hsp"))
     expect(rc == 0 and "# verdict: OK" in so and "# rank divergences: 0 OK" in so, "hybrid_spec", so, se)
+    expect_recorded_digest(out("hsp"), "hybrid_spec")
     m = re.search(r"# speculative decoding: (\d+) rounds, (\d+) of (\d+) proposed tokens accepted.*, 0 draft checksum mismatches", so)
     expect(m and int(m.group(1)) > 0 and 0 < int(m.group(2)) < int(m.group(3)),
            "draft rounds with acceptances, the hybrid draft reading the right window and state", so)
