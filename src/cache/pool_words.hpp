@@ -1,16 +1,16 @@
 // The words of a pool (KvPool): a zeroed array in the memory its transfer backend asks for
-// (transfer/pool_memory.hpp) — ordinary host memory, or GPU / pinned memory for engine.transfer =
-// cuda. Move-only; the pool's layout points into it.
+// (transfer/pool_memory.hpp) — ordinary host memory (anonymous pages, mapped as first touched),
+// or GPU / pinned memory for engine.transfer = cuda. Move-only; the pool's layout points into it.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <new>
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <memory>
 
 #include "transfer/pool_memory.hpp"
 
@@ -25,10 +25,9 @@ class PoolWords {
       p_ = static_cast<std::uint64_t*>(mem_->allocate(n * sizeof(std::uint64_t), kind));
     } else {
       // Anonymous memory from the kernel, not a value-initialised array: it is zero already and its
-      // pages are mapped when first touched, as transparent huge pages where the kernel allows
-      // (reads of untouched parts, as in content_digest, then map the shared zero page 2 MiB at a
-      // time). A pool a run barely uses costs no memset and few page faults; a small run's
-      // start-up and finish were mostly those.
+      // pages are mapped when first touched, as transparent huge pages where the kernel allows. A
+      // pool a run barely uses costs no memset and few page faults (a small run's start-up was
+      // mostly those); for_each_touched lets a reader skip what was never touched.
       const std::size_t bytes = n * sizeof(std::uint64_t);
       heap_ = std::unique_ptr<std::uint64_t, Unmap>(static_cast<std::uint64_t*>(map_zeroed(bytes)), Unmap{bytes});
       p_ = heap_.get();

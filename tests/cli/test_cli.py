@@ -1416,7 +1416,7 @@ def hybrid_experiments():
 
 def hybrid_host():
     """Hybrid models with the host tier (experiments/hybrid_tiers.toml at TP2xPP2): oracle OK, ranks
-    agreeing, part of the reuse loaded back from the host; write_back across stages; the buggy
+    agreeing, the recorded decisions as shipped, part of the reuse loaded back from the host; write_back across stages; the buggy
     protocol.pp_sync = independent_polling parts the stages' decision logs."""
     exp = os.path.join(SRC, "experiments", "hybrid_tiers.toml")
     rc, so, se = run(4, exp, "--out", out("ht"))
@@ -1634,7 +1634,7 @@ def hybrid_spec():
     """Speculative decoding with a hybrid model (experiments/hybrid_spec.toml at TP2xPP2, a full + SWA
     + MAMBA draft): rounds run, draft tokens are accepted (decode steps of several tokens), the
     draft's own window and state read right (no draft checksum mismatch), the history is reused,
-    oracle OK and ranks agreeing; the #21 variant under multi-token acceptance (mtp_state_at_floor) is
+    oracle OK, ranks agreeing and the recorded decisions as shipped; the #21 variant under multi-token acceptance (mtp_state_at_floor) is
     caught by the oracle; with the host tier under device pressure (packed: the draft's FULL layers,
     SWA layers and state words inside the target's host copies) the history comes back from the host
     with exactly the device-only run's acceptance and no draft mismatch, also when the last stage
