@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # File backend throughput next to dd: 1,000 objects of 64 KiB written and read back by
-# FileStorage (one file per object, temporary name + rename, validated reads), and dd writing and
+# FileStorage (one file per object, temporary name + rename, validated reads) and by SegmentStorage
+# (cache.storage_file_layout = segment: a batch's objects in one file), and dd writing and
 # reading one file of the same 64 MiB with 64 KiB blocks, in the same directory (no fsync in
 # either: both measure the path through the page cache).
 # Also the storage tier's own write path (storage_writer.hpp): the same 1,000 objects handed over in
-# batches of 8 (a node's pages) to 1, 2 and 4 writer threads and drained; its CPU time is what the
+# batches of 8 (a node's pages) to 1, 2 and 4 writer threads and drained, over either layout; its CPU time is what the
 # serving loop itself spends. With redis-server installed, the Redis backend's writes and reads of
 # the same objects on a private server (jobs/redis.sh) next to redis-benchmark's SET/GET of 64 KiB
 # values on that server.
@@ -32,7 +33,7 @@ dd_pair "$dir"
 if [ "${SHM:-0}" = 1 ] && [ -d /dev/shm ]; then
   shm=$(mktemp -d /dev/shm/kvgrid-bench.XXXXXX)
   echo "-- in $shm (tmpfs):"
-  KVGRID_BENCH_DIR="$shm" build/kvgrid_bench_storage --benchmark_filter='File|Writer' --benchmark_repetitions=3 \
+  KVGRID_BENCH_DIR="$shm" build/kvgrid_bench_storage --benchmark_filter='File|Segment|Writer' --benchmark_repetitions=3 \
     --benchmark_report_aggregates_only=true --benchmark_format=console 2>/dev/null | grep -E "median"
   dd_pair "$shm"
   rm -rf "$shm"

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "cache/file_io.hpp"
 #include "core/check.hpp"
 #include "core/hash.hpp"
 
@@ -21,47 +22,6 @@ namespace kvgrid::cache {
 
 namespace fs = std::filesystem;
 
-namespace {
-// Moves an iovec array past `bytes` transferred bytes (a short writev/readv continues there).
-void skip(iovec*& iov, int& n, std::size_t bytes) {
-  while (bytes > 0 && n > 0) {
-    const std::size_t take = std::min(bytes, iov->iov_len);
-    iov->iov_base = static_cast<char*>(iov->iov_base) + take;
-    iov->iov_len -= take;
-    bytes -= take;
-    if (iov->iov_len == 0) {
-      ++iov;
-      --n;
-    }
-  }
-}
-
-// writev until `total` bytes are out (a short write continues where it stopped).
-bool write_all(int fd, iovec* iov, int n, std::size_t total) {
-  std::size_t done = 0;
-  while (done < total) {
-    const ssize_t w = ::writev(fd, iov, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    done += static_cast<std::size_t>(w);
-    skip(iov, n, static_cast<std::size_t>(w));  // what was written
-  }
-  return true;
-}
-
-// readv until `total` bytes or the end of the file; returns the bytes read.
-std::size_t read_all(int fd, iovec* iov, int n, std::size_t total) {
-  std::size_t done = 0;
-  while (done < total && n > 0) {
-    const ssize_t r = ::readv(fd, iov, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    done += static_cast<std::size_t>(r);
-    skip(iov, n, static_cast<std::size_t>(r));
-  }
-  return done;
-}
-}  // namespace
 
 FileStorage::FileStorage(std::string dir, std::uint64_t capacity_bytes, bool evicts)
     : dir_(std::move(dir)), capacity_(capacity_bytes), evicts_(evicts) {
@@ -221,7 +181,8 @@ SweepResult sweep_directory(const std::string& dir, std::uint64_t limit_bytes, b
   SweepResult r;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(".tmp.", 0) == 0 || e.path().extension() != ".bin") continue;
+    const auto ext = e.path().extension();
+    if (name.rfind(".tmp.", 0) == 0 || (ext != ".bin" && ext != ".seg")) continue;  // objects and segments
     std::error_code e1, e2;
     const auto t = e.last_write_time(e1);
     const auto b = e.file_size(e2);

@@ -74,7 +74,8 @@ class FileStorage final : public ObjectStore {
 };
 
 // The store-level eviction of a directory shared by ranks and jobs (unified keys): objects
-// (*.bin; temporary files are never touched) least recently read or written first (modification
+// (*.bin) and segments (*.seg, segment_storage.hpp: a segment goes whole; temporary files are
+// never touched) least recently read or written first (modification
 // time, then name), removed until the directory holds at most `limit_bytes`. Removing a file never
 // disturbs a read in progress (an open file outlives its name); a reader that opens it afterwards
 // gets a miss, which it recomputes. `dry_run`: count only. Throws InputError for a missing directory.

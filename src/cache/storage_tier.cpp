@@ -2,6 +2,7 @@
 
 #include "cache/file_storage.hpp"
 #include "cache/redis_storage.hpp"
+#include "cache/segment_storage.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +26,8 @@ namespace {
 std::unique_ptr<ObjectStore> make_store(const StorageTierConfig& cfg) {
   if (cfg.backend == "redis") return std::make_unique<RedisStorage>(cfg.url);
   KVGRID_CHECK(cfg.backend == "file", "storage backend '", cfg.backend, "'");
+  if (cfg.file_layout == "segment") return std::make_unique<SegmentStorage>(cfg.dir, cfg.capacity_bytes, !cfg.unified_keys());
+  KVGRID_CHECK(cfg.file_layout == "object", "storage file layout '", cfg.file_layout, "'");
   return std::make_unique<FileStorage>(cfg.dir, cfg.capacity_bytes, !cfg.unified_keys());
 }
 

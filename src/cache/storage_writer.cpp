@@ -67,6 +67,22 @@ std::vector<bool> StorageWriter::present(std::span<const std::string> keys) {
 
 void StorageWriter::land(Entry& e) { e.ok = store_.set_batch(e.batch.keys, e.batch.payloads); }
 
+void StorageWriter::land(std::span<Entry* const> es) {
+  if (es.size() == 1) return land(*es[0]);
+  std::vector<std::string> keys;
+  std::vector<std::span<const std::uint8_t>> payloads;
+  for (const Entry* e : es) {
+    keys.insert(keys.end(), e->batch.keys.begin(), e->batch.keys.end());
+    payloads.insert(payloads.end(), e->batch.payloads.begin(), e->batch.payloads.end());
+  }
+  const std::vector<bool> ok = store_.set_batch(keys, payloads);
+  std::size_t at = 0;
+  for (Entry* e : es) {
+    e->ok.assign(ok.begin() + static_cast<std::ptrdiff_t>(at), ok.begin() + static_cast<std::ptrdiff_t>(at + e->batch.keys.size()));
+    at += e->batch.keys.size();
+  }
+}
+
 void StorageWriter::apply(Entry& e) {
   const WriteBatch& b = e.batch;
   std::vector<bool> group_ok(b.groups.size(), true);
@@ -97,13 +113,19 @@ void StorageWriter::settle_until(bool all) {
       return true;
     });
   }
-  const std::uint64_t now = timing_.now && threads_.empty() ? timing_.now() : 0;
-  while (!queue_.empty()) {
-    Entry& e = *queue_.front();
-    if (threads_.empty()) {  // simulated: in order of due time (monotone)
-      if (!all && e.due_ns > now) break;
-      land(e);
+  std::size_t n = queue_.size();  // threaded: every one landed
+  if (threads_.empty()) {  // simulated: those due (in order of due time, monotone), as one store batch
+    const std::uint64_t now = timing_.now ? timing_.now() : 0;
+    std::vector<Entry*> due;
+    for (const auto& e : queue_) {
+      if (!all && e->due_ns > now) break;
+      due.push_back(e.get());
     }
+    if (!due.empty()) land(due);
+    n = due.size();
+  }
+  for (; n > 0; --n) {
+    Entry& e = *queue_.front();
     apply(e);
     for (const auto& k : e.batch.keys) pending_.erase(k);
     queue_.pop_front();
@@ -115,12 +137,19 @@ void StorageWriter::work() {
   for (;;) {
     work_cv_.wait(g, [&] { return stop_ || !todo_.empty(); });
     if (todo_.empty()) return;  // stop_, nothing left
-    Entry* e = todo_.front();
-    todo_.pop_front();
+    // Every batch queued now, up to kCoalesceBytes, goes to the store as one (a segment store
+    // writes it as one file); each keeps its own outcomes.
+    std::vector<Entry*> take;
+    std::uint64_t bytes = 0;
+    while (!todo_.empty() && (take.empty() || bytes + todo_.front()->batch.total_bytes() <= kCoalesceBytes)) {
+      bytes += todo_.front()->batch.total_bytes();
+      take.push_back(todo_.front());
+      todo_.pop_front();
+    }
     g.unlock();
-    land(*e);
+    land(take);
     g.lock();
-    e->landed = true;
+    for (Entry* e : take) e->landed = true;
     done_cv_.notify_all();
   }
 }

@@ -9,9 +9,12 @@
 //
 // When a batch lands:
 //  * threaded engine: on one of the writer's threads, as soon as one is free (the store is
-//    thread-safe: a file directory, or one Redis connection under a mutex);
+//    thread-safe: a file directory, or one Redis connection under a mutex), together with the
+//    batches queued behind it (up to 16 MiB: one store batch, one segment file);
 //  * simulated engine: at its drawn tick — the write queue's tail (or now) + latency + bytes /
-//    bandwidth × seeded jitter — the first time the loop looks at the store after it;
+//    bandwidth × seeded jitter — the first time the loop looks at the store after it, together
+//    with the other batches due then (one store batch: the store's outcomes are per object and in
+//    order, so this is the same as landing them one by one);
 //  * inline (no clock, no threads: unit tests of the sites): at once, as before.
 //
 // The invariant that keeps decisions reproducible: the store is looked at only after `settle()`,
@@ -113,6 +116,8 @@ class StorageWriter {
     bool landed = false;       // (threaded: under mu_)
   };
   void land(Entry& e);        // the store calls, off or on the loop
+  void land(std::span<Entry* const> es);  // several queued batches as one store batch (threaded)
+  static constexpr std::uint64_t kCoalesceBytes = 16ULL << 20;
   void apply(Entry& e);       // statistics, on the loop
   void settle_until(bool all);
   void work();

@@ -89,6 +89,9 @@ struct CacheConfig {
   bool gather_overlap = true;
   std::string storage_dir;                // empty: <run dir>/storage
   std::string storage_url = "redis://127.0.0.1:6379";  // cache.storage = "redis"
+  // cache.storage = "file": object (one file per object) | segment (a write batch's objects in one
+  // file with its index: cache/segment_storage.hpp)
+  std::string storage_file_layout = "object";
   std::int64_t storage_capacity_mb = 1024;  // per rank
   // Storage object names (cache/unified_kv.hpp): rank_suffix (one object per rank and page, read
   // by the same rank of the same layout) | unified (a shared grid of layer ranges × head groups

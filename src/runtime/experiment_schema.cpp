@@ -104,6 +104,10 @@ void add_cache_keys(Schema& s) {
   s.add(skey({"cache", "storage"}, {"none", "file", "redis"},
              "storage tier (L3; needs the host tier): none, file (a directory of objects), or redis (a Redis server at cache.storage_url)"));
   s.add(skey({"cache", "storage_url"}, {}, "cache.storage = redis: the server, redis://HOST:PORT[/DB]", "redis://127.0.0.1:6379"));
+  s.add(skey({"cache", "storage_file_layout"}, {"object", "segment"},
+             "cache.storage = file: object (one file per object, named by its key) or segment (the objects of one "
+             "write batch packed into one file whose head indexes them: one directory entry per batch)",
+             "object"));
   s.add(skey({"cache", "storage_dir"}, {}, "storage directory (empty: <run dir>/storage; a directory set here is reused across runs)"));
   s.add(ikey({"cache", "storage_capacity_mb"}, 1024, 1, 1e9, "storage capacity, MiB: per rank with rank_suffix keys (LRU eviction beyond it); of the whole directory with unified keys (a sweep keeps it)"));
   s.add(skey({"cache", "storage_key_scheme"}, {"rank_suffix", "unified"},

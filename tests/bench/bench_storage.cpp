@@ -1,4 +1,4 @@
-// File storage backend throughput: 1,000 objects of 64 KiB (one full-payload page each) written
+// File storage backend throughput (a file per object, and segments): 1,000 objects of 64 KiB (one full-payload page each) written
 // (temporary name + rename, header, checksum) and read back (header, key and checksum validated),
 // into a directory given by KVGRID_BENCH_DIR (default: the system temp directory). jobs/bench_storage.sh
 // runs it next to `dd` of the same bytes.
@@ -11,6 +11,7 @@
 
 #include "cache/file_storage.hpp"
 #include "cache/redis_storage.hpp"
+#include "cache/segment_storage.hpp"
 #include "cache/storage_tier.hpp"
 #include "cache/storage_writer.hpp"
 
@@ -47,9 +48,37 @@ void BM_FileStorageWrite1000(benchmark::State& state) {
 }
 BENCHMARK(BM_FileStorageWrite1000)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The segment layout (cache.storage_file_layout = "segment") on the caller's thread: batches of
+// the argument's size, one segment file each.
+void BM_SegmentStorageWrite1000(benchmark::State& state) {
+  std::vector<std::uint8_t> payload(kObject, 7);
+  const auto per = static_cast<std::size_t>(state.range(0));
+  std::vector<std::string> keys(kObjects);
+  for (std::size_t i = 0; i < kObjects; ++i) keys[i] = key(i);
+  std::size_t round = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    SegmentStorage s(bench_dir("g") + "/" + std::to_string(round++), 1ULL << 40);
+    std::vector<std::vector<std::uint8_t>> ps(kObjects, payload);
+    for (std::size_t i = 0; i < kObjects; ++i) ps[i][0] = static_cast<std::uint8_t>(i);
+    std::vector<std::span<const std::uint8_t>> spans(ps.begin(), ps.end());
+    state.ResumeTiming();
+    for (std::size_t i = 0; i < kObjects; i += per) {
+      const std::size_t n = std::min(per, kObjects - i);
+      for (const bool ok : s.set_batch(std::span(keys).subspan(i, n), std::span(spans).subspan(i, n)))
+        if (!ok) state.SkipWithError("set failed");
+    }
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kObjects * kObject));
+  std::filesystem::remove_all(bench_dir("g"));
+}
+BENCHMARK(BM_SegmentStorageWrite1000)->Arg(8)->Arg(32)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // The storage tier's path for a backup (storage_writer.hpp, threaded engine): the loop copies each
 // node's objects into a batch (8 pages a node here) and hands it to the writer's threads (the
-// argument: how many); the iteration ends when every object has landed (drain).
+// first argument: how many), which hand the batches queued at the time to the store as one; the
+// iteration ends when every object has landed (drain). Second argument: 0 a file per object, 1
+// segments.
 void BM_StorageWriterWrite1000(benchmark::State& state) {
   std::vector<std::uint8_t> payload(kObject, 7);
   const auto threads = static_cast<std::size_t>(state.range(0));
@@ -57,7 +86,11 @@ void BM_StorageWriterWrite1000(benchmark::State& state) {
   std::size_t round = 0;
   for (auto _ : state) {
     state.PauseTiming();
-    FileStorage s(bench_dir("sw") + "/" + std::to_string(round++), 1ULL << 40);
+    const std::string dir = bench_dir("sw") + "/" + std::to_string(round++);
+    std::unique_ptr<ObjectStore> store;
+    if (state.range(1) == 1) store = std::make_unique<SegmentStorage>(dir, 1ULL << 40);
+    else store = std::make_unique<FileStorage>(dir, 1ULL << 40);
+    ObjectStore& s = *store;
     StorageTierStats stats;
     StorageWriter w(s, stats, threads, WriterTiming{});
     state.ResumeTiming();
@@ -75,7 +108,11 @@ void BM_StorageWriterWrite1000(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kObjects * kObject));
   std::filesystem::remove_all(bench_dir("sw"));
 }
-BENCHMARK(BM_StorageWriterWrite1000)->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_StorageWriterWrite1000)
+    ->ArgsProduct({{1, 2, 4}, {0, 1}})
+    ->ArgNames({"threads", "segments"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_FileStorageRead1000(benchmark::State& state) {
   std::vector<std::uint8_t> payload(kObject, 7), out(kObject);
@@ -90,6 +127,32 @@ void BM_FileStorageRead1000(benchmark::State& state) {
   std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_FileStorageRead1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Reads of the segment layout: 1,000 objects written 32 to a segment, read one by one (open,
+// one scattered read at the object's offset, close; validated).
+void BM_SegmentStorageRead1000(benchmark::State& state) {
+  std::vector<std::uint8_t> payload(kObject, 7), out(kObject);
+  const std::string dir = bench_dir("gr");
+  std::filesystem::remove_all(dir);
+  SegmentStorage s(dir, 1ULL << 40);
+  std::vector<std::string> keys;
+  std::vector<std::span<const std::uint8_t>> spans;
+  for (std::size_t i = 0; i < kObjects; ++i) {
+    keys.push_back(key(i));
+    spans.push_back(payload);
+    if (keys.size() == 32 || i + 1 == kObjects) {
+      s.set_batch(keys, spans);
+      keys.clear();
+      spans.clear();
+    }
+  }
+  for (auto _ : state)
+    for (std::size_t i = 0; i < kObjects; ++i)
+      if (s.get(key(i), out) != StorageMiss::None) state.SkipWithError("get missed");
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kObjects * kObject));
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_SegmentStorageRead1000)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The Redis backend on the server named by KVGRID_BENCH_REDIS (jobs/bench_storage.sh starts a
 // private one); skipped without it. Keys are fresh per iteration (objects are immutable).

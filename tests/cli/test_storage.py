@@ -267,12 +267,54 @@ def store_sweep():
     expect(0 < total <= 1 << 20, "the store within its capacity", total)
     rc, so, se = tool("store", store, "--limit-mb", "0", "--dry-run")
     n = len(os.listdir(d))
-    expect(rc == 0 and f": {n} objects" in so and f"would remove {n} objects" in so and len(os.listdir(d)) == n,
+    expect(rc == 0 and f": {n} files" in so and f"would remove {n} files" in so and len(os.listdir(d)) == n,
            "a dry run counts", so, se)
     rc, so, se = tool("store", store, "--limit-mb", "0")
     expect(rc == 0 and not os.listdir(d), "a sweep to 0 removes every object", so, se)
     rc, so, se = tool("store", out("nothing-here"), "--limit-mb", "1")
     expect(rc == 2 and "no such storage directory" in se, "a missing directory: exit 2", so, se)
+
+
+def segment_layout():
+    """cache.storage_file_layout = segment: the objects of one write batch in one file whose head
+    indexes them. The tiers experiment (TP2 x CP2, rank_suffix keys) takes exactly the recorded
+    decisions of a file per object (the layout decides nothing) with storage hits from fewer files
+    than objects, and runs under every storage failpoint with the oracle OK. Unified keys across
+    jobs: a TP2 writer's segments serve a TP1 reader every page (8 objects per page), and
+    `kvgrid store` sweeps segments whole. The layout without cache.storage = file is refused at load."""
+    seg = ["--set", "cache.storage_file_layout=segment"]
+    rc, so, se = run(4, TIERS, "--out", out("seg"), *seg)
+    expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, "segments: run OK", so, se)
+    with open(os.path.join(SRC, "tests", "golden", "decision_digests.txt")) as f:  # a file per object's, recorded
+        on_file = [ln.split()[2] for ln in f if ln.startswith("multiturn_tiers 1 ")][0]
+    expect(digest_of(so) == on_file, "segments decide exactly as a file per object", digest_of(so), on_file)
+    j = json.loads(tool("report", out("seg"), "--json")[1])
+    names = [n for _, _, fs_ in os.walk(os.path.join(out("seg"), "storage")) for n in fs_]
+    written = sum(j["storage_objects"]["written"])
+    expect(j["cached_tokens"]["storage"] > 0 and names and all(n.endswith(".seg") for n in names) and len(names) < written,
+           "storage hits, from segment files only, fewer than the objects", j["cached_tokens"], len(names), written)
+    faults = []
+    for f in ("storage.read.fail", "storage.read.short", "storage.object.corrupt", "storage.write.fail"):
+        faults += ["--set", f"faults.{f}.probability=0.2"]
+    rc, so, se = run(4, TIERS, "--out", out("segf"), *seg, "--set", "workload.multiturn.clients=16",
+                     "--set", "workload.multiturn.rounds=4", *faults)
+    expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, "segments under every storage failpoint", so, se)
+    expect(json.loads(tool("report", out("segf"), "--json")[1])["storage_failed_pages"] > 0, "the failpoints fired")
+    # Unified keys, two jobs in sequence over one directory.
+    store = out("segstore")
+    sets = [*seg, "--set", "cache.storage_dir=" + store]
+    w = ok_run(2, "seg-w", *sets, "--set", "topology.tp=2", "--set", "topology.pp=1")
+    d = os.path.join(store, "unified")
+    segs = os.listdir(d)
+    expect(sum(w["storage_objects"]["written"]) == 512 and all(n.endswith(".seg") for n in segs) and len(segs) < 512,
+           "the writer's 512 objects in segment files", w["storage_objects"], len(segs))
+    r = ok_run(1, "seg-r", *sets, "--set", "topology.tp=1", "--set", "topology.pp=1")
+    expect(r["cached_tokens"]["storage"] == 4 * 240 and r["storage_objects"]["read"] == [4 * 15 * 8],
+           "the TP1 reader: every page from the TP2 writer's segments", r)
+    rc, so, se = tool("store", store, "--limit-mb", "0")
+    expect(rc == 0 and f": {len(segs)} files" in so and not os.listdir(d), "a sweep removes segments whole", so, se)
+    rc, so, se = run_single(TIERS, "--out", out("segbad"), *seg, "--set", "cache.storage=none")
+    expect(rc == 2 and 'cache.storage_file_layout = "segment" needs cache.storage = "file"' in se, "refused at load", so, se)
 
 
 class RedisServer:

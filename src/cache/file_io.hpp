@@ -1,0 +1,18 @@
+// Whole-buffer file I/O for the file backend's layouts (file_storage.hpp, segment_storage.hpp):
+// gathered writes and scattered reads that continue after a short transfer or an interrupt.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+
+namespace kvgrid::cache {
+
+// writev until `total` bytes are out; false on an error. `iov` is consumed.
+bool write_all(int fd, iovec* iov, int n, std::size_t total);
+// readv (offset < 0) or preadv from `offset` until `total` bytes or the end of the file; returns
+// the bytes read. `iov` is consumed.
+std::size_t read_all(int fd, iovec* iov, int n, std::size_t total, off_t offset = -1);
+
+}  // namespace kvgrid::cache
