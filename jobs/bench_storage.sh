@@ -5,7 +5,8 @@
 # reading one file of the same 64 MiB with 64 KiB blocks, in the same directory (no fsync in
 # either: both measure the path through the page cache).
 # Also the storage tier's own write path (storage_writer.hpp): the same 1,000 objects handed over in
-# batches of 8 (a node's pages) to 1, 2 and 4 writer threads and drained, over either layout; its CPU time is what the
+# batches of 8 (a node's pages) to 1, 2 and 4 writer threads and drained, over either layout, and
+# its read path (batches of 128 read on threads of their own, as a threaded prefetch does); the writer's CPU time is what the
 # serving loop itself spends. With redis-server installed, the Redis backend's writes and reads of
 # the same objects on a private server (jobs/redis.sh) next to redis-benchmark's SET/GET of 64 KiB
 # values on that server.

@@ -32,12 +32,16 @@ std::uint64_t payload_checksum(std::span<const std::uint8_t> bytes) {
   std::uint64_t lane[kLanes];
   for (int k = 0; k < kLanes; ++k) lane[k] = mix64(bytes.size() + static_cast<std::uint64_t>(k));
   std::size_t i = 0;
-  for (; i + 8 * kLanes <= bytes.size(); i += 8 * kLanes)
+  for (; i + 8 * kLanes <= bytes.size(); i += 8 * kLanes) {
+    // Unrolled, the lanes live in registers; rolled, GCC kept them in memory, a store and a load
+    // on every chain: 3x slower (10.8 against 33 GB/s on a 64 KiB payload here), the same values.
+#pragma GCC unroll 8
     for (int k = 0; k < kLanes; ++k) {
       std::uint64_t w;
       std::memcpy(&w, bytes.data() + i + 8 * static_cast<std::size_t>(k), 8);
       lane[k] = (lane[k] ^ w) * kMul;
     }
+  }
   std::uint64_t h = 0;
   for (int k = 0; k < kLanes; ++k) h = hash_combine(h, mix64(lane[k]));
   for (; i < bytes.size(); ++i) h = (h ^ bytes[i]) * 0x100000001b3ULL;

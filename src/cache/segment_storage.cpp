@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -151,14 +152,17 @@ void SegmentStorage::refresh() {
     std::lock_guard<std::mutex> g(mu_);
     if (mtime == scanned_mtime_ns_ && scanned_at_ns_ - mtime > 100'000'000) return;
   }
-  std::vector<std::string> fresh;
+  std::vector<std::string> listed;
   if (DIR* d = ::opendir(dir_.c_str())) {
-    std::lock_guard<std::mutex> g(mu_);
-    while (const dirent* e = ::readdir(d)) {
-      const std::string n = e->d_name;
-      if (is_segment_name(n) && !seg_ids_.count(n)) fresh.push_back(n);
-    }
+    while (const dirent* e = ::readdir(d))
+      if (is_segment_name(e->d_name)) listed.emplace_back(e->d_name);
     ::closedir(d);
+  }
+  std::vector<std::string> fresh;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& n : listed)
+      if (!seg_ids_.count(n)) fresh.push_back(std::move(n));
   }
   for (const auto& n : fresh) adopt(n);
   std::lock_guard<std::mutex> g(mu_);
@@ -351,8 +355,8 @@ StorageMiss SegmentStorage::get(const std::string& key, std::span<std::uint8_t> 
     if (!locate(key, &f)) return miss(StorageMiss::Missing);
   }
   const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {  // swept
-    {
+  if (fd < 0) {
+    if (errno == ENOENT) {  // swept: forget its objects (another error, e.g. no file descriptor left, is this read's miss only)
       std::lock_guard<std::mutex> g(mu_);
       drop_segment_locked(f.seg);
     }
@@ -391,8 +395,10 @@ bool SegmentStorage::exists(const std::string& key) {
   if (locate(key, &f)) {
     struct stat st {};
     if ((shared_ || !evicts_) && ::stat(f.path.c_str(), &st) != 0) {  // a store a sweep keeps: still there?
-      std::lock_guard<std::mutex> g(mu_);
-      drop_segment_locked(f.seg);
+      if (errno == ENOENT) {
+        std::lock_guard<std::mutex> g(mu_);
+        drop_segment_locked(f.seg);
+      }
       return false;
     }
     return true;

@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -153,6 +155,44 @@ void BM_SegmentStorageRead1000(benchmark::State& state) {
   std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_SegmentStorageRead1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The storage tier's read path (threaded engine, storage_tier.cpp): a prefetch's pages in batches
+// of cache.storage batch size (128 here), each batch read by `get_batch` on a thread of its own,
+// all at once; the iteration ends when every batch is in. Argument: 0 a file per object, 1
+// segments (written 32 to a segment).
+void BM_StorageTierRead1000(benchmark::State& state) {
+  constexpr std::size_t kBatch = 128;
+  std::vector<std::uint8_t> payload(kObject, 7);
+  const std::string dir = bench_dir("tr");
+  std::filesystem::remove_all(dir);
+  std::unique_ptr<ObjectStore> store;
+  if (state.range(0) == 1) store = std::make_unique<SegmentStorage>(dir, 1ULL << 40);
+  else store = std::make_unique<FileStorage>(dir, 1ULL << 40);
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < kObjects; ++i) keys.push_back(key(i));
+  for (std::size_t i = 0; i < kObjects; i += 32) {
+    const std::size_t n = std::min<std::size_t>(32, kObjects - i);
+    std::vector<std::span<const std::uint8_t>> spans(n, payload);
+    store->set_batch(std::span(keys).subspan(i, n), spans);
+  }
+  std::vector<std::vector<std::uint8_t>> outs(kObjects, std::vector<std::uint8_t>(kObject));
+  std::vector<std::span<std::uint8_t>> out_spans(outs.begin(), outs.end());
+  for (auto _ : state) {
+    std::vector<std::future<std::size_t>> reads;
+    for (std::size_t i = 0; i < kObjects; i += kBatch) {
+      const std::size_t n = std::min(kBatch, kObjects - i);
+      reads.push_back(std::async(std::launch::async, [&, i, n] {
+        return store->get_batch(std::span(keys).subspan(i, n), std::span(out_spans).subspan(i, n));
+      }));
+    }
+    std::size_t intact = 0;
+    for (auto& r : reads) intact += r.get();
+    if (intact != kObjects) state.SkipWithError("get missed");
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kObjects * kObject));
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_StorageTierRead1000)->ArgName("segments")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The Redis backend on the server named by KVGRID_BENCH_REDIS (jobs/bench_storage.sh starts a
 // private one); skipped without it. Keys are fresh per iteration (objects are immutable).

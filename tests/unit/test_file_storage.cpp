@@ -29,6 +29,17 @@ std::vector<std::uint8_t> payload(std::size_t n, std::uint8_t seed) {
   return p;
 }
 
+// The object format's payload checksum, pinned: objects written by earlier builds must keep
+// validating (bytes i*7+1; lengths that exercise the lanes, the tail and both).
+TEST(ObjectFormat, PayloadChecksumKnownVectors) {
+  std::vector<std::uint8_t> b(65539);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>(i * 7 + 1);
+  const std::pair<std::size_t, std::uint64_t> known[] = {
+      {0, 0xf0c1a26f6b6448ddULL}, {5, 0x0a3b547a1e4a30c3ULL}, {64, 0x99996d2c2f3db0e1ULL},
+      {100, 0x5b2640f7d6864183ULL}, {65539, 0xf3b5d5a5f61caa06ULL}};
+  for (const auto& [n, v] : known) EXPECT_EQ(payload_checksum(std::span<const std::uint8_t>(b).first(n)), v) << n;
+}
+
 TEST(FileStorage, RoundTripAndLeadingHits) {
   FileStorage s(fresh_dir("rt"), 1 << 20);
   auto a = payload(1000, 1), b = payload(1000, 2);
