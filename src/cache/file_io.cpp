@@ -1,5 +1,6 @@
 #include "cache/file_io.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +46,32 @@ std::size_t read_all(int fd, iovec* iov, int n, std::size_t total, off_t offset)
     skip(iov, n, static_cast<std::size_t>(r));
   }
   return done;
+}
+
+bool DirHandle::open(const std::string& dir) {
+  close();
+  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  return fd_ >= 0;
+}
+
+void DirHandle::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+bool DirHandle::sync() const {
+  if (fd_ < 0) return true;
+  int r;
+  do r = ::fsync(fd_);
+  while (r != 0 && errno == EINTR);
+  return r == 0;
+}
+
+bool sync_data(int fd) {
+  int r;
+  do r = ::fdatasync(fd);
+  while (r != 0 && errno == EINTR);
+  return r == 0;
 }
 
 }  // namespace kvgrid::cache

@@ -42,6 +42,11 @@ FileStorage::FileStorage(std::string dir, std::uint64_t capacity_bytes, bool evi
   }
 }
 
+void FileStorage::set_fsync(bool on) {
+  if (!on) return dir_sync_.close();
+  if (!dir_sync_.open(dir_)) throw InputError(dir_ + ": cannot open the storage directory to sync it (cache.storage_fsync)");
+}
+
 std::string FileStorage::path_of(const std::string& key) const { return (fs::path(dir_) / (key + ".bin")).string(); }
 
 void FileStorage::touch_locked(const std::string& key) {
@@ -88,10 +93,12 @@ bool FileStorage::set(const std::string& key, std::span<const std::uint8_t> payl
     iovec iov[3] = {{&h, sizeof(h)}, {const_cast<char*>(key.data()), key.size()},
                     {const_cast<std::uint8_t*>(payload.data()), payload.size()}};
     ok = write_all(fd, iov, 3, sizeof(h) + key.size() + payload.size());
+    if (dir_sync_.is_open()) ok = ok && sync_data(fd);  // cache.storage_fsync: the bytes before the name
     ok = ::close(fd) == 0 && ok;
   }
   std::error_code ec;
   if (ok) fs::rename(tmp, path_of(key), ec);  // atomic: readers see the old or the new object
+  if (ok && !ec && !dir_sync_.sync()) ec = std::make_error_code(std::errc::io_error);
   if (!ok || ec) {
     fs::remove(tmp, ec);
     std::lock_guard<std::mutex> g(mu_);

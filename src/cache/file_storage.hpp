@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/file_io.hpp"
 #include "cache/object_store.hpp"
 
 namespace kvgrid::cache {
@@ -44,6 +45,7 @@ class FileStorage final : public ObjectStore {
   // A successful read sets the object's modification time to now, so "least recently read or
   // written" is on disk for any process.
   void set_recency_on_disk(bool on) override { recency_on_disk_ = on; }
+  void set_fsync(bool on) override;
   SweepResult sweep(std::uint64_t limit_bytes) override;
   void truncate(const std::string& key) override;  // to half its bytes
   void corrupt(const std::string& key) override;   // one payload bit flipped
@@ -61,6 +63,7 @@ class FileStorage final : public ObjectStore {
   bool evicts_;
   bool shared_ = false;
   bool recency_on_disk_ = false;
+  DirHandle dir_sync_;  // open while cache.storage_fsync is on: the directory, synced after a rename
   std::uint64_t job_ = 0;
   mutable std::mutex mu_;
   std::list<std::string> lru_;  // front: least recently used

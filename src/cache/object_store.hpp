@@ -86,6 +86,11 @@ class ObjectStore {
   virtual void set_shared(bool shared) = 0;
   // A store whose capacity a sweep enforces: reads refresh an object's recency where the sweep sees it.
   virtual void set_recency_on_disk(bool on) = 0;
+  // cache.storage_fsync: a write returns once its bytes and its name are on stable storage (a file
+  // store: the file's data synced before its rename, the directory after it). Default off, as
+  // HiCache's file backend: the page cache, what `dd` measures. A Redis server keeps its own
+  // persistence settings: nothing to do here.
+  virtual void set_fsync(bool) {}
   // Unified keys: the store-level eviction down to `limit_bytes` (a Redis server evicts by its
   // own maxmemory policy: nothing to do here).
   virtual SweepResult sweep(std::uint64_t limit_bytes) = 0;

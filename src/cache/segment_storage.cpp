@@ -112,6 +112,11 @@ SegmentStorage::SegmentStorage(std::string dir, std::uint64_t capacity_bytes, bo
   for (const auto& [t, name] : found) adopt(name);
 }
 
+void SegmentStorage::set_fsync(bool on) {
+  if (!on) return dir_sync_.close();
+  if (!dir_sync_.open(dir_)) throw InputError(dir_ + ": cannot open the storage directory to sync it (cache.storage_fsync)");
+}
+
 bool SegmentStorage::adopt(const std::string& name) {
   SegmentHead head{};
   std::vector<std::uint8_t> raw;
@@ -301,8 +306,10 @@ std::vector<bool> SegmentStorage::set_batch(std::span<const std::string> keys,
                       {const_cast<std::uint8_t*>(payloads[i].data()), payloads[i].size()}};
       good = write_all(fd, iov, 3, lengths[j]);
     }
+    if (dir_sync_.is_open()) good = good && sync_data(fd);  // cache.storage_fsync: the bytes before the name
     good = ::close(fd) == 0 && good;
     good = good && ::rename(tmp.c_str(), path(name).c_str()) == 0;  // atomic: the whole batch or none
+    good = good && dir_sync_.sync();
   }
   if (!good) ::unlink(tmp.c_str());
 

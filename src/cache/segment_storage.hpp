@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/file_io.hpp"
 #include "cache/object_store.hpp"
 
 namespace kvgrid::cache {
@@ -54,6 +55,7 @@ class SegmentStorage final : public ObjectStore {
   void set_job(std::uint64_t job) override { job_ = job; }
   void set_shared(bool shared) override { shared_ = shared; }
   void set_recency_on_disk(bool on) override { recency_on_disk_ = on; }
+  void set_fsync(bool on) override;
   SweepResult sweep(std::uint64_t limit_bytes) override;
   void truncate(const std::string& key) override;  // its index entry's length halved (on disk)
   void corrupt(const std::string& key) override;   // its payload's last bit flipped
@@ -97,6 +99,7 @@ class SegmentStorage final : public ObjectStore {
   bool evicts_;
   bool shared_ = false;
   bool recency_on_disk_ = false;
+  DirHandle dir_sync_;  // open while cache.storage_fsync is on: the directory, synced after a rename
   std::uint64_t job_ = 0;
   std::uint64_t writer_id_;
   mutable std::mutex mu_;

@@ -51,6 +51,7 @@ StorageTier::StorageTier(StorageTierConfig cfg, AckAgreement& agreement, Decisio
   store_->set_job(cfg_.job);
   store_->set_shared(cfg_.shared);
   store_->set_recency_on_disk(cfg_.unified_keys());
+  store_->set_fsync(cfg_.fsync);
   KVGRID_CHECK(cfg_.stop_policy == "best_effort" || cfg_.stop_policy == "wait_complete" || cfg_.stop_policy == "timeout",
                "prefetch stop policy '", cfg_.stop_policy, "'");
   stop_ = cfg_.stop_policy == "best_effort" ? StopPolicy::BestEffort

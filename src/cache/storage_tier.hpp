@@ -65,6 +65,7 @@ struct StorageTierConfig {
   std::string backend = "file";    // cache.storage: file | redis
   std::string dir;                 // file: this shard's object directory
   std::string file_layout = "object";  // file: object | segment (cache.storage_file_layout)
+  bool fsync = false;              // file: cache.storage_fsync (ObjectStore::set_fsync)
   std::string url;                 // redis: cache.storage_url
   std::uint64_t capacity_bytes = 1ULL << 30;
   std::string key_suffix;          // page_hash.hpp key_suffix()

@@ -205,6 +205,7 @@ void read_cache(const Config& c, ExperimentConfig& e) {
   e.cache.storage_dir = c.get_string("cache.storage_dir");
   e.cache.storage_url = c.get_string("cache.storage_url");
   e.cache.storage_file_layout = c.get_string("cache.storage_file_layout");
+  e.cache.storage_fsync = c.get_bool("cache.storage_fsync");
   e.cache.storage_capacity_mb = c.get_int("cache.storage_capacity_mb");
   e.cache.storage_key_scheme = c.get_string("cache.storage_key_scheme");
   e.cache.host_layout = c.get_string("cache.host_layout");

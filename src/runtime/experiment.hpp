@@ -92,6 +92,7 @@ struct CacheConfig {
   // cache.storage = "file": object (one file per object) | segment (a write batch's objects in one
   // file with its index: cache/segment_storage.hpp)
   std::string storage_file_layout = "object";
+  bool storage_fsync = false;  // cache.storage = "file": sync each write's file and directory before it counts
   std::int64_t storage_capacity_mb = 1024;  // per rank
   // Storage object names (cache/unified_kv.hpp): rank_suffix (one object per rank and page, read
   // by the same rank of the same layout) | unified (a shared grid of layer ranges × head groups

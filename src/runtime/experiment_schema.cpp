@@ -108,6 +108,9 @@ void add_cache_keys(Schema& s) {
              "cache.storage = file: object (one file per object, named by its key) or segment (the objects of one "
              "write batch packed into one file whose head indexes them: one directory entry per batch)",
              "object"));
+  s.add(bkey({"cache", "storage_fsync"}, false,
+             "cache.storage = file: a write counts once its file's data and its directory entry are synced to stable "
+             "storage (fdatasync before the rename, fsync of the directory after); off: the page cache, as dd"));
   s.add(skey({"cache", "storage_dir"}, {}, "storage directory (empty: <run dir>/storage; a directory set here is reused across runs)"));
   s.add(ikey({"cache", "storage_capacity_mb"}, 1024, 1, 1e9, "storage capacity, MiB: per rank with rank_suffix keys (LRU eviction beyond it); of the whole directory with unified keys (a sweep keeps it)"));
   s.add(skey({"cache", "storage_key_scheme"}, {"rank_suffix", "unified"},

@@ -128,6 +128,7 @@ cache::StorageTierConfig RankStack::storage_config(const ExperimentConfig& exp, 
   sc.dir = exp.cache.storage_dir + "/" + sc.key_suffix.substr(1);  // one directory per shard (MLA: shared over TP)
   sc.backend = exp.cache.storage;
   sc.file_layout = exp.cache.storage_file_layout;
+  sc.fsync = exp.cache.storage_fsync;
   sc.url = exp.cache.storage_url;
   sc.capacity_bytes = static_cast<std::uint64_t>(exp.cache.storage_capacity_mb) << 20;
   sc.job = exp.cache.storage_job;

@@ -122,6 +122,9 @@ void check_storage_keys(const ExperimentConfig& exp, const std::string& src) {
   if (c.storage_shared && c.storage_dir.empty() && c.storage == "file")
     throw InputError(src + ": cache.storage_shared = true needs cache.storage_dir (the directory the jobs share)");
   if (c.storage == "redis") (void)cache::RedisStorage::parse_url(c.storage_url);  // a malformed URL: exit 2 at load
+  if (c.storage_fsync && c.storage != "file")
+    throw InputError(src + ": cache.storage_fsync = true needs cache.storage = \"file\" (it is \"" + c.storage +
+                     "\"; a Redis server keeps its own persistence settings)");
   if (c.storage_file_layout != "object" && c.storage != "file")
     throw InputError(src + ": cache.storage_file_layout = \"" + c.storage_file_layout + "\" needs cache.storage = \"file\" (it is \"" +
                      c.storage + "\")");

@@ -277,13 +277,13 @@ def store_sweep():
 
 def segment_layout():
     """cache.storage_file_layout = segment: the objects of one write batch in one file whose head
-    indexes them. The tiers experiment (TP2 x CP2, rank_suffix keys) takes exactly the recorded
-    decisions of a file per object (the layout decides nothing) with storage hits from fewer files
+    indexes them. The tiers experiment (TP2 x CP2, rank_suffix keys; synced writes, cache.storage_fsync)
+    takes exactly the recorded decisions of a file per object (the layout decides nothing) with storage hits from fewer files
     than objects, and runs under every storage failpoint with the oracle OK. Unified keys across
     jobs: a TP2 writer's segments serve a TP1 reader every page (8 objects per page), and
-    `kvgrid store` sweeps segments whole. The layout without cache.storage = file is refused at load."""
+    `kvgrid store` sweeps segments whole. The layout, or fsync, without cache.storage = file is refused at load."""
     seg = ["--set", "cache.storage_file_layout=segment"]
-    rc, so, se = run(4, TIERS, "--out", out("seg"), *seg)
+    rc, so, se = run(4, TIERS, "--out", out("seg"), *seg, "--set", "cache.storage_fsync=true")  # synced: the same decisions
     expect(rc == 0 and "# verdict: OK" in so and "# oracle mismatches: 0 OK" in so, "segments: run OK", so, se)
     with open(os.path.join(SRC, "tests", "golden", "decision_digests.txt")) as f:  # a file per object's, recorded
         on_file = [ln.split()[2] for ln in f if ln.startswith("multiturn_tiers 1 ")][0]
@@ -315,6 +315,8 @@ def segment_layout():
     expect(rc == 0 and f": {len(segs)} files" in so and not os.listdir(d), "a sweep removes segments whole", so, se)
     rc, so, se = run_single(TIERS, "--out", out("segbad"), *seg, "--set", "cache.storage=none")
     expect(rc == 2 and 'cache.storage_file_layout = "segment" needs cache.storage = "file"' in se, "refused at load", so, se)
+    rc, so, se = run_single(TIERS, "--out", out("segbad2"), "--set", "cache.storage=none", "--set", "cache.storage_fsync=true")
+    expect(rc == 2 and 'cache.storage_fsync = true needs cache.storage = "file"' in se, "fsync without files refused", so, se)
 
 
 class RedisServer:

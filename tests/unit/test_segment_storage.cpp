@@ -16,6 +16,7 @@
 
 #include "cache/file_storage.hpp"
 #include "cache/segment_storage.hpp"
+#include "core/check.hpp"
 
 namespace kvgrid::cache {
 namespace {
@@ -225,6 +226,34 @@ TEST(SegmentStorage, ASweepRemovesWholeSegmentsLeastRecentlyReadFirst) {
     EXPECT_EQ(s.get("b" + n, out) == StorageMiss::None, kept) << n;
   }
   EXPECT_EQ(s.segments(), 2u);
+}
+
+// cache.storage_fsync: synced writes (file data before the rename, the directory after) read back
+// in both layouts; a directory that cannot be opened to sync is an input error naming it.
+TEST(SegmentStorage, SyncedWritesRoundTripInBothLayouts) {
+  const auto a = payload(3000, 4);
+  std::vector<std::uint8_t> out(3000);
+  FileStorage f(fresh_dir("sync-f"), 1 << 20);
+  SegmentStorage s(fresh_dir("sync-s"), 1 << 20);
+  for (ObjectStore* store : {static_cast<ObjectStore*>(&f), static_cast<ObjectStore*>(&s)}) {
+    store->set_fsync(true);
+    ASSERT_EQ(put(*store, {"x", "y"}, {a, a}), std::vector<bool>(2, true));
+    EXPECT_EQ(store->get("y", out), StorageMiss::None);
+    EXPECT_EQ(out, a);
+    store->set_fsync(false);
+    ASSERT_TRUE(store->set("z", a));
+  }
+  const std::string gone = fresh_dir("sync-gone");
+  SegmentStorage g(gone, 1 << 20);
+  fs::remove_all(gone);
+  try {
+    g.set_fsync(true);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(gone + ": cannot open the storage directory to sync it (cache.storage_fsync)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(SegmentStorage, ASharedStoreSeesOtherWritersSegments) {
