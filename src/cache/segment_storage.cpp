@@ -308,8 +308,9 @@ std::vector<bool> SegmentStorage::set_batch(std::span<const std::string> keys,
     }
     if (dir_sync_.is_open()) good = good && sync_data(fd);  // cache.storage_fsync: the bytes before the name
     good = ::close(fd) == 0 && good;
-    good = good && ::rename(tmp.c_str(), path(name).c_str()) == 0;  // atomic: the whole batch or none
-    good = good && dir_sync_.sync();
+    const bool renamed = good && ::rename(tmp.c_str(), path(name).c_str()) == 0;  // atomic: the whole batch or none
+    good = renamed && dir_sync_.sync();
+    if (renamed && !good) ::unlink(path(name).c_str());  // its name never reached stable storage: not written
   }
   if (!good) ::unlink(tmp.c_str());
 
