@@ -91,6 +91,9 @@ class ObjectStore {
   // HiCache's file backend: the page cache, what `dd` measures. A Redis server keeps its own
   // persistence settings: nothing to do here.
   virtual void set_fsync(bool) {}
+  // Whether one set_batch of many objects costs less than their sets one by one (a segment file,
+  // a Redis pipeline): the storage writer then hands it the batches queued together.
+  virtual bool writes_in_batches() const { return false; }
   // Unified keys: the store-level eviction down to `limit_bytes` (a Redis server evicts by its
   // own maxmemory policy: nothing to do here).
   virtual SweepResult sweep(std::uint64_t limit_bytes) = 0;

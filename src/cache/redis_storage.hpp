@@ -44,6 +44,7 @@ class RedisStorage final : public ObjectStore {
   std::size_t get_batch(std::span<const std::string> keys, std::span<const std::span<std::uint8_t>> outs) override;
   std::vector<bool> present(std::span<const std::string> keys) override;
   std::vector<bool> set_batch(std::span<const std::string> keys, std::span<const std::span<const std::uint8_t>> payloads) override;
+  bool writes_in_batches() const override { return true; }
   StorageStats stats() const override;
   void set_job(std::uint64_t job) override { job_ = job; }
   void set_shared(bool) override {}             // always: every lookup asks the server

@@ -109,7 +109,7 @@ SegmentStorage::SegmentStorage(std::string dir, std::uint64_t capacity_bytes, bo
     }
   }
   std::sort(found.begin(), found.end());
-  for (const auto& [t, name] : found) adopt(name);
+  for (const auto& [t, name] : found) adopt(name, /*listed=*/true);
 }
 
 void SegmentStorage::set_fsync(bool on) {
@@ -117,13 +117,13 @@ void SegmentStorage::set_fsync(bool on) {
   if (!dir_sync_.open(dir_)) throw InputError(dir_ + ": cannot open the storage directory to sync it (cache.storage_fsync)");
 }
 
-bool SegmentStorage::adopt(const std::string& name) {
+bool SegmentStorage::adopt(const std::string& name, bool listed) {
   SegmentHead head{};
   std::vector<std::uint8_t> raw;
-  std::vector<Listed> listed;
+  std::vector<Listed> entries;
   const int fd = ::open(path(name).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  const bool ok = read_index(fd, &head, &raw, &listed);
+  const bool ok = read_index(fd, &head, &raw, &entries);
   ::close(fd);
   std::lock_guard<std::mutex> g(mu_);
   if (seg_ids_.count(name)) return true;
@@ -133,15 +133,20 @@ bool SegmentStorage::adopt(const std::string& name) {
   Segment& s = segs_[id];
   s.name = name;
   s.written = true;
-  for (const auto& l : listed) {
-    if (index_.count(l.key)) continue;  // the same object in an earlier segment
+  for (const auto& l : entries) {
+    if (index_.count(l.key)) continue;  // the same object in an earlier segment, or this store's own
+    if (!listed) {  // readable, not this store's to list or evict (as another's file is to FileStorage)
+      if (readable_.emplace(l.key, Where{id, l.offset, l.length}).second) s.keys.push_back(l.key);
+      continue;
+    }
+    readable_.erase(l.key);
     lru_.push_back(l.key);
     index_[l.key] = Entry{std::prev(lru_.end()), l.length, id, l.offset, l.length};
     used_ += l.length;
     s.keys.push_back(l.key);
     ++s.live;
   }
-  if (s.live == 0) segs_.erase(id);
+  if (s.keys.empty()) segs_.erase(id);
   return true;
 }
 
@@ -169,20 +174,32 @@ void SegmentStorage::refresh() {
     for (auto& n : listed)
       if (!seg_ids_.count(n)) fresh.push_back(std::move(n));
   }
-  for (const auto& n : fresh) adopt(n);
+  for (const auto& n : fresh) adopt(n, shared_);
   std::lock_guard<std::mutex> g(mu_);
   scanned_mtime_ns_ = mtime;
   scanned_at_ns_ = now;
 }
 
-bool SegmentStorage::locate(const std::string& key, Found* f) {
+bool SegmentStorage::locate(const std::string& key, Found* f, bool listed_only) {
   std::lock_guard<std::mutex> g(mu_);
-  auto it = index_.find(key);
-  if (it == index_.end()) return false;
-  auto s = segs_.find(it->second.seg);
+  Where w{};
+  if (auto it = index_.find(key); it != index_.end()) {
+    w = Where{it->second.seg, it->second.offset, it->second.length};
+  } else if (auto r = readable_.find(key); !listed_only && r != readable_.end()) {
+    w = r->second;
+  } else {
+    return false;
+  }
+  auto s = segs_.find(w.seg);
   if (s == segs_.end() || !s->second.written) return false;  // its batch is still being written
-  *f = Found{path(s->second.name), it->second.seg, it->second.offset, it->second.length};
+  *f = Found{path(s->second.name), w.seg, w.offset, w.length};
   return true;
+}
+
+bool SegmentStorage::find(const std::string& key, Found* f) {
+  if (locate(key, f)) return true;
+  refresh();
+  return locate(key, f);
 }
 
 void SegmentStorage::release_locked(Segment& s, std::uint64_t id) {
@@ -207,6 +224,7 @@ void SegmentStorage::drop_segment_locked(std::uint64_t seg) {
   auto s = segs_.find(seg);
   if (s == segs_.end()) return;
   for (const auto& key : s->second.keys) {
+    if (auto r = readable_.find(key); r != readable_.end() && r->second.seg == seg) readable_.erase(r);
     auto it = index_.find(key);
     if (it == index_.end() || it->second.seg != seg) continue;
     lru_.erase(it->second.pos);
@@ -256,8 +274,11 @@ std::vector<bool> SegmentStorage::set_batch(std::span<const std::string> keys,
         ++stats_.set_failed;
         continue;
       }
+      readable_.erase(keys[i]);  // written by this store now: its own
       lru_.push_back(keys[i]);
-      index_[keys[i]] = Entry{std::prev(lru_.end()), bytes, id, 0, bytes};
+      // (offset: until written, which of the batch's writes this reservation is — a key evicted
+      // within its own batch and reserved again is held by its last write only)
+      index_[keys[i]] = Entry{std::prev(lru_.end()), bytes, id, todo.size(), bytes};
       used_ += bytes;
       todo.push_back(i);
     }
@@ -319,7 +340,7 @@ std::vector<bool> SegmentStorage::set_batch(std::span<const std::string> keys,
   for (std::size_t j = 0; j < todo.size(); ++j) {
     const std::size_t i = todo[j];
     auto it = index_.find(keys[i]);
-    const bool held = it != index_.end() && it->second.seg == id;  // not evicted while written
+    const bool held = it != index_.end() && it->second.seg == id && it->second.offset == j;  // not evicted meanwhile
     if (!good) {
       if (held) {
         lru_.erase(it->second.pos);
@@ -357,11 +378,7 @@ StorageMiss SegmentStorage::get(const std::string& key, std::span<std::uint8_t> 
     return m;
   };
   Found f;
-  if (!locate(key, &f)) {
-    if (!shared_) return miss(StorageMiss::Missing);
-    refresh();
-    if (!locate(key, &f)) return miss(StorageMiss::Missing);
-  }
+  if (!find(key, &f)) return miss(StorageMiss::Missing);
   const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) {  // swept: forget its objects (another error, e.g. no file descriptor left, is this read's miss only)
@@ -400,7 +417,7 @@ StorageMiss SegmentStorage::get(const std::string& key, std::span<std::uint8_t> 
 
 bool SegmentStorage::exists(const std::string& key) {
   Found f;
-  if (locate(key, &f)) {
+  if (locate(key, &f, /*listed_only=*/true)) {
     struct stat st {};
     if ((shared_ || !evicts_) && ::stat(f.path.c_str(), &st) != 0) {  // a store a sweep keeps: still there?
       if (errno == ENOENT) {
@@ -413,7 +430,7 @@ bool SegmentStorage::exists(const std::string& key) {
   }
   if (!shared_) return false;
   refresh();
-  return locate(key, &f);
+  return locate(key, &f, true);
 }
 
 SweepResult SegmentStorage::sweep(std::uint64_t limit_bytes) {
@@ -429,7 +446,7 @@ SweepResult SegmentStorage::sweep(std::uint64_t limit_bytes) {
 
 void SegmentStorage::truncate(const std::string& key) {
   Found f;
-  if (!locate(key, &f)) return;
+  if (!find(key, &f)) return;
   const int fd = ::open(f.path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return;
   SegmentHead h{};
@@ -446,8 +463,8 @@ void SegmentStorage::truncate(const std::string& key) {
       iovec iov[2] = {{&h, sizeof(h)}, {raw.data(), raw.size()}};
       if (::pwritev(fd, iov, 2, 0) == static_cast<ssize_t>(sizeof(h) + raw.size())) {
         std::lock_guard<std::mutex> g(mu_);
-        auto it = index_.find(key);
-        if (it != index_.end() && it->second.seg == f.seg) it->second.length = e.length;
+        if (auto it = index_.find(key); it != index_.end() && it->second.seg == f.seg) it->second.length = e.length;
+        if (auto r = readable_.find(key); r != readable_.end() && r->second.seg == f.seg) r->second.length = e.length;
       }
       break;
     }
@@ -456,7 +473,7 @@ void SegmentStorage::truncate(const std::string& key) {
 
 void SegmentStorage::corrupt(const std::string& key) {
   Found f;
-  if (!locate(key, &f) || f.length < 2) return;
+  if (!find(key, &f) || f.length < 2) return;
   const int fd = ::open(f.path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return;
   const off_t last = static_cast<off_t>(f.offset + f.length - 1);  // the payload's last byte: only the checksum can tell

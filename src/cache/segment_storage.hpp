@@ -18,12 +18,16 @@
 // depend on the layout: capacity is per object (each object's bytes counted, least recently set
 // or read evicted first); an evicted object is gone from the index at once and its segment's file
 // is deleted when its last live object goes; a read is validated exactly as there (a missing,
-// short, corrupt or foreign object is a miss with a reason); a shared store (set_shared) finds
-// objects other processes wrote since it looked (a key it does not know makes it list the directory
-// again, at most when the directory changed); set_recency_on_disk touches the segment on a read.
+// short, corrupt or foreign object is a miss with a reason); a read (and a failpoint's damage)
+// finds objects other processes wrote since this store looked, as opening a file by name does (a
+// key it does not know makes it list the directory again, at most when the directory changed),
+// and so does a lookup of a shared store (set_shared); set_recency_on_disk touches the segment on
+// a read.
 // What differs: the unit a store-level sweep removes is a segment (its objects' last read or write
-// is the segment's modification time); a directory holds either layout's objects and each layout
-// sees only its own.
+// is the segment's modification time); an object its writer evicted stays readable by other
+// processes until its segment's last object goes (its bytes are the key's, immutable); a batch is
+// written whole or not at all, so one I/O error fails all its objects; a directory holds either
+// layout's objects and each layout sees only its own.
 // Thread-safe: the index is under a mutex; file I/O happens outside it.
 #pragma once
 
@@ -49,6 +53,7 @@ class SegmentStorage final : public ObjectStore {
   bool set(const std::string& key, std::span<const std::uint8_t> payload) override;
   // One segment for the batch's new objects.
   std::vector<bool> set_batch(std::span<const std::string> keys, std::span<const std::span<const std::uint8_t>> payloads) override;
+  bool writes_in_batches() const override { return true; }
   StorageMiss get(const std::string& key, std::span<std::uint8_t> out) override;
   bool exists(const std::string& key) override;
 
@@ -71,7 +76,7 @@ class SegmentStorage final : public ObjectStore {
  private:
   struct Segment {
     std::string name;
-    std::vector<std::string> keys;  // the objects it holds that this index points at
+    std::vector<std::string> keys;  // the objects it holds that this store points at (index or readable)
     std::size_t live = 0;           // of which not evicted
     bool written = false;           // renamed into place (a batch's own segment: after its write)
   };
@@ -81,16 +86,27 @@ class SegmentStorage final : public ObjectStore {
     std::uint64_t seg;    // Segment id
     std::uint64_t offset, length;  // where it is in the segment
   };
+  struct Where {
+    std::uint64_t seg, offset, length;
+  };
   struct Found {  // an entry's location, copied out of the lock
     std::string path;
     std::uint64_t seg = 0, offset = 0, length = 0;
   };
-  bool locate(const std::string& key, Found* f);  // under the lock; false: not stored (or not yet)
+  // Under the lock; false: not stored (or not yet written). `listed_only`: this store's own index
+  // (what a lookup answers), not what a read found of other processes' segments.
+  bool locate(const std::string& key, Found* f, bool listed_only = false);
+  // locate, else list the directory again (when it changed) and locate: a read finds what other
+  // processes wrote since, as a file per object opened by name does.
+  bool find(const std::string& key, Found* f);
   void evict_locked(const std::string& key);
   void drop_segment_locked(std::uint64_t seg);   // its file is gone (a sweep)
   void release_locked(Segment& s, std::uint64_t id);  // one object fewer; the file goes with the last
-  // Reads a segment's head and index; adopts the keys not yet indexed. false: not a whole segment.
-  bool adopt(const std::string& name);
+  // Reads a segment's head and index; adopts the keys not yet indexed — `listed`: into the index
+  // (lookups, LRU, capacity: at start-up and in a shared store), else as readable only (a read of
+  // a store that is not shared finds another process's object, as opening its file would).
+  // false: not a whole segment.
+  bool adopt(const std::string& name, bool listed);
   void refresh();  // a shared store: segments written by others since the last look
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
 
@@ -106,6 +122,7 @@ class SegmentStorage final : public ObjectStore {
   std::mutex scan_mu_;  // one directory listing at a time
   std::list<std::string> lru_;  // front: least recently used
   std::unordered_map<std::string, Entry> index_;
+  std::unordered_map<std::string, Where> readable_;  // other processes' objects a read found (not listed)
   std::unordered_map<std::uint64_t, Segment> segs_;
   std::unordered_map<std::string, std::uint64_t> seg_ids_;  // file name -> id (every segment seen)
   std::uint64_t next_seg_ = 1, batches_ = 0;

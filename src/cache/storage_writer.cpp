@@ -137,11 +137,12 @@ void StorageWriter::work() {
   for (;;) {
     work_cv_.wait(g, [&] { return stop_ || !todo_.empty(); });
     if (todo_.empty()) return;  // stop_, nothing left
-    // Every batch queued now, up to kCoalesceBytes, goes to the store as one (a segment store
-    // writes it as one file); each keeps its own outcomes.
+    // A store that writes in batches (segments, Redis) gets every batch queued now, up to
+    // kCoalesceBytes, as one (a segment store writes it as one file); each keeps its own outcomes.
     std::vector<Entry*> take;
     std::uint64_t bytes = 0;
-    while (!todo_.empty() && (take.empty() || bytes + todo_.front()->batch.total_bytes() <= kCoalesceBytes)) {
+    const std::uint64_t cap = store_.writes_in_batches() ? kCoalesceBytes : 0;  // a file per object: each thread its own
+    while (!todo_.empty() && (take.empty() || bytes + todo_.front()->batch.total_bytes() <= cap)) {
       bytes += todo_.front()->batch.total_bytes();
       take.push_back(todo_.front());
       todo_.pop_front();

@@ -10,7 +10,8 @@
 // When a batch lands:
 //  * threaded engine: on one of the writer's threads, as soon as one is free (the store is
 //    thread-safe: a file directory, or one Redis connection under a mutex), together with the
-//    batches queued behind it (up to 16 MiB: one store batch, one segment file);
+//    batches queued behind it when the store writes in batches (segments, Redis; up to 16 MiB:
+//    one store batch, one segment file);
 //  * simulated engine: at its drawn tick — the write queue's tail (or now) + latency + bytes /
 //    bandwidth × seeded jitter — the first time the loop looks at the store after it, together
 //    with the other batches due then (one store batch: the store's outcomes are per object and in

@@ -131,16 +131,21 @@ TEST(SegmentStorage, SameAnswersEvictionsAndStatisticsAsAFilePerObject) {
   std::vector<std::uint8_t> out_f(200), out_s(200);
   for (int step = 0; step < 600; ++step) {
     const int op = static_cast<int>(rng() % 3);
-    if (op == 0) {  // a batch of 1..6 writes
+    if (op == 0) {  // a batch of 1..16 writes: more than the capacity's 12 evicts within the batch
       std::vector<std::string> keys;
       std::vector<std::vector<std::uint8_t>> ps;
-      for (std::size_t n = 1 + rng() % 6; n > 0; --n) {
+      for (std::size_t n = 1 + rng() % 16; n > 0; --n) {
         keys.push_back(key());
         ps.push_back(payload(200, static_cast<std::uint8_t>(keys.back()[2])));
       }
       ASSERT_EQ(put(files_, keys, ps), put(segs, keys, ps)) << "step " << step;
     } else if (op == 1) {
       const auto k = key();
+      if (rng() % 8 == 0) {  // a reader expecting another length
+        std::vector<std::uint8_t> small_f(100), small_s(100);
+        ASSERT_EQ(files_.get(k, small_f), segs.get(k, small_s)) << "step " << step << " key " << k;
+        continue;
+      }
       const auto mf = files_.get(k, out_f), ms = segs.get(k, out_s);
       ASSERT_EQ(mf, ms) << "step " << step << " key " << k;
       if (mf == StorageMiss::None) {
@@ -161,6 +166,49 @@ TEST(SegmentStorage, SameAnswersEvictionsAndStatisticsAsAFilePerObject) {
   EXPECT_GT(s.evicted, 0u);
   // On disk: exactly the segments that hold a live object (the last one evicted takes its file).
   EXPECT_EQ(files(segs.dir()).size(), segs.segments());
+}
+
+// A key evicted within its own batch and reserved again is one live object, not two: its segment
+// still leaves with its last live object.
+TEST(SegmentStorage, AKeyEvictedWithinItsBatchCountsOnce) {
+  const std::uint64_t object = 40 + 1 + 100;
+  FileStorage f(fresh_dir("twice-f"), 3 * object);
+  SegmentStorage s(fresh_dir("twice-s"), 3 * object);
+  const std::vector<std::string> keys = {"K", "A", "B", "C", "K"};  // C evicts K, K evicts A
+  const std::vector<std::vector<std::uint8_t>> ps(5, payload(100, 1));
+  EXPECT_EQ(put(f, keys, ps), put(s, keys, ps));
+  EXPECT_EQ(f.stats().evicted, s.stats().evicted);
+  std::vector<std::uint8_t> out(100);
+  for (const std::string k : {"K", "A", "B", "C"}) EXPECT_EQ(f.get(k, out), s.get(k, out)) << k;
+  // Three new objects evict the first batch's three: its file goes.
+  const std::vector<std::string> fresh = {"x", "y", "z"};
+  EXPECT_EQ(put(f, fresh, {ps[0], ps[0], ps[0]}), put(s, fresh, {ps[0], ps[0], ps[0]}));
+  EXPECT_EQ(s.segments(), 1u);
+  EXPECT_EQ(files(s.dir()).size(), 1u);
+  EXPECT_EQ(f.used_bytes(), s.used_bytes());
+}
+
+// Another process's objects (a rank that reads what its stage's writer wrote: MLA's TP replicas,
+// CP replicas under unified keys): a read finds them as opening a file by name does, in a store
+// that is not shared and was opened before they were written.
+TEST(SegmentStorage, AReadFindsAnotherWritersObjectsAsAFilePerObjectDoes) {
+  const std::string df = fresh_dir("reader-f"), ds = fresh_dir("reader-s");
+  FileStorage fw(df, 1 << 20), fr(df, 1 << 20);
+  SegmentStorage sw(ds, 1 << 20), sr(ds, 1 << 20);
+  std::vector<std::uint8_t> of(200), os(200);
+  for (int round = 0; round < 4; ++round) {
+    const std::string n = std::to_string(round);
+    EXPECT_EQ(fr.get("a" + n, of), sr.get("a" + n, os)) << "before it is written, round " << n;
+    const std::vector<std::vector<std::uint8_t>> ps = {payload(200, static_cast<std::uint8_t>(round)), payload(200, 9)};
+    EXPECT_EQ(put(fw, {"a" + n, "b" + n}, ps), put(sw, {"a" + n, "b" + n}, ps));
+    ASSERT_EQ(fr.get("a" + n, of), StorageMiss::None) << n;
+    ASSERT_EQ(sr.get("a" + n, os), StorageMiss::None) << n;
+    EXPECT_EQ(of, os);
+    EXPECT_EQ(fr.exists("b" + n), sr.exists("b" + n)) << n;  // (a lookup of a store not shared: its own only)
+  }
+  // A failpoint's damage on the reader's side reaches the writer's object too.
+  sr.corrupt("b0");
+  EXPECT_EQ(sw.get("b0", os), StorageMiss::Corrupt);
 }
 
 TEST(SegmentStorage, AnExplicitDirectoryIsReusedAcrossInstances) {
