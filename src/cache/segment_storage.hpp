@@ -12,7 +12,8 @@
 //   object  = the object format of object_store.hpp (header | key | payload), unchanged
 //
 // Names: "{writer}-{n}.seg", the writer a random 64-bit id per store instance (unique across
-// hosts sharing a directory), n its batch counter; "-" never occurs in an object key's place.
+// hosts sharing a directory), n its batch counter; the extension keeps them apart from a file per
+// object's "{key}.bin".
 //
 // What is the same as one file per object (file_storage.hpp), so that a run's decisions do not
 // depend on the layout: capacity is per object (each object's bytes counted, least recently set
@@ -24,7 +25,8 @@
 // and so does a lookup of a shared store (set_shared); set_recency_on_disk touches the segment on
 // a read.
 // What differs: the unit a store-level sweep removes is a segment (its objects' last read or write
-// is the segment's modification time); an object its writer evicted stays readable by other
+// is the segment's modification time), and a store that swept or found a segment gone forgets its
+// objects (a file per object keeps a swept key indexed); an object its writer evicted stays readable by other
 // processes until its segment's last object goes (its bytes are the key's, immutable); a batch is
 // written whole or not at all, so one I/O error fails all its objects; a directory holds either
 // layout's objects and each layout sees only its own.
@@ -63,7 +65,7 @@ class SegmentStorage final : public ObjectStore {
   void set_fsync(bool on) override;
   SweepResult sweep(std::uint64_t limit_bytes) override;
   void truncate(const std::string& key) override;  // its index entry's length halved (on disk)
-  void corrupt(const std::string& key) override;   // its payload's last bit flipped
+  void corrupt(const std::string& key) override;   // its payload's last byte changed
   std::string where() const override { return dir_; }
   StorageStats stats() const override;
 
@@ -107,7 +109,9 @@ class SegmentStorage final : public ObjectStore {
   // a store that is not shared finds another process's object, as opening its file would).
   // false: not a whole segment.
   bool adopt(const std::string& name, bool listed);
-  void refresh();  // a shared store: segments written by others since the last look
+  // Segments other processes wrote since the last listing (when the directory changed): for a
+  // read, and for a lookup of a shared store.
+  void refresh();
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
 
   std::string dir_;
