@@ -120,10 +120,7 @@ bool FileStorage::set(const std::string& key, std::span<const std::uint8_t> payl
 StorageMiss FileStorage::get(const std::string& key, std::span<std::uint8_t> out) {
   auto miss = [&](StorageMiss m) {
     std::lock_guard<std::mutex> g(mu_);
-    ++stats_.gets;
-    if (m == StorageMiss::Missing) ++stats_.missing;
-    else if (m == StorageMiss::Short) ++stats_.short_reads;
-    else ++stats_.corrupt;
+    count_read(stats_, m);
     return m;
   };
   // open, one scattered read straight into `out` (plus one byte to see a longer file), close.
@@ -137,21 +134,11 @@ StorageMiss FileStorage::get(const std::string& key, std::span<std::uint8_t> out
   const std::size_t got = read_all(fd, iov, 4, want + 1);
   if (recency_on_disk_ && got == want) ::futimens(fd, nullptr);  // read now: last in a sweep's order
   ::close(fd);
-  if (got < sizeof(h)) return miss(StorageMiss::Short);
-  if (!header_ok(h)) return miss(StorageMiss::Corrupt);
-  if (h.key_len != key.size()) return miss(got < sizeof(h) + h.key_len ? StorageMiss::Short : StorageMiss::WrongKey);
-  if (got < sizeof(h) + key.size()) return miss(StorageMiss::Short);
-  if (stored != key) return miss(StorageMiss::WrongKey);
-  if (h.payload_len != out.size()) return miss(StorageMiss::WrongLength);
-  if (got < want) return miss(StorageMiss::Short);
-  if (got > want || payload_checksum(out) != h.checksum) return miss(StorageMiss::Corrupt);
+  const StorageMiss m = check_scattered_read(h, stored, key, out, got, got > want);
   std::lock_guard<std::mutex> g(mu_);
-  ++stats_.gets;
-  ++stats_.hits;
-  if (h.job != job_) ++stats_.other_job_hits;
-  stats_.bytes_read += out.size();
-  touch_locked(key);
-  return StorageMiss::None;
+  count_read(stats_, m, out.size(), h.job != job_);
+  if (m == StorageMiss::None) touch_locked(key);
+  return m;
 }
 
 bool FileStorage::exists(const std::string& key) {

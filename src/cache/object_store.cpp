@@ -63,6 +63,34 @@ bool header_ok(const ObjectHeader& h) {
   return std::memcmp(h.magic, kMagic, sizeof(kMagic)) == 0 && h.version == kVersion && h.key_len <= 4096;
 }
 
+StorageMiss check_scattered_read(const ObjectHeader& h, const std::string& stored, const std::string& key,
+                                 std::span<const std::uint8_t> out, std::size_t got, bool longer) {
+  const std::size_t want = sizeof(h) + key.size() + out.size();
+  if (got < sizeof(h)) return StorageMiss::Short;
+  if (!header_ok(h)) return StorageMiss::Corrupt;
+  if (h.key_len != key.size()) return got < sizeof(h) + h.key_len ? StorageMiss::Short : StorageMiss::WrongKey;
+  if (got < sizeof(h) + key.size()) return StorageMiss::Short;
+  if (stored != key) return StorageMiss::WrongKey;
+  if (h.payload_len != out.size()) return StorageMiss::WrongLength;
+  if (got < want) return StorageMiss::Short;
+  if (longer || payload_checksum(out) != h.checksum) return StorageMiss::Corrupt;
+  return StorageMiss::None;
+}
+
+void count_read(StorageStats& s, StorageMiss m, std::size_t bytes, bool other_job) {
+  ++s.gets;
+  switch (m) {
+    case StorageMiss::None:
+      ++s.hits;
+      if (other_job) ++s.other_job_hits;
+      s.bytes_read += bytes;
+      break;
+    case StorageMiss::Missing: ++s.missing; break;
+    case StorageMiss::Short: ++s.short_reads; break;
+    default: ++s.corrupt; break;
+  }
+}
+
 std::vector<std::uint8_t> encode_object(const std::string& key, std::span<const std::uint8_t> payload, std::uint64_t job) {
   const ObjectHeader h = make_header(key, payload, job);
   std::vector<std::uint8_t> v(sizeof(h) + key.size() + payload.size());

@@ -58,6 +58,13 @@ StorageMiss decode_object(std::span<const std::uint8_t> value, const std::string
                           std::uint64_t* job);
 // The header checks every store makes: magic, version, key length (before the key is compared).
 bool header_ok(const ObjectHeader& h);
+// The checks of a read that scattered a stored object into `h`, `stored` (as many bytes as `key`)
+// and `out`: `got` bytes arrived of the header + key + out.size() asked for; `longer`: the stored
+// object holds more bytes than that. The file layouts' reads (decode_object checks a whole value).
+StorageMiss check_scattered_read(const ObjectHeader& h, const std::string& stored, const std::string& key,
+                                 std::span<const std::uint8_t> out, std::size_t got, bool longer);
+// A read's outcome in `s`: a hit of `bytes` (`other_job`: another job wrote it), or a miss by kind.
+void count_read(StorageStats& s, StorageMiss m, std::size_t bytes = 0, bool other_job = false);
 
 class ObjectStore {
  public:

@@ -371,10 +371,7 @@ std::vector<bool> SegmentStorage::set_batch(std::span<const std::string> keys,
 StorageMiss SegmentStorage::get(const std::string& key, std::span<std::uint8_t> out) {
   auto miss = [&](StorageMiss m) {
     std::lock_guard<std::mutex> g(mu_);
-    ++stats_.gets;
-    if (m == StorageMiss::Missing) ++stats_.missing;
-    else if (m == StorageMiss::Short) ++stats_.short_reads;
-    else ++stats_.corrupt;
+    count_read(stats_, m);
     return m;
   };
   Found f;
@@ -397,22 +394,11 @@ StorageMiss SegmentStorage::get(const std::string& key, std::span<std::uint8_t> 
   const std::size_t got = read_all(fd, iov, parts, n, static_cast<off_t>(f.offset));
   if (recency_on_disk_ && got == want && f.length == want) ::futimens(fd, nullptr);  // read now: last in a sweep's order
   ::close(fd);
-  if (got < sizeof(h)) return miss(StorageMiss::Short);
-  if (!header_ok(h)) return miss(StorageMiss::Corrupt);
-  if (h.key_len != key.size()) return miss(got < sizeof(h) + h.key_len ? StorageMiss::Short : StorageMiss::WrongKey);
-  if (got < sizeof(h) + key.size()) return miss(StorageMiss::Short);
-  if (stored != key) return miss(StorageMiss::WrongKey);
-  if (h.payload_len != out.size()) return miss(StorageMiss::WrongLength);
-  if (got < want) return miss(StorageMiss::Short);
-  if (f.length > want || payload_checksum(out) != h.checksum) return miss(StorageMiss::Corrupt);
+  const StorageMiss m = check_scattered_read(h, stored, key, out, got, f.length > want);
   std::lock_guard<std::mutex> g(mu_);
-  ++stats_.gets;
-  ++stats_.hits;
-  if (h.job != job_) ++stats_.other_job_hits;
-  stats_.bytes_read += out.size();
-  auto it = index_.find(key);
-  if (it != index_.end()) lru_.splice(lru_.end(), lru_, it->second.pos);
-  return StorageMiss::None;
+  count_read(stats_, m, out.size(), h.job != job_);
+  if (auto it = index_.find(key); m == StorageMiss::None && it != index_.end()) lru_.splice(lru_.end(), lru_, it->second.pos);
+  return m;
 }
 
 bool SegmentStorage::exists(const std::string& key) {
