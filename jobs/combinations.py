@@ -40,7 +40,9 @@ BIN = os.environ.get("KVGRID_BIN", os.path.join(SRC, "build", "kvgrid"))
 MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
 BASE = os.path.join(SRC, "experiments", "combinations.toml")
 # one machine: Open MPI over shared memory unless the environment says otherwise
-ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader"}, **os.environ)
+ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader",
+             # a failing run ends at once (jobs/env.sh)
+             "OMPI_MCA_odls_base_sigkill_timeout": "0"}, **os.environ)
 ENV.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
            OMPI_MCA_mpi_yield_when_idle="1", HDF5_USE_FILE_LOCKING="FALSE")
 

@@ -27,7 +27,9 @@ EXP = os.path.join(SRC, "experiments", "component_bugs.toml")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HDF5_USE_FILE_LOCKING="FALSE")
 # one machine: Open MPI over shared memory (probing UCX and TCP costs ~0.2 s per mpirun); the
 # environment overrides
-ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader"}, **ENV)
+ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader",
+             # a failing run ends at once (jobs/env.sh)
+             "OMPI_MCA_odls_base_sigkill_timeout": "0"}, **ENV)
 
 FULL_SWA = ["model.layer_types=full,swa"]
 # bug -> (catalogue number, scenario: --set lines on experiments/component_bugs.toml, the scenario
@@ -122,9 +124,12 @@ def main():
         for bug in bugs:
             num, sets, words, expected = BUGS[bug]
             clean, caught, what = 0, [], {}
+            unclean = []
             for s in ss:
-                if runs[(bug, s, False)].result() is None:
+                if (c := runs[(bug, s, False)].result()) is None:
                     clean += 1
+                else:
+                    unclean.append(f"seed {s}: {c}")
                 c = runs[(bug, s, True)].result()
                 if c is not None:
                     key = f"{c[0]}: {c[1]}" if c[1] else c[0]
@@ -137,6 +142,8 @@ def main():
             how = "; ".join(f"{k} ×{v}" if len(what) > 1 else k for k, v in sorted(what.items(), key=lambda kv: -kv[1]))
             print(f"#{num:<3} {bug:26} correct clean {clean}/{len(ss)}  caught by {expected} {len(caught)}/{len(ss)}"
                   f" (first seed {first})  [{how or 'nothing'}]", flush=True)
+            for u in unclean:  # what stopped the correct code
+                print(f"#      the correct code failed at {u}", flush=True)
             rows.append((num, bug, words, how or "not caught", len(caught), len(ss), first, clean))
     if a.markdown:
         with open(a.markdown, "w") as f:

@@ -9,6 +9,10 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 export HDF5_USE_FILE_LOCKING=FALSE
+# A failing rank's job ends at once: mpirun's default second between its SIGTERM and SIGKILL to the
+# other ranks buys nothing here (kvgrid flushes its trace before it aborts and has no SIGTERM
+# handler) and cost 1-2 s of every failing run: most of an exploration's or a mutant's time.
+export OMPI_MCA_odls_base_sigkill_timeout=0
 
 # hwloc's GL, OpenCL, PCI and libxml plugins: Open MPI's topology discovery on one workstation needs
 # none of them, and loading them costs every rank (and mpirun) tens of milliseconds — about 0.05 s

@@ -22,7 +22,9 @@ BIN = os.environ.get("KVGRID_BIN", os.path.join(SRC, "build", "kvgrid"))
 MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1", HDF5_USE_FILE_LOCKING="FALSE")
-ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader"}, **ENV)
+ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader",
+             # a failing run ends at once (jobs/env.sh)
+             "OMPI_MCA_odls_base_sigkill_timeout": "0"}, **ENV)
 
 TP2 = ["topology.tp=2", "topology.pp=1"]
 CP2 = ["topology.cp=2", "topology.pp=1", "cache.gather_pages=8", "cache.device_pages=26",

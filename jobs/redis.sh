@@ -4,15 +4,20 @@
 # reproducible), stopped by its pid.
 #   jobs/redis.sh start [DIR]   prints "redis://127.0.0.1:PORT DIR" once the server answers
 #                               (DIR: a fresh temporary directory by default)
-#   jobs/redis.sh stop DIR      stops the server started in DIR
+#   jobs/redis.sh stop DIR      stops the server started in DIR (and removes DIR if start made it)
 # Exit 77 when redis-server is not installed (jobs/setup.sh installs it).
 set -euo pipefail
 cmd=${1:-}
 case "$cmd" in
   start)
     command -v redis-server >/dev/null || { echo "jobs/redis.sh: redis-server is not installed (jobs/setup.sh)" >&2; exit 77; }
-    dir=${2:-$(mktemp -d -t kvgrid-redis-XXXXXX)}
-    mkdir -p "$dir"
+    if [ -n "${2:-}" ]; then
+      dir=$2
+      mkdir -p "$dir"
+    else
+      dir=$(mktemp -d -t kvgrid-redis-XXXXXX)
+      touch "$dir/made-by-start"  # stop removes it
+    fi
     dir=$(cd "$dir" && pwd)  # absolute: the server changes into --dir before it opens its log
     port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --daemonize yes --pidfile "$dir/redis.pid" \
@@ -33,10 +38,12 @@ case "$cmd" in
     [ -f "$dir/redis.pid" ] || { echo "jobs/redis.sh: no server in $dir" >&2; exit 2; }
     pid=$(cat "$dir/redis.pid")
     # SHUTDOWN NOSAVE: the server stops answering at once (its process exits a moment later)
-    redis-cli -p "$(cat "$dir/port" 2>/dev/null || echo 0)" shutdown nosave >/dev/null 2>&1 && exit 0
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.05; done
-    kill -9 "$pid" 2>/dev/null || true
+    if ! redis-cli -p "$(cat "$dir/port" 2>/dev/null || echo 0)" shutdown nosave >/dev/null 2>&1; then
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+    if [ -f "$dir/made-by-start" ]; then rm -rf "$dir"; fi
     ;;
   *)
     echo "usage: jobs/redis.sh start [DIR] | stop DIR" >&2

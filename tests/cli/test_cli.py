@@ -5,6 +5,7 @@ Run one scenario: test_cli.py NAME (ctest registers each). Needs KVGRID_BIN, KVG
 Ordering between processes is by exit and files, never by sleeping.
 """
 import collections
+import concurrent.futures
 import csv
 import glob
 import json
@@ -580,22 +581,25 @@ def fused_decode():
         # (flushes rarer than checks: a check step is then not quiet for the check's sake alone)
         ("mooncake_replay", 2, one + ["--set", "cache.storage=none", "--set", "workload.mooncake.first_n=100",
                                       "--set", "output.flush_every=999983"])]
-    for k, (name, seed, sets) in enumerate(cases):
-        got = {}
+    def one(k, mode):
+        name, seed, sets = cases[k]
         # (policy_sim as shipped writes no steps table; the others compare its modelled columns too)
         rows = "none" if k == 1 else "model"
-        for mode in ("step", "fused"):
-            d = out(f"fused-{name}-{seed}-{mode}")
-            rc, so, se = run_single(os.path.join(SRC, "experiments", name + ".toml"), "--out", d, "--seed", str(seed),
-                                    *sets, "--set", "engine.decode=" + mode, "--set", "output.steps=" + rows)
-            expect(rc == 0 and "# verdict: OK" in so, f"{name} seed {seed} with {mode}", so, se)
-            with h5py.File(os.path.join(d, "run.h5"), "r") as f:
-                ranks = f["summary"]["ranks"][:]
-                attrs = {a: f["summary"].attrs[a] for a in f["summary"].attrs if a != "wall_s"}
-                g = f["ranks"][list(f["ranks"])[0]]
-                steps, reqs, events = g["steps"][:], g["requests"][:], g["events"][:]
-            got[mode] = (ranks, steps, reqs, so, attrs, events)
-        (r0, st0, q0, so0, a0, e0), (r1, st1, q1, so1, a1, e1) = got["step"], got["fused"]
+        d = out(f"fused-{name}-{seed}-{mode}")
+        rc, so, se = run_single(os.path.join(SRC, "experiments", name + ".toml"), "--out", d, "--seed", str(seed),
+                                *sets, "--set", "engine.decode=" + mode, "--set", "output.steps=" + rows)
+        expect(rc == 0 and "# verdict: OK" in so, f"{name} seed {seed} with {mode}", so, se)
+        with h5py.File(os.path.join(d, "run.h5"), "r") as f:
+            ranks = f["summary"]["ranks"][:]
+            attrs = {a: f["summary"].attrs[a] for a in f["summary"].attrs if a != "wall_s"}
+            g = f["ranks"][list(f["ranks"])[0]]
+            steps, reqs, events = g["steps"][:], g["requests"][:], g["events"][:]
+        return ranks, steps, reqs, so, attrs, events
+    # (one process per run, two at a time: the step and fused runs of a case side by side)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        runs = {(k, mode): pool.submit(one, k, mode) for k in range(len(cases)) for mode in ("step", "fused")}
+    for k, (name, seed, sets) in enumerate(cases):
+        (r0, st0, q0, so0, a0, e0), (r1, st1, q1, so1, a1, e1) = runs[(k, "step")].result(), runs[(k, "fused")].result()
         for col in r0.dtype.names:  # every summary column: digests, KV, clocks, copies, counts
             if col != "fused_steps":
                 expect((r0[col] == r1[col]).all(), f"{name} seed {seed}: {col} equal", r0[col], r1[col])
@@ -611,15 +615,16 @@ def fused_decode():
         fused, total = int(r1["fused_steps"][0]), int(a1["steps"])
         want = total // 2 if name == "policy_sim" else 10  # (one request at a time: most steps)
         expect(int(r0["fused_steps"][0]) == 0 and fused >= want, f"{name} seed {seed}: {fused} of {total} steps fused", so1)
-    # Every other shipped experiment: refused at load, by name and reason, writing nothing.
-    for toml in sorted(glob.glob(os.path.join(SRC, "experiments", "*.toml"))):
-        name = os.path.basename(toml)[:-5]
-        if name == "policy_sim":
-            continue
-        d = out("fused-refused-" + name)
-        rc, so, se = run_single(toml, "--out", d, "--set", "engine.decode=fused")
-        expect(rc == 2 and 'engine.decode = "fused" is refused for this experiment: ' in se and not os.path.exists(d),
-               f"{name}: fused refused with the reason", so, se)
+    # Every other shipped experiment: refused at load, by name and reason, writing nothing (four at a
+    # time: a refusal is mostly a singleton MPI start-up's waiting, a fifth of a second).
+    def refused(toml):
+        d = out("fused-refused-" + os.path.basename(toml)[:-5])
+        return (toml, d) + run_single(toml, "--out", d, "--set", "engine.decode=fused")
+    tomls = [t for t in sorted(glob.glob(os.path.join(SRC, "experiments", "*.toml"))) if not t.endswith("/policy_sim.toml")]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        for toml, d, rc, so, se in pool.map(refused, tomls):
+            expect(rc == 2 and 'engine.decode = "fused" is refused for this experiment: ' in se and not os.path.exists(d),
+                   f"{os.path.basename(toml)}: fused refused with the reason", so, se)
 
 
 def trace_self_describing():
