@@ -34,6 +34,7 @@ class PdPrefillStep : public PdStep {
   void leader_before_arrivals(ServeStep& s) override;
   std::uint64_t idle_until(std::uint64_t next_arrival, std::uint64_t clock) const override;
   void leader_after_arrivals(ServeStep& s, std::vector<RequestSpec>& specs) override;
+  bool reads_encoded_arrivals() const override { return true; }  // (decode gets them as words)
   void before_enqueue(ServeStep& s) override { link_.on_prefill_records(s.in.pd); }
   void aborted(RequestId id) override { link_.forget(id); }
   void end_of_step(ServeStep& s) override;

@@ -455,8 +455,10 @@ class MooncakeWorkload : public ServeWorkload {
       if (l.session && opened_.insert(l.session).second) events_.push_back(SessionEvent{SessionEvent::Open, l.session});
       // (room for the output too: the scheduler keeps this vector as the request's tokens)
       r.prompt.reserve(std::max<std::size_t>(l.hash_ids.size() * kBlock, std::size_t{l.input_length} + r.output_len));
-      r.prompt.resize(static_cast<std::size_t>(l.hash_ids.size()) * kBlock);
-      for (std::size_t b = 0; b < l.hash_ids.size(); ++b) block(l.hash_ids[b], std::span<TokenId>(r.prompt).subspan(b * kBlock, kBlock));
+      for (const std::uint64_t id : l.hash_ids) {  // (appended: never zeroed first)
+        const TokenId* t = block(id);
+        r.prompt.insert(r.prompt.end(), t, t + kBlock);
+      }
       r.prompt.resize(l.input_length);
       out.push_back(std::move(r));
       ++next_;
@@ -479,9 +481,9 @@ class MooncakeWorkload : public ServeWorkload {
   static constexpr std::size_t kBlock = 512;
 
  private:
-  // A block's tokens: later turns resend their history, so the blocks made recently are kept
-  // (direct-mapped by hash id; the tokens are the same either way).
-  void block(std::uint64_t hash_id, std::span<TokenId> out) {
+  // A block's kBlock tokens: later turns resend their history, so the blocks made recently are kept
+  // (direct-mapped by hash id; the tokens are the same either way). Valid until the next call.
+  const TokenId* block(std::uint64_t hash_id) {
     if (cached_.empty()) {  // (only the rank that draws the arrivals makes tokens)
       cached_.resize(kCached * kBlock);
       cached_id_.resize(kCached);
@@ -494,7 +496,7 @@ class MooncakeWorkload : public ServeWorkload {
       cached_id_[at] = hash_id;
       filled_[at] = 1;
     }
-    std::copy(kept, kept + kBlock, out.begin());
+    return kept;
   }
   static constexpr std::size_t kCached = 4096;  // blocks (8 MiB of tokens)
   std::vector<std::uint64_t> cached_id_;

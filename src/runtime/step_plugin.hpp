@@ -59,6 +59,9 @@ class StepPlugin {
   virtual std::uint64_t idle_until(std::uint64_t next_arrival, std::uint64_t /*clock*/) const { return next_arrival; }
   // The arrivals drawn and `s.in` filled: a plug-in may pass them on or change them.
   virtual void leader_after_arrivals(ServeStep& /*s*/, std::vector<RequestSpec>& /*specs*/) {}
+  // Whether leader_after_arrivals reads the arrivals as the step message's words (`s.in.specs`):
+  // a leader that sends them nowhere else does not encode them.
+  virtual bool reads_encoded_arrivals() const { return false; }
 
   // --- receive, every rank ---------------------------------------------------------------------
   // PP0's stage, before the stage broadcast.

@@ -58,9 +58,14 @@ void ServeLoop::leader_inputs(Step& s) {
   in.clock_ns = clock_;
   in.exhausted = workload_->exhausted() ? 1 : 0;
   in.total = workload_->total_requests();
-  if (!specs.empty()) in.specs = encode_specs(specs);
+  // As words only where something reads them: the stage's other ranks, the next stage, a plug-in.
+  // A leader alone keeps them whole (own_specs): encoding a long prompt copied every token, an
+  // eighth of a one-rank replay.
+  bool encode = stage_size_ > 1 || !last_stage_;
+  for (const auto& p : plugins_) encode = encode || p->reads_encoded_arrivals();
+  if (!specs.empty() && encode) in.specs = encode_specs(specs);
   for (auto& p : plugins_) p->leader_after_arrivals(s, specs);
-  s.own_specs = std::move(specs);  // (what in.specs encodes, after the plug-ins' changes)
+  s.own_specs = std::move(specs);  // (after the plug-ins' changes: what in.specs encodes, where encoded)
 }
 
 void ServeLoop::apply_inputs(Step& s) {
@@ -74,7 +79,7 @@ void ServeLoop::apply_inputs(Step& s) {
   // its session's generation from this rank's cache (the same on every rank: the same events in
   // the same order).
   for (const SessionEvent& e : decode_session_events(in.sessions)) dc_.session_event(e.kind == SessionEvent::Open, e.session);
-  if (!in.specs.empty()) {
+  if (!in.specs.empty() || !s.own_specs.empty()) {
     for (auto& sp : s.own_specs.empty() ? decode_specs(in.specs) : std::move(s.own_specs)) {
       sp.session_gen = dc_.session_arrival(sp.id, sp.session);
       ++res_.requests;
