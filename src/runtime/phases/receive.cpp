@@ -59,8 +59,7 @@ void ServeLoop::leader_inputs(Step& s) {
   in.exhausted = workload_->exhausted() ? 1 : 0;
   in.total = workload_->total_requests();
   // As words only where something reads them: the stage's other ranks, the next stage, a plug-in.
-  // A leader alone keeps them whole (own_specs): encoding a long prompt copied every token, an
-  // eighth of a one-rank replay.
+  // A leader alone keeps them whole (own_specs): the encoding copies every prompt token once more.
   bool encode = stage_size_ > 1 || !last_stage_;
   for (const auto& p : plugins_) encode = encode || p->reads_encoded_arrivals();
   if (!specs.empty() && encode) in.specs = encode_specs(specs);
