@@ -11,6 +11,7 @@
 #   KVGRID_FIGURE_SEEDS  the seeds of every variant of a seeded figure (e.g. 1-5 or 1,4,9); default
 #                        1-3 for tiers, spec_draft and pd, 1-50 for the pp_sync sweep
 #   KVGRID_FIGURE_DIR    where the images go (default results/figures)
+#   KVGRID_FIGURE_RUNS   where the runs go, under NAME/ (default results)
 set -euo pipefail
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
@@ -99,7 +100,7 @@ if [ ! -x "$bin" ]; then
   jobs/setup.sh
 fi
 export KVGRID_BIN=$bin
-out="results/$name"
+out="${KVGRID_FIGURE_RUNS:-results}/$name"
 figdir=${KVGRID_FIGURE_DIR:-results/figures}
 mkdir -p "$out" "$figdir"
 stamp=$(date -u +%Y%m%d-%H%M%S)

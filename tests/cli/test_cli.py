@@ -1109,11 +1109,13 @@ def pp_sync_sweep():
     expect("not reproducible" not in so2, "a simulated run is not marked", so2)
     # The Figure 2b/2c job at small scale: a sweep of both variants and its PNG from HDF5.
     p = subprocess.run([os.path.join(SRC, "jobs", "figure.sh"), "pp_sync"], capture_output=True, text=True,
-                       env=dict(env, KVGRID_FIGURE_SEEDS="1", KVGRID_FIGURE_DIR=out("figures")), timeout=280, cwd=SRC)
+                       env=dict(env, KVGRID_FIGURE_SEEDS="1", KVGRID_FIGURE_DIR=out("figures"), KVGRID_FIGURE_RUNS=out("figure-runs")),
+                       timeout=280, cwd=SRC)
     expect(p.returncode == 0 and "independent_polling: 100% of runs diverged" in p.stdout
            and "pp_sync: 0% of runs diverged" in p.stdout, "figure.sh pp_sync", p.stdout, p.stderr)
     with open(out("figures/pp_sync.png"), "rb") as f:
         expect(f.read(8) == b"\x89PNG\r\n\x1a\n", "a PNG file")
+    expect(len(glob.glob(out("figure-runs/pp_sync/sweep-*/sweep.h5"))) == 1, "the sweep under KVGRID_FIGURE_RUNS", p.stdout)
 
 
 def online_consensus():
