@@ -581,7 +581,7 @@ def fused_decode():
         # (flushes rarer than checks: a check step is then not quiet for the check's sake alone)
         ("mooncake_replay", 2, one + ["--set", "cache.storage=none", "--set", "workload.mooncake.first_n=100",
                                       "--set", "output.flush_every=999983"])]
-    def one(k, mode):
+    def run_case(k, mode):  # (not `one`, the one-rank settings above)
         name, seed, sets = cases[k]
         # (policy_sim as shipped writes no steps table; the others compare its modelled columns too)
         rows = "none" if k == 1 else "model"
@@ -597,7 +597,7 @@ def fused_decode():
         return ranks, steps, reqs, so, attrs, events
     # (one process per run, two at a time: the step and fused runs of a case side by side)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        runs = {(k, mode): pool.submit(one, k, mode) for k in range(len(cases)) for mode in ("step", "fused")}
+        runs = {(k, mode): pool.submit(run_case, k, mode) for k in range(len(cases)) for mode in ("step", "fused")}
     for k, (name, seed, sets) in enumerate(cases):
         (r0, st0, q0, so0, a0, e0), (r1, st1, q1, so1, a1, e1) = runs[(k, "step")].result(), runs[(k, "fused")].result()
         for col in r0.dtype.names:  # every summary column: digests, KV, clocks, copies, counts
