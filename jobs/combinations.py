@@ -34,17 +34,13 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep  # noqa: E402  the sweep table's columns, rows, HDF5 writer and seed lists ("1-3,7")
 from sweep import seeds  # noqa: E402
+from mpi_env import mpi_env  # noqa: E402  jobs/env.sh for Python
 
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("KVGRID_BIN", os.path.join(SRC, "build", "kvgrid"))
 MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
 BASE = os.path.join(SRC, "experiments", "combinations.toml")
-# one machine: Open MPI over shared memory unless the environment says otherwise
-ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader",
-             # a failing run ends at once (jobs/env.sh)
-             "OMPI_MCA_odls_base_sigkill_timeout": "0"}, **os.environ)
-ENV.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
-           OMPI_MCA_mpi_yield_when_idle="1", HDF5_USE_FILE_LOCKING="FALSE")
+ENV = mpi_env()  # jobs/env.sh's settings
 
 FEATURES = ["tiers", "cp", "pp", "pd", "draft", "hybrid"]
 SETS = {

@@ -20,16 +20,12 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from digests import seeds  # noqa: E402  "1-3,7" -> [1, 2, 3, 7]
+from mpi_env import mpi_env  # noqa: E402  jobs/env.sh for Python
 
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("KVGRID_BIN", os.path.join(SRC, "build", "kvgrid"))
 EXP = os.path.join(SRC, "experiments", "component_bugs.toml")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HDF5_USE_FILE_LOCKING="FALSE")
-# one machine: Open MPI over shared memory (probing UCX and TCP costs ~0.2 s per mpirun); the
-# environment overrides
-ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader",
-             # a failing run ends at once (jobs/env.sh)
-             "OMPI_MCA_odls_base_sigkill_timeout": "0"}, **ENV)
+ENV = mpi_env()  # jobs/env.sh's settings
 
 FULL_SWA = ["model.layer_types=full,swa"]
 # bug -> (catalogue number, scenario: --set lines on experiments/component_bugs.toml, the scenario

@@ -21,6 +21,9 @@ import tempfile
 
 import h5py
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mpi_env import mpi_env  # noqa: E402  jobs/env.sh for Python
+
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(SRC, "tests", "golden", "decision_digests.txt")
 BIN = os.environ.get("KVGRID_BIN", os.path.join(SRC, "build", "kvgrid"))
@@ -29,11 +32,7 @@ MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
 # decisions depend on the other's progress; tests/cli/test_storage.py runs it with its partner).
 SHARED = {"buckets"}
 SLOW = {"cp_sharding", "mooncake_replay", "policy_sim", "production_mix", "urc_swa", "urc_all"}  # over 15 s each here (policy_sim: a benchmark) (the Figure 4 pair: jobs/figure.sh urc_tiers)
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1", HDF5_USE_FILE_LOCKING="FALSE")
-# one machine: Open MPI over shared memory (probing UCX and TCP costs ~0.2 s per mpirun); the
-# environment overrides
-ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader"}, **ENV)
+ENV = mpi_env()  # jobs/env.sh's settings
 
 
 def seeds(spec):

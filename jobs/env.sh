@@ -1,5 +1,8 @@
 # Environment for running kvgrid under Open MPI on a workstation or CI box. Source it:
 #   . jobs/env.sh
+# The Python jobs and tests read this file too (jobs/mpi_env.py): keep to `export NAME=VALUE`
+# lines. (jobs/run.sh sources it under Slurm as well, so it picks no transport; the Python jobs,
+# which start their mpirun on this machine, default to shared memory only.)
 # Root containers need the two ALLOW_RUN_AS_ROOT variables; more ranks than cores need
 # oversubscription; a blocked rank yields its core (DESIGN §2 "Waiting"); traces stay readable
 # while written (DESIGN §6).

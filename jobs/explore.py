@@ -17,14 +17,13 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mpi_env import mpi_env  # noqa: E402  jobs/env.sh for Python
+
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("KVGRID_BIN", os.path.join(SRC, "build", "kvgrid"))
 MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1", HDF5_USE_FILE_LOCKING="FALSE")
-ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader",
-             # a failing run ends at once (jobs/env.sh)
-             "OMPI_MCA_odls_base_sigkill_timeout": "0"}, **ENV)
+ENV = mpi_env()  # jobs/env.sh's settings
 
 TP2 = ["topology.tp=2", "topology.pp=1"]
 CP2 = ["topology.cp=2", "topology.pp=1", "cache.gather_pages=8", "cache.device_pages=26",

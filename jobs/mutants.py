@@ -25,11 +25,11 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mpi_env import mpi_env  # noqa: E402  jobs/env.sh for Python
+
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CATALOGUE = os.path.join(SRC, "jobs", "mutants.txt")
-ENV_KEYS = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-            "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_mpi_yield_when_idle": "1",
-            "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "HDF5_USE_FILE_LOCKING": "FALSE"}
 
 
 class Mutant:
@@ -172,7 +172,7 @@ def main():
     os.makedirs(scratch, exist_ok=True)
     changed = sync(scratch)
     read_catalogue(a.catalogue, scratch)  # the scratch copy must match the catalogue too
-    env = dict(os.environ, **ENV_KEYS)
+    env = mpi_env()  # jobs/env.sh's settings
     print(f"# scratch tree {scratch} ({changed} files updated), build {build}", flush=True)
     if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
         rc, text = sh(["cmake", "-S", scratch, "-B", build, "-DCMAKE_BUILD_TYPE=RelWithDebInfo"], a.dir, 600, env)

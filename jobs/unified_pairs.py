@@ -22,11 +22,13 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mpi_env import mpi_env  # noqa: E402  jobs/env.sh for Python
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("KVGRID_BIN", os.path.join(ROOT, "build", "kvgrid"))
 EXP = os.path.join(ROOT, "experiments", "unified_layout.toml")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1", HDF5_USE_FILE_LOCKING="FALSE")
+ENV = mpi_env()  # jobs/env.sh's settings
 MODEL = ["--set", "model.layers=8", "--set", "model.kv_heads=8", "--set", "cache.storage_layer_partition=2",
          "--set", "cache.storage_head_partition=1"]
 LAYOUTS = [(tp, pp) for tp in (1, 2, 4, 8) for pp in (1, 2, 4) if tp * pp <= 8]

@@ -50,15 +50,14 @@ SPEC = os.path.join(SRC, "experiments", "spec_draft.toml")
 HYBRID = os.path.join(SRC, "experiments", "hybrid.toml")
 PDEX = os.path.join(SRC, "experiments", "pd_example.toml")
 PDMT = os.path.join(SRC, "experiments", "pd_multiturn.toml")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1",
-           # a run that fails on purpose ends at once: mpirun's default second between its
-           # SIGTERM and SIGKILL to the other ranks cost ~2 s per failing run (a third of the CLI tests' time)
-           OMPI_MCA_odls_base_sigkill_timeout="0",
-           # one node: shared memory only (ob1 over vader); UCX's and TCP's start-up probing cost
-           # ~0.2 s of every mpirun, a sixth of the suite's time on 2 cores
-           OMPI_MCA_pml="ob1", OMPI_MCA_btl="self,vader",
-           HDF5_USE_FILE_LOCKING="FALSE")
+sys.path.insert(0, os.path.join(SRC, "jobs"))
+from mpi_env import mpi_env  # noqa: E402
+
+# jobs/env.sh's settings: among them a run that fails on purpose ends at once (mpirun's default
+# second between its SIGTERM and SIGKILL to the other ranks cost ~2 s per failing run, a third of
+# the CLI tests' time) and one node's shared memory only (UCX's and TCP's start-up probing cost
+# ~0.2 s of every mpirun, a sixth of the suite's time on 2 cores)
+ENV = mpi_env()
 TMP = tempfile.mkdtemp(prefix="kvgrid-cli-")
 FAST = ["--set", "workload.tree.steps=60", "--set", "output.report_every=30"]
 
@@ -200,6 +199,19 @@ def bad_input():
         expect(re.search(pattern, se), f"{path} {extra}: message {pattern!r}", se)
         expect(se.count("kvgrid run: error:") == 1, "one message, from rank 0", se)
         expect(not os.path.exists(os.path.join(target, "run.h5")), "no trace for bad input")
+    # jobs/mpi_env.py reads jobs/env.sh for the Python jobs: it took every setting, and a line it
+    # cannot read as the shell would is an error naming the file and line.
+    import mpi_env
+    with open(os.path.join(SRC, "jobs", "env.sh")) as f:
+        exported = re.findall(r"^export (\w+)=(\S+)$", f.read(), re.M)
+    expect(exported and list(mpi_env.env_sh().items()) == exported and all(ENV[k] == v for k, v in exported),
+           "every jobs/env.sh setting in the tests' environment", exported)
+    odd = write("env.sh", "# comment\nexport A=1\n\nexport B=${B:-2}\n")
+    try:
+        mpi_env.env_sh(odd)
+        expect(False, "a default the Python reader cannot follow is refused")
+    except ValueError as e:
+        expect(f"{odd}:4: " in str(e) and "export B=${B:-2}" in str(e), "names the file, the line and the text", e)
 
 
 def wrong_np():

@@ -21,11 +21,12 @@ BIN = os.environ["KVGRID_BIN"]
 SRC = os.environ["KVGRID_SOURCE"]
 MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
 TMP = tempfile.mkdtemp(prefix="kvgrid-explore-")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1", HDF5_USE_FILE_LOCKING="FALSE",
-           # a violating run ends at once (jobs/env.sh): the buggy variants took 11 s instead of 3
-           OMPI_MCA_odls_base_sigkill_timeout="0")
-ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader"}, **ENV)
+sys.path.insert(0, os.path.join(SRC, "jobs"))
+from mpi_env import mpi_env  # noqa: E402
+
+# jobs/env.sh's settings (among them: a violating run ends at once — the buggy variants took 11 s
+# instead of 3)
+ENV = mpi_env()
 PP = os.path.join(SRC, "experiments", "explore_pp.toml")
 STORAGE = os.path.join(SRC, "experiments", "explore_storage.toml")
 PD = os.path.join(SRC, "experiments", "explore_pd.toml")

@@ -21,13 +21,10 @@ BIN = os.environ["KVGRID_BIN"]
 SRC = os.environ["KVGRID_SOURCE"]
 MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
 PLOTS = os.path.join(SRC, "results", "plots")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1",
-           # a run that fails on purpose ends at once: mpirun's default second between its
-           # SIGTERM and SIGKILL to the other ranks cost ~2 s per failing run (a third of the CLI tests' time)
-           OMPI_MCA_odls_base_sigkill_timeout="0",
-           OMPI_MCA_pml="ob1", OMPI_MCA_btl="self,vader",  # one node: shared memory only (test_cli.py)
-           HDF5_USE_FILE_LOCKING="FALSE", MPLBACKEND="Agg")
+sys.path.insert(0, os.path.join(SRC, "jobs"))
+from mpi_env import mpi_env  # noqa: E402
+
+ENV = mpi_env(MPLBACKEND="Agg")  # jobs/env.sh's settings
 TMP = tempfile.mkdtemp(prefix="kvgrid-figures-")
 
 
