@@ -55,12 +55,39 @@ void FileStorage::touch_locked(const std::string& key) {
   lru_.splice(lru_.end(), lru_, it->second.pos);
 }
 
+void FileStorage::forget_locked(const std::string& key) {
+  auto it = index_.find(key);
+  if (it == index_.end()) return;
+  lru_.erase(it->second.pos);
+  used_ -= it->second.bytes;
+  index_.erase(it);
+}
+
+bool FileStorage::on_disk(const std::string& key) {
+  if (!shared_ && evicts_) return true;  // only this instance removes its objects, and forgets them
+  struct stat st {};
+  if (::stat(path_of(key).c_str(), &st) == 0 || errno != ENOENT) return true;
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  if (it->second.writing) return true;  // forgotten and set again meanwhile: its file is on the way
+  forget_locked(key);
+  return false;
+}
+
 bool FileStorage::set(const std::string& key, std::span<const std::uint8_t> payload) {
   const std::uint64_t bytes = sizeof(ObjectHeader) + key.size() + payload.size();
   std::string tmp;
+  // An object the index holds is refreshed, not written again — unless a sweep removed it.
+  bool present;
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (index_.count(key)) {
+    present = index_.count(key) > 0;
+  }
+  if (present) present = on_disk(key);  // (forgets a removed one)
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (present || index_.count(key)) {  // (or set, or adopted, by another thread meanwhile)
       touch_locked(key);
       ++stats_.set_skipped;
       return true;
@@ -82,7 +109,7 @@ bool FileStorage::set(const std::string& key, std::span<const std::uint8_t> payl
     tmp = (fs::path(dir_) / (".tmp." + std::to_string(::getpid()) + "." + std::to_string(++tmp_counter_) + "." + key)).string();
     // Reserve the space now so that concurrent writers do not overshoot the capacity.
     lru_.push_back(key);
-    index_[key] = Entry{std::prev(lru_.end()), bytes};
+    index_[key] = Entry{std::prev(lru_.end()), bytes, /*writing=*/true};
     used_ += bytes;
   }
   ObjectHeader h = make_header(key, payload, job_);
@@ -102,16 +129,12 @@ bool FileStorage::set(const std::string& key, std::span<const std::uint8_t> payl
   if (!ok || ec) {
     fs::remove(tmp, ec);
     std::lock_guard<std::mutex> g(mu_);
-    auto it = index_.find(key);
-    if (it != index_.end()) {
-      lru_.erase(it->second.pos);
-      used_ -= it->second.bytes;
-      index_.erase(it);
-    }
+    forget_locked(key);
     ++stats_.set_failed;
     return false;
   }
   std::lock_guard<std::mutex> g(mu_);
+  if (auto it = index_.find(key); it != index_.end()) it->second.writing = false;
   ++stats_.sets;
   stats_.bytes_written += bytes;
   return true;
@@ -147,17 +170,16 @@ bool FileStorage::exists(const std::string& key) {
     std::lock_guard<std::mutex> g(mu_);
     indexed = index_.count(key) > 0;
   }
-  if (!indexed && !shared_) return false;
+  if (indexed) return on_disk(key);
+  if (!shared_) return false;
   std::error_code ec;
   const auto bytes = fs::file_size(path_of(key), ec);
   if (ec) return false;
-  if (!indexed) {  // another job's object, written since this store was opened
-    std::lock_guard<std::mutex> g(mu_);
-    if (!index_.count(key)) {
-      lru_.push_back(key);
-      index_[key] = Entry{std::prev(lru_.end()), bytes};
-      used_ += bytes;
-    }
+  std::lock_guard<std::mutex> g(mu_);  // another job's object, written since this store was opened
+  if (!index_.count(key)) {
+    lru_.push_back(key);
+    index_[key] = Entry{std::prev(lru_.end()), bytes};
+    used_ += bytes;
   }
   return true;
 }
@@ -203,7 +225,24 @@ StorageStats FileStorage::stats() const {
   return stats_;
 }
 
-SweepResult FileStorage::sweep(std::uint64_t limit_bytes) { return sweep_directory(dir_, limit_bytes); }
+SweepResult FileStorage::sweep(std::uint64_t limit_bytes) {
+  const SweepResult r = sweep_directory(dir_, limit_bytes);
+  if (r.removed == 0) return r;
+  std::vector<std::string> keys;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const auto& [key, e] : index_)
+      if (!e.writing) keys.push_back(key);
+  }
+  for (const auto& key : keys) {  // the index forgets what the sweep removed
+    struct stat st {};
+    if (::stat(path_of(key).c_str(), &st) != 0 && errno == ENOENT) {
+      std::lock_guard<std::mutex> g(mu_);
+      if (auto it = index_.find(key); it != index_.end() && !it->second.writing) forget_locked(key);
+    }
+  }
+  return r;
+}
 
 void FileStorage::truncate(const std::string& key) {
   std::error_code ec;

@@ -9,7 +9,9 @@
 // corrupt or foreign object is a miss with a reason (counted, and the caller recomputes), never
 // data. Capacity: an LRU limit in bytes per instance (per rank); eviction deletes the least
 // recently set or read objects (not in a shared store: see the constructor). `batch_exists`
-// answers how many leading keys of a batch exist.
+// answers how many leading keys of a batch exist. In a store others may sweep (shared or
+// non-evicting), `exists` and `set` look on disk for an indexed object: one a sweep removed is
+// forgotten — a miss, and written again by the next set — instead of being counted present.
 // Thread-safe: the index is under a mutex; file I/O happens outside it.
 #pragma once
 
@@ -58,6 +60,11 @@ class FileStorage final : public ObjectStore {
 
  private:
   void touch_locked(const std::string& key);
+  void forget_locked(const std::string& key);
+  // A store whose objects others may remove (shared, or a non-evicting one a sweep keeps): whether
+  // an indexed object whose write is over is still on disk (a sweep — this job's, another job's or
+  // `kvgrid store` — may have removed it; then the index forgets it). Takes mu_ only to forget.
+  bool on_disk(const std::string& key);
   std::string dir_;
   std::uint64_t capacity_;
   bool evicts_;
@@ -70,6 +77,7 @@ class FileStorage final : public ObjectStore {
   struct Entry {
     std::list<std::string>::iterator pos;
     std::uint64_t bytes;
+    bool writing = false;  // reserved by a set whose file is not in place yet (counts as present)
   };
   std::unordered_map<std::string, Entry> index_;
   std::uint64_t used_ = 0, tmp_counter_ = 0;

@@ -192,5 +192,43 @@ TEST(FileStorage, ASharedStoreSeesOtherJobsObjectsAndNamesTheirWriter) {
   EXPECT_EQ(mine.stats().other_job_hits, 1u);
 }
 
+TEST(FileStorage, AnObjectASweepRemovedIsForgottenAndWrittenAgain) {
+  // Two jobs share a directory; a sweep (another job's end-of-run sweep, `kvgrid store`) removes
+  // objects both have indexed. Neither may count them present any longer, and the next set of a
+  // removed key writes it again (it was skipped as "already there": lost for every later reader).
+  const std::string dir = fresh_dir("swept");
+  FileStorage mine(dir, 1 << 20, false), other(dir, 1 << 20, false);
+  mine.set_shared(true);
+  other.set_shared(true);
+  const auto a = payload(700, 3);
+  ASSERT_TRUE(mine.set("k0", a));
+  ASSERT_TRUE(mine.set("k1", a));
+  ASSERT_TRUE(other.exists("k0"));  // adopted by the other job
+  ASSERT_TRUE(other.exists("k1"));
+  EXPECT_EQ(mine.stats().sets, 2u);
+  EXPECT_EQ(sweep_directory(dir, 0).removed, 2u);
+  EXPECT_FALSE(other.exists("k0"));  // looked up on disk: gone
+  ASSERT_TRUE(mine.set("k0", a));     // written again, not skipped
+  EXPECT_EQ(mine.stats().sets, 3u);
+  EXPECT_EQ(mine.stats().set_skipped, 0u);
+  EXPECT_TRUE(fs::exists(mine.path_of("k0")));
+  EXPECT_TRUE(other.exists("k0"));  // and seen again
+  std::vector<std::uint8_t> out(700);
+  EXPECT_EQ(other.get("k0", out), StorageMiss::None);
+  EXPECT_EQ(out, a);
+  EXPECT_FALSE(mine.exists("k1"));
+  EXPECT_EQ(mine.used_bytes(), fs::file_size(mine.path_of("k0")));  // k1 forgotten, k0 counted once
+  ASSERT_TRUE(mine.set("k0", a));  // still there: refreshed, not written
+  EXPECT_EQ(mine.stats().set_skipped, 1u);
+  // This instance's own sweep forgets what it removed.
+  EXPECT_EQ(mine.sweep(0).removed, 1u);
+  EXPECT_EQ(mine.used_bytes(), 0u);
+  // A store of its own (evicting, not shared) keeps trusting its index: only it removes objects.
+  FileStorage own(fresh_dir("own"), 1 << 20);
+  ASSERT_TRUE(own.set("k", a));
+  fs::remove(own.path_of("k"));
+  EXPECT_TRUE(own.exists("k"));
+}
+
 }  // namespace
 }  // namespace kvgrid::cache
