@@ -12,6 +12,7 @@
 
 #include "cache/redis_storage.hpp"
 #include "core/check.hpp"
+#include "storage_objects.hpp"
 
 namespace kvgrid::cache {
 namespace {
@@ -48,11 +49,7 @@ std::unique_ptr<Server> server() {
   return s;
 }
 
-std::vector<std::uint8_t> payload(std::size_t n, std::uint8_t seed) {
-  std::vector<std::uint8_t> p(n);
-  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::uint8_t>(seed + i * 13);
-  return p;
-}
+std::vector<std::uint8_t> payload(std::size_t n, std::uint8_t seed) { return test_objects::payload(n, seed, 13); }
 
 TEST(RedisStorage, RoundTripsImmutableKeysAndLeadingHits) {
   auto srv = server();

@@ -17,23 +17,15 @@
 #include "cache/file_storage.hpp"
 #include "cache/segment_storage.hpp"
 #include "core/check.hpp"
+#include "storage_objects.hpp"
 
 namespace kvgrid::cache {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string fresh_dir(const std::string& tag) {
-  auto d = fs::temp_directory_path() / ("kvgrid-segments-" + tag + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  return d.string();
-}
-
-std::vector<std::uint8_t> payload(std::size_t n, std::uint8_t seed) {
-  std::vector<std::uint8_t> p(n);
-  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::uint8_t>(seed + i * 7);
-  return p;
-}
+using test_objects::payload;
+std::string fresh_dir(const std::string& tag) { return test_objects::fresh_dir("segments", tag); }
 
 std::vector<std::string> files(const std::string& dir) {
   std::vector<std::string> out;
