@@ -95,9 +95,7 @@ bool FileStorage::set(const std::string& key, std::span<const std::uint8_t> payl
     // Make room (never evicting more than the whole store).
     while (evicts_ && used_ + bytes > capacity_ && !lru_.empty()) {
       const std::string victim = lru_.front();
-      lru_.pop_front();
-      used_ -= index_[victim].bytes;
-      index_.erase(victim);
+      forget_locked(victim);
       std::error_code ec;
       fs::remove(path_of(victim), ec);
       ++stats_.evicted;
