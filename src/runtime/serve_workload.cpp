@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/check.hpp"
+#include "core/fast_mod.hpp"
 #include "core/hash.hpp"
 #include "core/rng.hpp"
 #include "kernels/kv_math.hpp"
@@ -30,8 +31,9 @@ std::vector<TokenId> model_output(std::span<const TokenId> prompt, std::uint32_t
 }
 
 void mooncake_block_tokens(std::uint64_t hash_id, std::span<TokenId> out, std::uint64_t vocab) {
-  for (std::size_t i = 0; i < out.size(); ++i)
-    out[i] = static_cast<TokenId>(mix64(hash_combine(hash_id * 0x9e3779b97f4a7c15ULL + 0x4d6f6f6eULL, i)) % vocab);
+  const FastMod64 v(vocab);  // (the `%` of every token's hash was a fifth of this loop's time)
+  const std::uint64_t seed = hash_id * 0x9e3779b97f4a7c15ULL + 0x4d6f6f6eULL;
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<TokenId>(v.mod(mix64(hash_combine(seed, i))));
 }
 
 namespace {

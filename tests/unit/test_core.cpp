@@ -7,6 +7,7 @@
 #include "core/check.hpp"
 #include "core/decision_log.hpp"
 #include "core/failpoint.hpp"
+#include "core/fast_mod.hpp"
 #include "core/ids.hpp"
 #include "core/rng.hpp"
 #include "core/topology.hpp"
@@ -57,6 +58,30 @@ TEST(Rng, BoundedDrawsStayInRange) {
   }
   EXPECT_EQ(seen.size(), 5u);
   EXPECT_FALSE(Rng(1).bernoulli(0.0));
+}
+
+TEST(FastMod64, EqualsTheRemainderOperatorForEveryKindOfDivisor) {
+  // Differential against `%`: edge divisors (1, powers of two and their neighbours, the largest),
+  // vocabularies, random divisors of every width; edge dividends and random ones.
+  std::vector<std::uint64_t> divisors = {1, 2, 3, 5, 7, 10, 1000, 32000, 50257, 128256, 151936, 0xffffffffULL,
+                                         0x100000000ULL, 0x8000000000000000ULL, 0x8000000000000001ULL,
+                                         0xfffffffffffffffeULL, 0xffffffffffffffffULL};
+  for (unsigned b = 1; b < 64; ++b)
+    for (std::int64_t k : {-1, 0, 1}) divisors.push_back((std::uint64_t{1} << b) + static_cast<std::uint64_t>(k));
+  const std::uint64_t seed = 20261207;
+  Rng r(seed);
+  for (int i = 0; i < 200; ++i) divisors.push_back(r.next_u64() >> r.below(64));
+  for (std::uint64_t d : divisors) {
+    if (d == 0) continue;
+    const FastMod64 f(d);
+    std::vector<std::uint64_t> xs = {0, 1, d - 1, d, d + 1, 2 * d - 1, ~std::uint64_t{0}, ~std::uint64_t{0} - 1,
+                                     std::uint64_t{1} << 63, (~std::uint64_t{0} / d) * d, (~std::uint64_t{0} / d) * d - 1};
+    for (int j = 0; j < 2000; ++j) xs.push_back(r.next_u64() >> (j % 3 == 0 ? r.below(64) : 0));
+    for (std::uint64_t x : xs) {
+      ASSERT_EQ(f.mod(x), x % d) << "x " << x << " d " << d << " (seed " << seed << ")";
+      ASSERT_EQ(f.quotient(x), x / d) << "x " << x << " d " << d << " (seed " << seed << ")";
+    }
+  }
 }
 
 TEST(DecisionLog, RunningDigestIsOrderSensitiveAndRecentIsBounded) {

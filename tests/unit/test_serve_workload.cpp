@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/check.hpp"
+#include "core/hash.hpp"
 #include "runtime/cost.hpp"
 #include "runtime/serve_workload.hpp"
 
@@ -128,6 +129,13 @@ TEST(MooncakeWorkload, BlocksMapToFixedTokensAndTheLastBlockIsTruncated) {
   std::vector<TokenId> b7(512), b9(512);
   mooncake_block_tokens(7, b7, 1000);
   mooncake_block_tokens(9, b9, 1000);
+  // A block's tokens are fixed for good: pinned (computed apart, in Python), and each token's hash
+  // reduced with `%` (the loop reduces without dividing: core/fast_mod.hpp).
+  EXPECT_EQ(b7[0], 140U);
+  EXPECT_EQ(b7[511], 874U);
+  EXPECT_EQ(b9[100], 707U);
+  for (std::size_t i = 0; i < 512; ++i)
+    ASSERT_EQ(b9[i], static_cast<TokenId>(mix64(hash_combine(9 * 0x9e3779b97f4a7c15ULL + 0x4d6f6f6eULL, i)) % 1000)) << i;
   EXPECT_TRUE(std::equal(b7.begin(), b7.end(), a[0].prompt.begin()));
   EXPECT_TRUE(std::equal(b9.begin(), b9.begin() + 88, a[0].prompt.begin() + 512));
   EXPECT_EQ(w->next_arrival_ns(), std::optional<std::uint64_t>(5'000'000));  // 2.5 ms × 2
