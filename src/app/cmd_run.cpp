@@ -298,8 +298,13 @@ void print_verdict(const RunOptions& opt, const ExperimentConfig& exp, const std
      << (logs_agree ? (exp.topology.groups.size() > 1 ? " on every rank of group 0 (each group agrees)" : " on every rank")
                     : " on rank 0 (ranks differ)")
      << "\n";
-  if (s.oracle_mismatches >= 0)
-    os << "# oracle mismatches: " << s.oracle_mismatches << (s.oracle_mismatches ? " FAILED" : " OK") << "\n";
+  if (s.oracle_mismatches >= 0) {
+    os << "# oracle mismatches: " << s.oracle_mismatches << (s.oracle_mismatches ? " FAILED" : " OK");
+    std::int64_t on_thread = 0;
+    for (const auto& r : rows) on_thread += r.oracle_thread_chunks;
+    if (exp.engine.helper_thread) os << " (" << on_thread << " long chunks checked on the helper thread)";
+    os << "\n";
+  }
   if (rows[0].hybrid)
     os << "# hybrid (rank 0): SWA tombstones made " << rows[0].swa_tombstones_made << ", healed " << rows[0].swa_tombstones_healed
        << "; MAMBA states copied " << rows[0].mamba_states_copied << ", saved " << rows[0].mamba_states_saved << "\n";

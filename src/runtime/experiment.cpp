@@ -315,6 +315,7 @@ void read_engine_cost_output(const Config& c, ExperimentConfig& e) {
   e.engine.strict = c.get_bool("engine.strict");
   e.engine.transfer = c.get_string("engine.transfer");
   e.engine.decode = c.get_string("engine.decode");
+  e.engine.helper_thread = c.get_bool("engine.helper_thread");
   e.engine.cuda_copy = c.get_string("engine.cuda_copy");
   e.engine.collectives = c.get_string("engine.collectives");
   e.cost.prefill_ns_per_token_layer = c.get_float("cost.prefill_ns_per_token_layer");

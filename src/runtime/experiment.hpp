@@ -208,6 +208,7 @@ struct EngineConfig {
   std::string cuda_copy = "memcpy";    // transfer = cuda: how a batch of copies goes out (cuda/engine.hpp)
   std::string collectives = "mpi";     // KV data collectives: "mpi" | "nccl" (the CP layer gather)
   std::string decode = "step";         // "step" | "fused" (runtime/fused_decode.cpp)
+  bool helper_thread = false;          // runtime/oracle_lane.hpp
 };
 
 // Modelled time (DESIGN §2 "Time"); values and their sources in runtime/cost.cpp.

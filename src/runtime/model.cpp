@@ -472,7 +472,7 @@ Oracle::Oracle(const ModelGeometry& g, Tokens page_size)
 }
 
 std::uint64_t Oracle::expected(OracleRequestState& st, RequestId id, std::span<const TokenId> tokens, std::size_t start,
-                               std::size_t end) {
+                               std::size_t end) const {
   const std::size_t M = mamba_ids_.size(), S = words_, Hs = state_heads_;
   const bool swa = window_ > 0 && std::find(kinds_.begin(), kinds_.end(), LayerKind::Swa) != kinds_.end();
   if (st.hashed == 0) {

@@ -165,7 +165,7 @@ class Oracle {
   Oracle(const ModelGeometry& g, Tokens page_size);
   // The checksum the last stage must produce for positions [start, end) (from tokens alone).
   std::uint64_t expected(OracleRequestState& st, RequestId id, std::span<const TokenId> tokens, std::size_t start,
-                         std::size_t end);
+                         std::size_t end) const;
 
  private:
   std::vector<std::uint64_t> K_;  // per layer: sum over heads of N * M (MAMBA: unused)

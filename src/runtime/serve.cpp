@@ -88,6 +88,7 @@ ServeLoop::ServeLoop(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
   total_known_ = workload_ ? workload_->total_requests() : 0;
   add_plugins();
   fused_ = exp.engine.decode == "fused";
+  if (checker_ && exp.engine.helper_thread) oracle_lane_ = std::make_unique<OracleLane>(oracle_);
   rows_ = trace_ && exp.output.steps != "none";  // (load_experiment refused what it cannot keep: fused_decode_refusal)
 }
 

@@ -44,6 +44,7 @@
 #include "protocols/consensus_check.hpp"
 #include "protocols/layer_gather.hpp"
 #include "runtime/model.hpp"
+#include "runtime/oracle_lane.hpp"
 #include "runtime/pd.hpp"
 #include "runtime/rank_stack.hpp"
 #include "runtime/scheduler.hpp"
@@ -147,6 +148,9 @@ class ServeLoop {
   std::int64_t fused_steps_ = 0;
   double last_row_s_ = -1e9;  // wall seconds of the last progress row (rows are throttled)
   std::string last_row_;      // its counts
+  // engine.helper_thread: long chunks' oracle values on the helper thread (runtime/oracle_lane.hpp).
+  // Last: destroyed first, so its worker stops before the requests it reads go.
+  std::unique_ptr<OracleLane> oracle_lane_;
 };
 
 }  // namespace kvgrid

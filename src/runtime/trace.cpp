@@ -114,6 +114,7 @@ Handle rank_summary_type() {
   KVGRID_FIELD(gather_ns, H5T_NATIVE_INT64);
   KVGRID_FIELD(kv_digest, H5T_NATIVE_UINT64);
   KVGRID_FIELD(fused_steps, H5T_NATIVE_INT64);
+  KVGRID_FIELD(oracle_thread_chunks, H5T_NATIVE_INT64);
   KVGRID_FIELD(pd_sent_tokens, H5T_NATIVE_INT64);
   KVGRID_FIELD(pd_sent_bytes, H5T_NATIVE_INT64);
   KVGRID_FIELD(pd_broken, H5T_NATIVE_INT64);

@@ -124,6 +124,7 @@ struct RankSummaryRow {
   std::int64_t device_pool_pages = 0, device_high_water = 0, gather_bytes = 0, gather_ns = 0;
   std::uint64_t kv_digest = 0;  // the device KV pool's content at the end (every word of every row)
   std::int64_t fused_steps = 0;  // engine.decode = fused: steps run in fused spans
+  std::int64_t oracle_thread_chunks = 0;  // engine.helper_thread: chunks the oracle checked on the helper thread
   // P/D: prompt tokens and bytes this prefill rank sent (counted at the send), broken transfers;
   // requests this decode rank failed on a broken transfer, on a broken restore
   std::int64_t pd_sent_tokens = 0, pd_sent_bytes = 0, pd_broken = 0, pd_failed = 0, pd_restore_failed = 0;

@@ -202,6 +202,7 @@ const std::vector<TableDoc>& tables() {
         {"gather_ns", "ns (modelled)", "modelled layer gather time"},
         {"kv_digest", "digest", "the device KV pool's content at the end, every word of every row (engine.decode = fused: equal to step's)"},
         {"fused_steps", "steps", "engine.decode = fused: steps run in fused spans (0 with step)"},
+        {"oracle_thread_chunks", "chunks", "engine.helper_thread: chunks whose oracle value was computed on the helper thread (0 without it)"},
         {"pd_sent_tokens", "tokens", "P/D: prompt tokens this prefill rank sent"},
         {"pd_sent_bytes", "bytes", "P/D: bytes this prefill rank sent"},
         {"pd_broken", "count", "P/D: broken transfers"},

@@ -597,6 +597,45 @@ def step_rows():
            "wall columns 0 with model, timed with timed", {n: int(model[n].sum()) for n in wall})
 
 
+def helper_thread():
+    """engine.helper_thread is the same run as without it: policy_sim's first 200 requests with pages
+    corrupted (device.page.corrupt) give the same oracle mismatches — the same printed lines, events
+    at the same steps, requests marked wrong, summary — with long chunks checked on the helper
+    thread; with --strict both stop at the same mismatch with the same message."""
+    base = [os.path.join(SRC, "experiments", "policy_sim.toml"), "--set", "workload.mooncake.first_n=200",
+            "--set", "faults.device.page.corrupt.probability=0.002"]
+    def run_case(mode, strict):
+        d = out(f"helper-{mode}-{int(strict)}")
+        rc, so, se = run_single(*base, "--out", d, "--set", "engine.helper_thread=" + str(mode == "thread").lower(),
+                                *(["--strict"] if strict else []))
+        if strict:
+            return rc, so, se, None
+        with h5py.File(os.path.join(d, "run.h5"), "r") as f:
+            g = f["ranks"][list(f["ranks"])[0]]
+            return rc, so, se, (f["summary"]["ranks"][:], g["events"][:], g["requests"][:])
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        runs = {(m, st): pool.submit(run_case, m, st) for st in (False, True) for m in ("inline", "thread")}
+    (rc0, so0, se0, t0), (rc1, so1, se1, t1) = runs[("inline", False)].result(), runs[("thread", False)].result()
+    lines = lambda se: [l for l in se.splitlines() if "oracle mismatch at step" in l]
+    expect(rc0 == rc1 != 0 and "# verdict: FAILED" in so0 and "# verdict: FAILED" in so1, "both runs fail", so0, so1)
+    expect(len(lines(se0)) >= 3 and lines(se0) == lines(se1), "the same mismatches printed", se0, se1)
+    m = re.search(r"# oracle mismatches: (\d+) FAILED \((\d+) long chunks checked on the helper thread\)", so1)
+    expect(m and int(m.group(2)) > 10 and f"# oracle mismatches: {m.group(1)} FAILED\n" in so0,
+           "the footer counts the same mismatches and the thread's chunks", so0, so1)
+    (r0, e0, q0), (r1, e1, q1) = t0, t1
+    expect(int(r0["oracle_thread_chunks"][0]) == 0 and int(r1["oracle_thread_chunks"][0]) == int(m.group(2)),
+           "oracle_thread_chunks: 0 without the helper, the footer's count with it", r0["oracle_thread_chunks"], r1["oracle_thread_chunks"])
+    for col in r0.dtype.names:
+        if col != "oracle_thread_chunks":
+            expect((r0[col] == r1[col]).all(), f"summary column {col} equal", r0[col], r1[col])
+    expect(len(e0) == len(e1) and all((e0[c] == e1[c]).all() for c in e0.dtype.names if c != "wall_ns")
+           and (e0["op"] == b"oracle_mismatch").sum() == int(m.group(1)), "the events equal but for wall time", len(e0), len(e1))
+    expect(len(q0) == len(q1) and all((q0[c] == q1[c]).all() for c in q0.dtype.names if "wall" not in c), "the requests equal")
+    (rc0, so0, se0, _), (rc1, so1, se1, _) = runs[("inline", True)].result(), runs[("thread", True)].result()
+    stop = lambda se: [l for l in se.splitlines() if "FAILED: oracle mismatch with --strict" in l]
+    expect(rc0 == rc1 != 0 and stop(se0) and stop(se0) == stop(se1), "--strict stops both at the same mismatch", se0, se1)
+
+
 def fused_decode():
     """engine.decode = fused keeps every decision, KV word and clock of `step`: the decision and tree
     digests, the device pool's content (kv_digest), the requests table (TTFT, finish, tokens cached)

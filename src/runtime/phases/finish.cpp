@@ -39,6 +39,7 @@ void ServeLoop::finish(std::int64_t steps) {
   m.device_pool_pages = stack_.capacity.value();
   m.kv_digest = pool_.content_digest();
   m.fused_steps = fused_steps_;
+  m.oracle_thread_chunks = oracle_lane_ ? oracle_lane_->posted() : 0;
   if (const auto* lg = stack_.gather.get()) {
     m.gather_bytes = static_cast<std::int64_t>(lg->stats().bytes);
     m.gather_ns = static_cast<std::int64_t>(gather_ns_);

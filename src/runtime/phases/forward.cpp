@@ -17,6 +17,9 @@ void ServeLoop::forward(Step& s) {
   partials_.assign(batch.size() * words, 0);
   StepWork work;
   const std::size_t L = L_;
+  if (oracle_lane_)  // the oracle's long chunks, alongside the model (verify takes them)
+    for (std::size_t i = 0; i < batch.size(); ++i)
+      oracle_lane_->post(i, batch[i].req->oracle, batch[i].req->spec.id, batch[i].req->tokens, batch[i].start, batch[i].end);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     auto& e = batch[i];
     auto& events = e.req->res.load_events;  // load_back: one event per (node, local layer)

@@ -18,11 +18,13 @@ void ServeLoop::verify(Step& s) {
     for (std::size_t k = 0; k < plugins_.size(); ++k) plugins_[k]->verify_entry(s, i, plugin_partials(k, i, s.batch.size()));
     if (checker_) check_oracle(s, i);
   }
+  KVGRID_CHECK(!oracle_lane_ || oracle_lane_->empty(), "step ", s.index, " left oracle values untaken on the helper thread");
 }
 
 void ServeLoop::check_oracle(Step& s, std::size_t i) {
   auto& e = s.batch[i];
-  const std::uint64_t want = oracle_.expected(e.req->oracle, e.req->spec.id, e.req->tokens, e.start, e.end);
+  const auto posted = oracle_lane_ ? oracle_lane_->take(i) : std::nullopt;  // (engine.helper_thread)
+  const std::uint64_t want = posted ? *posted : oracle_.expected(e.req->oracle, e.req->spec.id, e.req->tokens, e.start, e.end);
   if (want == s.out.entries[i].value) return;
   ++local_mismatches_;
   e.req->oracle_ok = false;
