@@ -270,9 +270,10 @@ void add_engine_and_cost_keys(Schema& s) {
              "same decisions, KV and clocks (one rank, no storage, draft, hybrid model, failpoints or threaded engine: "
              "refused otherwise, with the reason)"));
   s.add(bkey({"engine", "helper_thread"}, false,
-             "a second thread on each rank: the oracle's check of a chunk of 4,096 positions or more runs on it while the "
-             "model computes the chunk, compared at the same point — the same run, faster where a core is idle (one rank "
-             "on two or more cores), slower where none is"));
+             "helper threads on each rank: the oracle's check of a chunk of 4,096 positions or more runs on one while the "
+             "model computes the chunk, compared at the same point, and a Mooncake trace's prompts are made on another "
+             "ahead of their arrival — the same run, faster where a core is idle (one rank on two or more cores), slower "
+             "where none is"));
   s.add(skey({"engine", "transfer"}, {"simulated", "threaded", "cuda"},
              "transfer engine: simulated (modelled time, seeded jitter, deterministic), threaded (real copies) or cuda "
              "(CUDA streams and events; device pools in GPU memory, host pools pinned; a build with -DKVGRID_CUDA=ON and "

@@ -2,9 +2,7 @@
 
 #include <algorithm>
 
-#include <sched.h>
-#include <unistd.h>
-
+#include "core/any_core.hpp"
 #include "core/check.hpp"
 
 namespace kvgrid {
@@ -53,13 +51,7 @@ std::optional<std::uint64_t> OracleLane::take(std::size_t entry) {
 }
 
 void OracleLane::work() {
-  // mpirun binds a rank to one core (its default for two ranks or fewer): this thread is for a
-  // core the rank does not use, so it may run on any (the kernel keeps it within the cgroup's).
-  cpu_set_t any;
-  CPU_ZERO(&any);
-  const long cpus = sysconf(_SC_NPROCESSORS_CONF);
-  for (long c = 0; c < cpus && c < CPU_SETSIZE; ++c) CPU_SET(static_cast<int>(c), &any);
-  (void)sched_setaffinity(0, sizeof any, &any);  // (where refused, it runs where the rank runs)
+  allow_any_core();
   std::unique_lock lk(mu_);
   for (;;) {
     posted_.wait(lk, [this] { return stop_ || next_ < jobs_.size(); });

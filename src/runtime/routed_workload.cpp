@@ -50,6 +50,7 @@ class RoutedWorkload final : public ServeWorkload {
     return mine;
   }
   std::optional<std::uint64_t> next_arrival_ns() const override { return all_->next_arrival_ns(); }
+  void make_ahead() override { all_->make_ahead(); }
   bool exhausted() const override { return all_->exhausted() && elsewhere_.empty(); }
   void finished(RequestId id, std::uint64_t now_ns) override {
     all_->finished(id, now_ns);

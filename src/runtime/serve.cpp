@@ -85,6 +85,7 @@ ServeLoop::ServeLoop(const ExperimentConfig& exp, const RankGrid& grid, Failpoin
     }
   }
   agree_or_throw(grid.world(), workload_error);
+  if (workload_ && exp.engine.helper_thread) workload_->make_ahead();  // (a trace's prompts)
   total_known_ = workload_ ? workload_->total_requests() : 0;
   add_plugins();
   fused_ = exp.engine.decode == "fused";

@@ -15,6 +15,7 @@
 #include "core/hash.hpp"
 #include "core/rng.hpp"
 #include "kernels/kv_math.hpp"
+#include "runtime/prompts_ahead.hpp"
 
 namespace kvgrid {
 
@@ -455,17 +456,17 @@ class MooncakeWorkload : public ServeWorkload {
       r.output_len = std::max<std::uint32_t>(l.output_length, 1);
       r.session = l.session;
       if (l.session && opened_.insert(l.session).second) events_.push_back(SessionEvent{SessionEvent::Open, l.session});
-      // (room for the output too: the scheduler keeps this vector as the request's tokens)
-      r.prompt.reserve(std::max<std::size_t>(l.hash_ids.size() * kBlock, std::size_t{l.input_length} + r.output_len));
-      for (const std::uint64_t id : l.hash_ids) {  // (appended: never zeroed first)
-        const TokenId* t = block(id);
-        r.prompt.insert(r.prompt.end(), t, t + kBlock);
-      }
-      r.prompt.resize(l.input_length);
+      r.prompt = ahead_ ? ahead_->take(next_) : prompt(next_);
       out.push_back(std::move(r));
       ++next_;
     }
     return out;
+  }
+  // engine.helper_thread: the prompts are made on a thread of their own, a few ahead of their
+  // arrival (from here on only that thread makes blocks).
+  void make_ahead() override {
+    if (!ahead_ && next_ < lines_.size())
+      ahead_ = std::make_unique<PromptsAhead>(next_, lines_.size(), kAhead, [this](std::size_t i) { return prompt(i); });
   }
   std::optional<std::uint64_t> next_arrival_ns() const override {
     if (next_ >= lines_.size()) return std::nullopt;
@@ -483,6 +484,18 @@ class MooncakeWorkload : public ServeWorkload {
   static constexpr std::size_t kBlock = 512;
 
  private:
+  // Line i's prompt (room for its output too: the scheduler keeps this vector as the request's tokens).
+  std::vector<TokenId> prompt(std::size_t i) {
+    const Line& l = lines_[i];
+    std::vector<TokenId> p;
+    p.reserve(std::max<std::size_t>(l.hash_ids.size() * kBlock, std::size_t{l.input_length} + std::max<std::uint32_t>(l.output_length, 1)));
+    for (const std::uint64_t id : l.hash_ids) {  // (appended: never zeroed first)
+      const TokenId* t = block(id);
+      p.insert(p.end(), t, t + kBlock);
+    }
+    p.resize(l.input_length);
+    return p;
+  }
   // A block's kBlock tokens: later turns resend their history, so the blocks made recently are kept
   // (direct-mapped by hash id; the tokens are the same either way). Valid until the next call.
   const TokenId* block(std::uint64_t hash_id) {
@@ -509,6 +522,8 @@ class MooncakeWorkload : public ServeWorkload {
   std::size_t next_ = 0;
   std::map<SessionId, std::size_t> last_of_session_;
   std::set<SessionId> opened_;
+  static constexpr std::size_t kAhead = 16;  // prompts made and not yet arrived, at most
+  std::unique_ptr<PromptsAhead> ahead_;      // (last: its thread stops before the blocks it reads go)
 };
 
 std::unique_ptr<ServeWorkload> make_mooncake(const WorkloadConfig& w) {

@@ -73,6 +73,9 @@ class ServeWorkload {
   // exhausted: a workload that waits on another process (routed_workload.hpp) blocks here until
   // it knows more. `now_ns`: the leader's modelled clock.
   virtual void wait_for_arrival(std::uint64_t /*now_ns*/) {}
+  // engine.helper_thread: a workload that makes its prompts from a trace may make them on a thread
+  // of its own, ahead of their arrival (the same prompts).
+  virtual void make_ahead() {}
   // Session opens and closes since the last call, in order (applied before that step's arrivals).
   std::vector<SessionEvent> take_session_events() { return std::exchange(events_, {}); }
   bool has_session_events() const { return !events_.empty(); }

@@ -7,7 +7,9 @@
 
 #include "core/check.hpp"
 #include "core/hash.hpp"
+#include "core/rng.hpp"
 #include "runtime/cost.hpp"
+#include "runtime/prompts_ahead.hpp"
 #include "runtime/serve_workload.hpp"
 
 namespace kvgrid {
@@ -181,6 +183,61 @@ TEST(MooncakeWorkload, SharedTraceParsesWithFirstN) {
   ASSERT_FALSE(a.empty());
   EXPECT_EQ(a[0].prompt.size(), 40160u);
   EXPECT_EQ(a[0].output_len, 6u);
+}
+
+TEST(MooncakeWorkload, PromptsMadeAheadOnTheHelperThreadAreThePromptsMadeOnArrival) {
+  // engine.helper_thread: the same requests, prompts and sessions arrive at every step, whether the
+  // prompts are made on arrival or on the helper thread ahead of it (blocks repeat, so the block
+  // cache is exercised; 40 lines, more than the helper makes ahead).
+  const std::uint64_t seed = 11;
+  Rng rng(seed);
+  std::string text;
+  for (int i = 0; i < 40; ++i) {
+    const std::size_t blocks = 1 + rng.below(6);
+    std::string ids;
+    for (std::size_t b = 0; b < blocks; ++b) ids += (b ? ", " : "") + std::to_string(rng.below(12));
+    text += "{\"timestamp\": " + std::to_string(i / 3) + ", \"input_length\": " + std::to_string(blocks * 512 - rng.below(500)) +
+            ", \"output_length\": " + std::to_string(rng.below(9)) + ", \"hash_ids\": [" + ids + "], \"session_id\": " +
+            std::to_string(rng.below(4)) + "}\n";
+  }
+  const auto path = write_trace("kvgrid-mc-ahead.jsonl", text);
+  auto e = exp_with({"workload.kind=mooncake", "workload.mooncake.trace=" + path});
+  auto on_arrival = make_serve_workload(e.workload, 1), ahead = make_serve_workload(e.workload, 1);
+  ahead->make_ahead();
+  for (std::uint64_t now = 0; !on_arrival->exhausted(); now += 1'000'000) {
+    const auto a = on_arrival->arrivals(now), b = ahead->arrivals(now);
+    ASSERT_EQ(a.size(), b.size()) << "at " << now << " (seed " << seed << ")";
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].id, b[i].id);
+      EXPECT_EQ(a[i].arrival_ns, b[i].arrival_ns);
+      EXPECT_EQ(a[i].output_len, b[i].output_len);
+      EXPECT_EQ(a[i].session, b[i].session);
+      EXPECT_EQ(a[i].prompt, b[i].prompt) << "request " << a[i].id.value() << " (seed " << seed << ")";
+    }
+    const auto ea = on_arrival->take_session_events(), eb = ahead->take_session_events();
+    ASSERT_EQ(ea.size(), eb.size());
+    for (std::size_t i = 0; i < ea.size(); ++i) EXPECT_TRUE(ea[i].kind == eb[i].kind && ea[i].session == eb[i].session);
+  }
+  EXPECT_TRUE(ahead->exhausted());
+}
+
+TEST(PromptsAhead, MakesEachPromptOnceInOrderAndRethrowsAFailureAtItsTurn) {
+  std::vector<std::size_t> made;  // (written by the helper thread, read after it stopped)
+  {
+    PromptsAhead p(3, 20, 2, [&made](std::size_t i) {
+      made.push_back(i);
+      if (i == 9) throw InputError("prompt 9 cannot be made");
+      return std::vector<TokenId>(i, static_cast<TokenId>(i));
+    });
+    for (std::size_t i = 3; i < 9; ++i) EXPECT_EQ(p.take(i), std::vector<TokenId>(i, static_cast<TokenId>(i)));
+    EXPECT_THROW(p.take(10), InternalError);  // out of order
+    EXPECT_THROW(p.take(9), InputError);      // its failure, at its turn
+  }
+  EXPECT_EQ(made, (std::vector<std::size_t>{3, 4, 5, 6, 7, 8, 9}));  // once each, in order, none after the failure
+  {
+    PromptsAhead stopped(0, 1000, 4, [](std::size_t i) { return std::vector<TokenId>(i); });
+    EXPECT_TRUE(stopped.take(0).empty());
+  }  // (destroyed with prompts made and not taken: the helper stops, nothing hangs)
 }
 
 TEST(Cost, HandComputedStepTimes) {
