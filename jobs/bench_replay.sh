@@ -2,9 +2,9 @@
 # Replay speed (docs/performance.md "Replay speed"): experiments/policy_sim.toml — the
 # configuration of SGLang's standalone HiCache policy simulator on the Mooncake synthetic trace
 # (1 rank, page 512, L1 = device, L2 = host, write-through) — at the three L1/L2 capacities the
-# docs compare, REPEAT runs each (median), with engine.decode = step and = fused, printing kvgrid's
-# hit rates in page units, wall time and prompt pages per second. Then the 8-rank replay
-# (experiments/mooncake_replay.toml) once.
+# docs compare, REPEAT runs each (median), with engine.decode = step and = fused (and fused without
+# engine.helper_thread), printing kvgrid's hit rates in page units, wall time and prompt pages per
+# second next to the simulator's. Then the 8-rank replay (experiments/mooncake_replay.toml) once.
 #
 #   jobs/bench_replay.sh [--repeat N] [--baseline REV] [--no-8rank]
 #
@@ -24,11 +24,12 @@ done
 jobs/setup.sh >/dev/null
 . jobs/env.sh
 # Each entry: a build, its name, the directory of the experiments it runs (its own tree's) and the
-# settings it adds. This tree runs twice: engine.decode = step and = fused.
-bins=("build/kvgrid" "build/kvgrid")
-names=("this tree" "this tree, fused")
-exps=("experiments" "experiments")
-extra=("" "--set engine.decode=fused")
+# settings it adds. This tree runs three times: engine.decode = step and = fused (policy_sim as
+# shipped: with engine.helper_thread), and fused without the helper thread (one core's work).
+bins=("build/kvgrid" "build/kvgrid" "build/kvgrid")
+names=("this tree" "this tree, fused" "fused, no helper")
+exps=("experiments" "experiments" "experiments")
+extra=("" "--set engine.decode=fused" "--set engine.decode=fused --set engine.helper_thread=false")
 if [ -n "$baseline" ]; then
   rev=$(git rev-parse --short "$baseline")
   wt="results/bench/baseline-$rev"
@@ -63,8 +64,12 @@ print("%.3f %.3f %.4f %.4f" % (t1 - t0, j["wall_s"], l1, l2))' "$t0" "$t1" "$pag
 
 median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
+# SGLang's hicache_policy_simulator.py on the same trace at each capacity, pages per second, as
+# measured for issue "Replay speed" (another machine; the simulator is not part of kvgrid).
+declare -A sim=([2000]=63400 [5000]=75100 [20000]=117900)
 echo "# policy_sim (1 rank, page 512, write-through, one request at a time), $repeat runs each, median wall"
-printf "# %-18s %-11s %8s %8s %8s %10s\n" "build" "L1/L2" "L1 hit" "L1+L2" "wall s" "pages/s"
+echo "# of the whole process; x sim: pages/s over the simulator's (63.4K, 75.1K, 117.9K pages/s at the three capacities)"
+printf "# %-18s %-11s %8s %8s %8s %10s %7s\n" "build" "L1/L2" "L1 hit" "L1+L2" "wall s" "pages/s" "x sim"
 for cap in "2000 8000" "5000 20000" "20000 80000"; do
   set -- $cap
   declare -A walls=()
@@ -81,7 +86,8 @@ for cap in "2000 8000" "5000 20000" "20000 80000"; do
   for i in "${!bins[@]}"; do
     w=$(tr ' ' '\n' <<<"${walls[$i]}" | grep . | median)
     read -r l1 l2 <<<"${hits[$i]}"
-    printf "  %-18s %-11s %8s %8s %8.2f %10.0f\n" "${names[$i]}" "$1/$2" "$l1" "$l2" "$w" "$(awk "BEGIN {print $pages / $w}")"
+    printf "  %-18s %-11s %8s %8s %8.2f %10.0f %7.2f\n" "${names[$i]}" "$1/$2" "$l1" "$l2" "$w" \
+      "$(awk "BEGIN {print $pages / $w}")" "$(awk "BEGIN {print $pages / $w / ${sim[$1]}}")"
   done
   unset walls hits
 done
