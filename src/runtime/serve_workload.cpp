@@ -32,7 +32,7 @@ std::vector<TokenId> model_output(std::span<const TokenId> prompt, std::uint32_t
 }
 
 void mooncake_block_tokens(std::uint64_t hash_id, std::span<TokenId> out, std::uint64_t vocab) {
-  const FastMod64 v(vocab);  // (the `%` of every token's hash was a fifth of this loop's time)
+  const FastMod64 v(vocab);  // (a division per token was a seventh of this loop's time)
   const std::uint64_t seed = hash_id * 0x9e3779b97f4a7c15ULL + 0x4d6f6f6eULL;
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<TokenId>(v.mod(mix64(hash_combine(seed, i))));
 }
