@@ -10,8 +10,9 @@ one LABEL are that variant's seeds (mean, min-max error bars).
 
   cp_sharding.py --out results/figures/cp_sharding replicated=RUN1 sharded=RUN2
 """
+import style  # (first: it answers --help before the plotting libraries load)
+
 import numpy as np
-import style
 from kvtrace import load_groups
 
 

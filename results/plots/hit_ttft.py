@@ -9,13 +9,15 @@ first token, with the median of the first and the last quarter of requests.
 
   hit_ttft.py --out results/figures/hit-ttft RUN_DIR
 """
+PLOT_ARGS = "run"  # (style.py reads it for --help)
+import style  # (first: it answers --help before the plotting libraries load)
+
 import numpy as np
-import style
 from kvtrace import load_groups
 
 
 def main():
-    a, groups = style.parse_args(__doc__, kind="run")
+    a, groups = style.parse_args(__doc__, kind=PLOT_ARGS)
     (label, [(meta, t)]), = load_groups(groups).items()
     t = np.sort(t, order="finish_ns")
     finish_s = t["finish_ns"] / 1e9

@@ -12,9 +12,10 @@ the last label.
 
   pd.py --out results/figures/pd decode_reuse=RUN1 decode_reuse=RUN2 full_transfer=RUN3 ...
 """
+import style  # (first: it answers --help before the plotting libraries load)
+
 import matplotlib.ticker
 import numpy as np
-import style
 from kvtrace import load_groups
 
 

@@ -10,13 +10,15 @@ each stage consumed its write ACKs in one diverged run.
 
   pp_sync.py --out results/figures/pp_sync SWEEP_DIR
 """
+PLOT_ARGS = "sweep"  # (style.py reads it for --help)
+import style  # (first: it answers --help before the plotting libraries load)
+
 import math
 import os
 import re
 
 import h5py
 import numpy as np
-import style
 from kvtrace import meta
 
 
@@ -73,7 +75,7 @@ def acks_by_stage(run):
 
 
 def main():
-    a, groups = style.parse_args(__doc__, kind="sweep")
+    a, groups = style.parse_args(__doc__, kind=PLOT_ARGS)
     sweep = next(iter(groups.values()))[0]
     rs = runs(sweep)
     variants = list(dict.fromkeys(r["variant"] for r in rs))

@@ -12,9 +12,10 @@ session-b8); runs under one label are that variant's seeds.
 
   sessions.py --out results/figures/sessions lru-b4=RUN1 session-b4=RUN2 lru-b8=RUN3 ...
 """
+import style  # (first: it answers --help before the plotting libraries load)
+
 import h5py
 import numpy as np
-import style
 from kvtrace import load_groups, trace_path
 
 VARIANTS = ("lru", "session")

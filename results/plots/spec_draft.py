@@ -12,9 +12,10 @@ The first label is the baseline (HiCache off).
 
   spec_draft.py --out results/figures/spec_draft hicache-off=RUN1 target_only=RUN2 packed=RUN3 sidecar=RUN4 ...
 """
+import style  # (first: it answers --help before the plotting libraries load)
+
 import matplotlib.ticker
 import numpy as np
-import style
 from kvtrace import load_groups
 
 

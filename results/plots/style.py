@@ -14,7 +14,31 @@ import os
 import sys
 import textwrap
 
-import matplotlib
+_IMAGE_EXT = (".png", ".pdf", ".svg")
+
+
+def _parser(doc, kind):
+    what = {"runs": "[LABEL=]RUN_DIR", "run": "RUN_DIR", "sweep": "SWEEP_DIR"}[kind]
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 usage=f"%(prog)s --out OUT_BASENAME {what}" + (" ..." if kind == "runs" else ""))
+    ap.add_argument("--out", metavar="OUT_BASENAME",
+                    help="writes OUT_BASENAME.png and OUT_BASENAME.pdf (a .png/.pdf/.svg suffix is dropped)")
+    ap.add_argument("--vector", choices=("pdf", "svg"), default="pdf", help="the vector format next to the PNG")
+    ap.add_argument("runs", nargs="+", metavar=what,
+                    help={"runs": "a run directory (or its run.h5); runs under the same LABEL are one variant's seeds",
+                          "run": "one run directory (or its run.h5)",
+                          "sweep": "a jobs/sweep.sh output directory (with sweep.h5)"}[kind])
+    return ap, what
+
+
+# `--help` needs no plotting library: it is answered here, before matplotlib and numpy are imported
+# (0.6 s a call). A script imports this module first; one whose arguments are not runs says which
+# (PLOT_ARGS = "run" or "sweep") before importing it.
+if any(a in ("-h", "--help") for a in sys.argv[1:]) and "__main__" in sys.modules:
+    _main = sys.modules["__main__"]
+    _parser(_main.__doc__, getattr(_main, "PLOT_ARGS", "runs"))[0].parse_args()  # (prints the help, exits)
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -63,23 +87,12 @@ def color(label):
 
 # ---- the command line ------------------------------------------------------------------------
 
-_IMAGE_EXT = (".png", ".pdf", ".svg")
-
 
 def parse_args(doc, kind="runs"):
     """Parses `--out OUT [LABEL=]RUN_DIR...`. kind "runs": one or more runs, grouped by label;
     "run": exactly one run; "sweep": exactly one sweep directory. Returns (args, groups) with
     groups an ordered {label: [run dir, ...]}; args.out is the basename without extension."""
-    what = {"runs": "[LABEL=]RUN_DIR", "run": "RUN_DIR", "sweep": "SWEEP_DIR"}[kind]
-    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 usage=f"%(prog)s --out OUT_BASENAME {what}" + (" ..." if kind == "runs" else ""))
-    ap.add_argument("--out", metavar="OUT_BASENAME",
-                    help="writes OUT_BASENAME.png and OUT_BASENAME.pdf (a .png/.pdf/.svg suffix is dropped)")
-    ap.add_argument("--vector", choices=("pdf", "svg"), default="pdf", help="the vector format next to the PNG")
-    ap.add_argument("runs", nargs="+", metavar=what,
-                    help={"runs": "a run directory (or its run.h5); runs under the same LABEL are one variant's seeds",
-                          "run": "one run directory (or its run.h5)",
-                          "sweep": "a jobs/sweep.sh output directory (with sweep.h5)"}[kind])
+    ap, what = _parser(doc, kind)
     a = ap.parse_args()
     runs = list(a.runs)
     if a.out is None:  # the old order: OUT.png before (variant scripts) or after (single-run scripts) the runs

@@ -11,10 +11,11 @@ min-max band). Give the variants from the fewest tiers to the most.
 
   tiers.py --out results/figures/tiers device-only=RUN1 device-only=RUN2 +host=RUN3 ... +storage=RUN5
 """
+import style  # (first: it answers --help before the plotting libraries load)
+
 import matplotlib.patches
 import matplotlib.ticker
 import numpy as np
-import style
 from kvtrace import load_groups
 
 TIERS = ("device", "host", "storage")

@@ -13,8 +13,9 @@ Labels are VARIANT@ROW (e.g. +storage@urc_swa); runs under one label are that va
 
   urc_tiers.py --out results/figures/urc_tiers device-only@urc_swa=RUN1 +host@urc_swa=RUN2 ... +storage@urc_all=RUN6
 """
+import style  # (first: it answers --help before the plotting libraries load)
+
 import numpy as np
-import style
 from kvtrace import load_groups
 
 ROWS = {"urc_swa": "FULL + SWA (DeepSeek-V4-Flash-like), TP4", "urc_all": "FULL + SWA + MAMBA (Inkling-like), TP8"}
