@@ -33,6 +33,7 @@ bool OracleLane::post(std::size_t entry, OracleRequestState& st, RequestId id, s
 }
 
 std::optional<std::uint64_t> OracleLane::take(std::size_t entry) {
+  if (outstanding_ == 0) return std::nullopt;  // (a decode step's verify: no lock taken)
   std::unique_lock lk(mu_);
   const auto it = std::find_if(jobs_.begin(), jobs_.end(), [entry](const Job& j) { return j.entry == entry; });
   if (it == jobs_.end()) return std::nullopt;
@@ -42,7 +43,7 @@ std::optional<std::uint64_t> OracleLane::take(std::size_t entry) {
   --outstanding_;
   // The step's last value taken empties the list for the next step.
   jobs_[k].entry = static_cast<std::size_t>(-1);
-  if (std::all_of(jobs_.begin(), jobs_.end(), [](const Job& x) { return x.entry == static_cast<std::size_t>(-1); })) {
+  if (outstanding_ == 0) {
     jobs_.clear();
     next_ = 0;
   }
