@@ -108,9 +108,11 @@ inline std::uint64_t mamba_fold(const std::uint64_t* s, std::uint64_t words) {
   return f;
 }
 
-// The token generated after a prefix whose hash is ph.
+// The token generated after a prefix whose hash is ph: its hash modulo the vocabulary (a hot loop
+// reduces next_token_hash with the divisor precomputed, core/fast_mod.hpp: the same token).
+constexpr std::uint64_t next_token_hash(std::uint64_t ph) { return mix64(ph ^ kNextToken); }
 constexpr std::uint32_t next_token(std::uint64_t ph, std::uint64_t vocab) {
-  return static_cast<std::uint32_t>(mix64(ph ^ kNextToken) % vocab);
+  return static_cast<std::uint32_t>(next_token_hash(ph) % vocab);
 }
 
 }  // namespace kvgrid::kernels

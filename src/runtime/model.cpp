@@ -258,6 +258,62 @@ void SyntheticModel::forward_digest(ModelRequestState& st, std::size_t start, st
   for (std::size_t k = 0; k < L * H; ++k) st.run[k] += c[k] * W;
 }
 
+void SyntheticModel::begin_decode_span(ModelRequestState& st, std::span<const PageId> page_table) {
+  KVGRID_CHECK(span_.st == nullptr, "a decode span begun inside another");
+  KVGRID_CHECK(!g_.hybrid(), "a decode span of a hybrid model");
+  KVGRID_CHECK(st.primed && st.run.size() == qcoef_.size(), "a decode span of a request not computed here yet");
+  span_.st = &st;
+  span_.pages = page_table;
+  span_.digest = pool_.payload() == cache::Payload::Digest && !pool_.sharded() && g_.cp_size == 1;
+  if (!span_.digest) return;  // (full payload: each token through forward(), its KV written at once)
+  const std::size_t L = g_.local_of(LayerKind::Full), H = g_.kv_heads.size();
+  const auto c = pool_.fold_coefs();
+  span_.d.assign(L, 0);
+  span_.Q.assign(L, 0);
+  for (std::size_t l = 0; l < L; ++l)
+    for (std::size_t h = 0; h < H; ++h) {
+      span_.d[l] += qcoef_[l * H + h] * st.run[l * H + h];
+      span_.Q[l] += qcoef_[l * H + h] * c[l * H + h];
+    }
+  span_.W = 0;
+  span_.kv_pages.clear();
+  span_.kv_slots.clear();
+  span_.kv_F.clear();
+}
+
+void SyntheticModel::decode_token(std::span<const TokenId> tokens, std::span<std::uint64_t> out) {
+  ModelRequestState& st = *span_.st;
+  const std::size_t pos = st.hashed;
+  if (!span_.digest) return forward(st, tokens, pos, pos + 1, span_.pages, out);
+  const std::size_t L = span_.d.size(), slot = pos % page_size_;
+  KVGRID_CHECK(out.size() == L && pos < tokens.size() && pos / page_size_ < span_.pages.size(), "decode of position ", pos,
+               " into ", out.size(), " layers over ", tokens.size(), " tokens and ", span_.pages.size(), " pages");
+  st.ph = prefix_hash_step(st.ph, tokens[pos]);
+  const std::uint64_t F = token_feature(st.ph), G = query_weight(st.ph);
+  const std::uint64_t w = pool_.token_weight(pos, static_cast<std::uint32_t>(slot), F), gw = G * w;
+  for (std::size_t l = 0; l < L; ++l) {
+    out[l] = span_.d[l] * G + span_.Q[l] * gw;
+    span_.d[l] += span_.Q[l] * w;
+  }
+  span_.W += w;
+  span_.kv_pages.push_back(span_.pages[pos / page_size_].value());
+  span_.kv_slots.push_back(static_cast<std::uint32_t>(slot));
+  span_.kv_F.push_back(F);
+  st.hashed = pos + 1;
+}
+
+void SyntheticModel::end_decode_span() {
+  KVGRID_CHECK(span_.st != nullptr, "no decode span to end");
+  if (!span_.digest) {
+    span_.st = nullptr;
+    return;
+  }
+  pool_.write(span_.kv_pages, span_.kv_slots, span_.kv_F);
+  const auto c = pool_.fold_coefs();
+  for (std::size_t k = 0; k < c.size(); ++k) span_.st->run[k] += c[k] * span_.W;
+  span_.st = nullptr;
+}
+
 void SyntheticModel::finish_forward(ModelRequestState& st, bool first, std::size_t start, std::size_t end,
                                     std::span<const PageId> page_table, const HybridTables& ht, std::span<std::uint64_t> out) {
   if (!g_.hybrid()) return;
@@ -448,6 +504,7 @@ Oracle::Oracle(const ModelGeometry& g, Tokens page_size)
   kinds_ = g.model_kinds;
   if (kinds_.empty()) kinds_.assign(g.layers, LayerKind::Full);
   window_ = g.swa_window;
+  swa_ = window_ > 0 && std::find(kinds_.begin(), kinds_.end(), LayerKind::Swa) != kinds_.end();
   words_ = g.mamba_state;
   state_heads_ = g.mla ? 1 : g.heads;
   const std::uint64_t base[kLayerKinds] = {0, kSwaLayer0, kMambaLayer0};
@@ -474,7 +531,7 @@ Oracle::Oracle(const ModelGeometry& g, Tokens page_size)
 std::uint64_t Oracle::expected(OracleRequestState& st, RequestId id, std::span<const TokenId> tokens, std::size_t start,
                                std::size_t end) const {
   const std::size_t M = mamba_ids_.size(), S = words_, Hs = state_heads_;
-  const bool swa = window_ > 0 && std::find(kinds_.begin(), kinds_.end(), LayerKind::Swa) != kinds_.end();
+  const bool swa = swa_;
   if (st.hashed == 0) {
     st.ph = kPrefixSeed;
     st.state.assign(M * Hs * S, 0);

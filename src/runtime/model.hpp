@@ -112,6 +112,21 @@ class SyntheticModel {
                std::span<const PageId> page_table, std::span<std::uint64_t> out,
                const std::function<void(std::size_t)>& before_layer = {}, const HybridTables& ht = {});
 
+  // engine.decode = fused (runtime/fused_decode.cpp): a span of one-token decode steps of one
+  // request of a full-attention model. decode_token(tokens, out) gives out[l] exactly as
+  // forward() of [pos, pos + 1) at pos = st.hashed does, and advances st.ph and st.hashed as
+  // forward does. With full payload (or a sharded pool, or CP) it is that forward. With digest
+  // payload, an unsharded pool and every query owned (one rank), layer l's output is
+  // d_l G + Q_l G w, with d_l = Σ_h q_lh run_lh and Q_l = Σ_h q_lh c_lh; the token's weight w
+  // adds Q_l w to d_l, so a step costs O(layers) words instead of O(layers × heads). The span's
+  // KV is written to the pool in one launch, and st.run advanced by c_k Σ w, at end_decode_span —
+  // the same words, modulo 2^64, as a write and a fold per step. Until then the pool and st.run
+  // lag behind: nothing may read them (a fused span has no check, no transfer and no other
+  // request).
+  void begin_decode_span(ModelRequestState& st, std::span<const PageId> page_table);
+  void decode_token(std::span<const TokenId> tokens, std::span<std::uint64_t> out);
+  void end_decode_span();
+
   const ModelGeometry& geometry() const { return g_; }
 
  private:
@@ -142,6 +157,17 @@ class SyntheticModel {
   std::vector<std::size_t> missing_;  // forward_swa: window positions whose page is not held
   // full payload, sharded pool: the current chunk's KV, staged for attention (row 0: padding)
   std::unique_ptr<cache::KvPool> staging_;
+  // The open decode span (begin_decode_span): its request, page table, d_l and Q_l, Σ w, and the
+  // pages, slots and features of its tokens not yet written.
+  struct DecodeSpan {
+    ModelRequestState* st = nullptr;
+    bool digest = false;  // the O(layers) path (else each token through forward)
+    std::span<const PageId> pages;
+    std::vector<std::uint64_t> d, Q;
+    std::uint64_t W = 0;
+    std::vector<std::uint32_t> kv_pages, kv_slots;
+    std::vector<std::uint64_t> kv_F;
+  } span_;
   // scratch
   std::vector<std::uint32_t> pages_, slots_, stage_pages_;
   std::vector<std::uint64_t> F_, G_, folds_, w_;
@@ -175,6 +201,7 @@ class Oracle {
   // hybrid
   std::vector<LayerKind> kinds_;
   std::uint64_t window_ = 0, words_ = 0, state_heads_ = 0;
+  bool swa_ = false;  // some layer attends to a window
   std::vector<std::uint64_t> mamba_ids_;                 // per MAMBA layer: its id
   std::vector<std::pair<LayerKind, std::uint64_t>> sidecars_;  // per sidecar: source kind, N * M of its id
   std::vector<std::vector<std::uint64_t>> mamba_N_;      // per MAMBA layer, per state head: sum of N over its query heads

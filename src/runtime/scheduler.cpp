@@ -8,7 +8,7 @@
 
 namespace kvgrid {
 
-Scheduler::Scheduler(SchedulerConfig cfg, cache::DeviceCache& cache) : cfg_(cfg), cache_(cache) {}
+Scheduler::Scheduler(SchedulerConfig cfg, cache::DeviceCache& cache) : cfg_(cfg), vocab_(cfg_.vocab), cache_(cache) {}
 
 void Scheduler::enqueue(RequestSpec spec, std::uint64_t wall_ns) {
   KVGRID_CHECK(!spec.prompt.empty() && spec.output_len >= 1, "request ", spec.id, " with an empty prompt or no output");
@@ -212,7 +212,7 @@ std::vector<std::unique_ptr<ServeRequest>> Scheduler::complete_step(const std::v
       r.ph_len = r.computed;
     }
     for (; r.ph_len < r.computed; ++r.ph_len) r.ph = kernels::prefix_hash_step(r.ph, r.tokens[r.ph_len]);
-    const TokenId t = kernels::next_token(r.ph, cfg_.vocab);
+    const auto t = static_cast<TokenId>(vocab_.mod(kernels::next_token_hash(r.ph)));  // kernels::next_token(r.ph, cfg_.vocab)
     r.generated += 1;
     if (r.generated == 1) {
       r.first_token_ns = now_ns;

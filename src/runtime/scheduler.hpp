@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cache/device_cache.hpp"
+#include "core/fast_mod.hpp"
 #include "runtime/model.hpp"
 #include "runtime/serve_workload.hpp"
 
@@ -145,6 +146,7 @@ class Scheduler {
 
  private:
   SchedulerConfig cfg_;
+  FastMod64 vocab_;  // cfg_.vocab: a decode step's token without a division
   cache::DeviceCache& cache_;
   std::deque<std::unique_ptr<ServeRequest>> waiting_;
   std::vector<std::unique_ptr<ServeRequest>> running_;  // admission order

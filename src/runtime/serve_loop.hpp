@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -80,6 +81,8 @@ class ServeLoop {
   // and returns the first step it did not run (`step` itself when that one is not quiet).
   std::int64_t fuse(std::int64_t step);
   bool quiet_step(std::int64_t step) const;
+  std::int64_t next_periodic(std::int64_t step) const;  // the first step from `step` on with a check, row or flush
+  bool arrival_due(std::optional<std::uint64_t> at) const;  // an arrival at `at` is due by the modelled clock
 
   // Parts of the phases.
   void leader_inputs(Step& s);             // receive: PP0's leader draws and exchanges the inputs
@@ -87,6 +90,7 @@ class ServeLoop {
   void check_activation(const Step& s);    // schedule: the previous stage's activation describes this batch
   void check_stage_batch(const Step& s);   // schedule: the stage peers scheduled the same batch
   void check_oracle(Step& s, std::size_t i);  // verify: the last stage's oracle for batch entry i
+  void oracle_mismatch(Step& s, std::size_t i);  // ... which disagreed: counted, printed, --strict stops
   void progress_row(std::int64_t step, bool last);
   StepRow step_row(StepRow row, const Step& s) const;  // the trace's row of a finished step
 

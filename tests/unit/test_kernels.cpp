@@ -10,6 +10,7 @@
 
 #include "cache/kv_pool.hpp"
 #include "cache/pool_words.hpp"
+#include "core/fast_mod.hpp"
 #include "core/rng.hpp"
 #include "kernels/kv_math.hpp"
 #include "kokkos_env.hpp"
@@ -29,6 +30,18 @@ TEST(KvMath, ElementsOfATokenFoldToFeatureTimesCoefficient) {
   }
   EXPECT_NE(kernels::kv_coeff(0, 1), kernels::kv_coeff(1, 0));
   EXPECT_EQ(kernels::kv_coeff(4, 2) & 1, 1u);
+}
+
+// The scheduler draws a decode step's token as its hash reduced by FastMod64: next_token's token.
+TEST(KvMath, NextTokenReducedWithoutADivisionIsTheSameToken) {
+  Rng r(7);
+  for (std::uint64_t vocab : {1ULL, 2ULL, 1000ULL, 32000ULL, 50257ULL, 151936ULL}) {
+    const FastMod64 f(vocab);
+    for (int i = 0; i < 1000; ++i) {
+      const std::uint64_t ph = r.next_u64();
+      ASSERT_EQ(f.mod(kernels::next_token_hash(ph)), kernels::next_token(ph, vocab)) << "vocab " << vocab << " ph " << ph;
+    }
+  }
 }
 
 // (layers, heads, page_size, dims)

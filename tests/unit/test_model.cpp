@@ -253,5 +253,77 @@ TEST(Poison, FreedPagesNoLongerHoldTheirOldKv) {
   set_debug_checks(was);
 }
 
+// engine.decode = fused: a decode span (begin_decode_span, decode_token, end_decode_span) gives
+// every token's layer outputs exactly as forward() of that one position does, leaves the same
+// prefix hash and running fold, and the same pool words once the span ended — digest payload (the
+// O(layers) path, its KV written at the span's end) and full payload (forward per token), MHA and
+// MLA, on every rank of a TP×PP grid, over random prompts and spans of random lengths.
+TEST(DecodeSpan, SameOutputsFoldsAndKvAsForwardPerToken) {
+  const std::uint64_t seed = 20261207;
+  std::printf("# seed %llu\n", static_cast<unsigned long long>(seed));
+  Rng rng(seed);
+  for (const char* payload : {"digest", "full"})
+    for (const char* attention : {"mha", "mla"})
+      for (const auto& [tp, pp] : {std::pair{1, 1}, std::pair{2, 2}}) {
+        SimGrid a(tp, 1, pp, attention, payload, "interleave"), b(tp, 1, pp, attention, payload, "interleave");
+        const std::size_t prompt = 17 + rng.below(40), decode = 30 + rng.below(30);
+        std::vector<TokenId> tokens(prompt);
+        for (auto& t : tokens) t = static_cast<TokenId>(rng.below(1000));
+        const auto pages = page_range(3, (prompt + decode + kPage - 1) / kPage);
+        std::vector<ModelRequestState> sa(a.ranks.size()), sb(b.ranks.size());
+        a.forward(sa, RequestId(1), tokens, 0, prompt, pages);
+        b.forward(sb, RequestId(1), tokens, 0, prompt, pages);
+        OracleRequestState o;
+        std::size_t pos = prompt;
+        while (pos < prompt + decode) {
+          const std::size_t span = std::min<std::size_t>(1 + rng.below(12), prompt + decode - pos);
+          for (std::size_t r = 0; r < b.ranks.size(); ++r) b.ranks[r].model->begin_decode_span(sb[r], pages);
+          for (std::size_t i = 0; i < span; ++i, ++pos) {
+            tokens.push_back(static_cast<TokenId>(rng.below(1000)));
+            std::uint64_t chained = chain_seed(RequestId(1), pos, pos + 1);
+            for (int stage = 0; stage < pp; ++stage) {
+              std::vector<std::uint64_t> sum;
+              for (std::size_t r = 0; r < a.ranks.size(); ++r) {
+                if (a.ranks[r].coord.pp != stage) continue;
+                const std::size_t L = a.ranks[r].model->geometry().local_layers();
+                std::vector<std::uint64_t> want(L), got(L);
+                a.ranks[r].model->forward(sa[r], tokens, pos, pos + 1, pages, want);
+                b.ranks[r].model->decode_token(tokens, got);
+                ASSERT_EQ(got, want) << payload << " " << attention << " tp" << tp << " pp" << pp << " rank " << r
+                                     << " position " << pos;
+                EXPECT_EQ(sb[r].ph, sa[r].ph);
+                EXPECT_EQ(sb[r].hashed, pos + 1);
+                if (sum.empty()) sum.assign(L, 0);
+                for (std::size_t l = 0; l < L; ++l) sum[l] += got[l];
+              }
+              chained = chain(chained, sum);
+            }
+            EXPECT_EQ(chained, a.oracle->expected(o, RequestId(1), tokens, pos, pos + 1)) << "position " << pos;
+          }
+          for (std::size_t r = 0; r < b.ranks.size(); ++r) {
+            b.ranks[r].model->end_decode_span();
+            EXPECT_EQ(sb[r].run, sa[r].run) << payload << " rank " << r << " after the span ending at " << pos;
+            EXPECT_EQ(b.ranks[r].pool->content_digest(), a.ranks[r].pool->content_digest())
+                << payload << " rank " << r << " after the span ending at " << pos;
+          }
+        }
+      }
+}
+
+TEST(DecodeSpan, OneAtATimeAndOnlyAfterTheRequestComputedHere) {
+  SimGrid g(1, 1, 1, "mha", "digest", "interleave");
+  SyntheticModel& m = *g.ranks[0].model;
+  const auto pages = page_range(1, 2);
+  ModelRequestState fresh;
+  EXPECT_THROW(m.begin_decode_span(fresh, pages), InternalError);  // (nothing computed yet: no fold to continue)
+  std::vector<TokenId> tokens(20, 7);
+  std::vector<ModelRequestState> st(1);
+  g.forward(st, RequestId(1), tokens, 0, 20, pages);
+  m.begin_decode_span(st[0], pages);
+  EXPECT_THROW(m.begin_decode_span(st[0], pages), InternalError);
+  m.end_decode_span();
+  EXPECT_THROW(m.end_decode_span(), InternalError);
+}
+
 }  // namespace
 }  // namespace kvgrid

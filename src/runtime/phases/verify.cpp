@@ -25,7 +25,11 @@ void ServeLoop::check_oracle(Step& s, std::size_t i) {
   auto& e = s.batch[i];
   const auto posted = oracle_lane_ ? oracle_lane_->take(i) : std::nullopt;  // (engine.helper_thread)
   const std::uint64_t want = posted ? *posted : oracle_.expected(e.req->oracle, e.req->spec.id, e.req->tokens, e.start, e.end);
-  if (want == s.out.entries[i].value) return;
+  if (want != s.out.entries[i].value) oracle_mismatch(s, i);
+}
+
+void ServeLoop::oracle_mismatch(Step& s, std::size_t i) {
+  auto& e = s.batch[i];
   ++local_mismatches_;
   e.req->oracle_ok = false;
   emit(s.index, e.req->spec.id.value(), "oracle_mismatch", static_cast<std::int64_t>(e.start), static_cast<std::int64_t>(e.end), 0, 1);
