@@ -4,7 +4,9 @@
 # (1 rank, page 512, L1 = device, L2 = host, write-through) — at the three L1/L2 capacities the
 # docs compare, REPEAT runs each (median), with engine.decode = step and = fused (and fused without
 # engine.helper_thread), printing kvgrid's hit rates in page units, wall time and prompt pages per
-# second next to the simulator's. Then the 8-rank replay (experiments/mooncake_replay.toml) once.
+# second next to the simulator's; then the cost of one decode step (step and fused, on a trace of
+# 200 requests decoding 3,000 tokens each); then the 8-rank replay (experiments/mooncake_replay.toml)
+# once.
 #
 #   jobs/bench_replay.sh [--repeat N] [--baseline REV] [--no-8rank]
 #
@@ -90,6 +92,45 @@ for cap in "2000 8000" "5000 20000" "20000 80000"; do
       "$(awk "BEGIN {print $pages / $w}")" "$(awk "BEGIN {print $pages / $w / ${sim[$1]}}")"
   done
   unset walls hits
+done
+# Per decode step (the issue's per-token targets): policy_sim on the trace's first 200 requests
+# with 3,000 output tokens each, minus the same requests with one output token (no decode step),
+# divided by the 599,800 decode steps; the serving loop's wall time, helper threads off (a decode
+# step has nothing for them), the periodic check every 4,096 steps included; median of REPEAT runs.
+/usr/bin/python3 - experiments/traces/mooncake_synthetic_trace.jsonl "$out/decode.jsonl" "$out/prefill.jsonl" <<'PY'
+import json, sys
+src, dec, pre = sys.argv[1:4]
+with open(src) as f, open(dec, "w") as d, open(pre, "w") as p:
+    for i, line in enumerate(f):
+        if i == 200:
+            break
+        j = json.loads(line)
+        for out_len, o in ((3000, d), (1, p)):
+            j["output_length"] = out_len
+            o.write(json.dumps(j) + "\n")
+PY
+echo "# per decode step: policy_sim, first 200 requests, (loop with 3,000 output tokens - loop with 1) / 599,800 steps,"
+echo "# helper threads off, median of $repeat runs"
+for mode in step fused; do
+  declare -A dl=() pl=()
+  for ((k = 0; k < repeat; ++k)); do
+    for i in "${!bins[@]}"; do
+      [ "${names[$i]}" = "this tree" ] || [[ "${names[$i]}" == baseline* ]] || continue
+      for t in decode prefill; do
+        read -r wall loop l1 l2 < <(one "${bins[$i]}" 1 "${exps[$i]}/policy_sim.toml" --set "workload.mooncake.trace=$out/$t.jsonl" \
+                                    --set "engine.decode=$mode" --set engine.helper_thread=false)
+        if [ "$t" = decode ]; then dl[$i]+="$loop "; else pl[$i]+="$loop "; fi
+      done
+    done
+  done
+  for i in "${!bins[@]}"; do
+    [ -n "${dl[$i]:-}" ] || continue
+    d=$(tr ' ' '\n' <<<"${dl[$i]}" | grep . | median)
+    p=$(tr ' ' '\n' <<<"${pl[$i]}" | grep . | median)
+    printf "  %-18s %-6s loop %.3f s - %.3f s: %.3f us per step\n" "${names[$i]}" "$mode" "$d" "$p" \
+      "$(awk "BEGIN {print ($d - $p) / 599800 * 1e6}")"
+  done
+  unset dl pl
 done
 if [ "$eight" = 1 ]; then
   echo "# mooncake_replay (8 ranks, TP2 x CP2 x PP2), one run each"
