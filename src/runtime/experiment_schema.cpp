@@ -266,8 +266,8 @@ void add_engine_and_cost_keys(Schema& s) {
   s.add(bkey({"engine", "strict"}, false, "an oracle mismatch stops the run (also --strict)"));
   s.add(skey({"engine", "decode"}, {"step", "fused"},
              "step: every decode step runs the whole step; fused: a run of decode steps no cache event can observe (one "
-             "request decoding, nothing to admit, arrive, land or check) runs as one span in one call, its KV written at "
-             "the span's end — the "
+             "request decoding, nothing to admit, arrive, land or check) runs as one span in one call (digest payload: "
+             "its KV written at the span's end) — the "
              "same decisions, KV and clocks (one rank, no storage, draft, hybrid model, failpoints or threaded engine: "
              "refused otherwise, with the reason)"));
   s.add(bkey({"engine", "helper_thread"}, false,

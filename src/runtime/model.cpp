@@ -282,6 +282,7 @@ void SyntheticModel::begin_decode_span(ModelRequestState& st, std::span<const Pa
 }
 
 void SyntheticModel::decode_token(std::span<const TokenId> tokens, std::span<std::uint64_t> out) {
+  KVGRID_CHECK(span_.st != nullptr, "a decode token outside a decode span");
   ModelRequestState& st = *span_.st;
   const std::size_t pos = st.hashed;
   if (!span_.digest) return forward(st, tokens, pos, pos + 1, span_.pages, out);

@@ -15,14 +15,12 @@
 #include "cache/device_cache.hpp"
 #include "core/check.hpp"
 #include "core/rng.hpp"
+#include "test_seed.hpp"
 
 namespace kvgrid::cache {
 namespace {
 
-std::uint64_t seed_or(std::uint64_t fallback) {
-  if (const char* s = std::getenv("KVGRID_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  return fallback;
-}
+using kvgrid::testing::seed_or;
 
 struct Running {
   RequestId id;

@@ -13,6 +13,7 @@
 #include "kokkos_env.hpp"
 #include "runtime/experiment.hpp"
 #include "runtime/model.hpp"
+#include "test_seed.hpp"
 
 namespace kvgrid {
 namespace {
@@ -259,8 +260,8 @@ TEST(Poison, FreedPagesNoLongerHoldTheirOldKv) {
 // O(layers) path, its KV written at the span's end) and full payload (forward per token), MHA and
 // MLA, on every rank of a TP×PP grid, over random prompts and spans of random lengths.
 TEST(DecodeSpan, SameOutputsFoldsAndKvAsForwardPerToken) {
-  const std::uint64_t seed = 20261207;
-  std::printf("# seed %llu\n", static_cast<unsigned long long>(seed));
+  const std::uint64_t seed = testing::seed_or(20261207);
+  std::printf("# seed %llu (KVGRID_TEST_SEED)\n", static_cast<unsigned long long>(seed));
   Rng rng(seed);
   for (const char* payload : {"digest", "full"})
     for (const char* attention : {"mha", "mla"})
@@ -310,7 +311,7 @@ TEST(DecodeSpan, SameOutputsFoldsAndKvAsForwardPerToken) {
       }
 }
 
-TEST(DecodeSpan, OneAtATimeAndOnlyAfterTheRequestComputedHere) {
+TEST(DecodeSpan, OneAtATimeOnlyAfterTheRequestComputedHereAndTokensOnlyInsideOne) {
   SimGrid g(1, 1, 1, "mha", "digest", "interleave");
   SyntheticModel& m = *g.ranks[0].model;
   const auto pages = page_range(1, 2);
@@ -319,6 +320,9 @@ TEST(DecodeSpan, OneAtATimeAndOnlyAfterTheRequestComputedHere) {
   std::vector<TokenId> tokens(20, 7);
   std::vector<ModelRequestState> st(1);
   g.forward(st, RequestId(1), tokens, 0, 20, pages);
+  tokens.push_back(8);
+  std::vector<std::uint64_t> out(m.geometry().local_layers());
+  EXPECT_THROW(m.decode_token(tokens, out), InternalError);  // (no span open)
   m.begin_decode_span(st[0], pages);
   EXPECT_THROW(m.begin_decode_span(st[0], pages), InternalError);
   m.end_decode_span();

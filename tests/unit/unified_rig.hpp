@@ -17,6 +17,7 @@
 #include "cache/unified_tree.hpp"
 #include "core/check.hpp"
 #include "core/rng.hpp"
+#include "test_seed.hpp"
 
 namespace kvgrid::cache::unified {
 
@@ -43,10 +44,7 @@ inline std::vector<TokenId> toks(std::size_t n, TokenId base = 100) {
 
 inline std::span<const TokenId> head(const std::vector<TokenId>& t, std::size_t n) { return std::span<const TokenId>(t).first(n); }
 
-inline std::uint64_t seed_or(std::uint64_t fallback) {
-  if (const char* s = std::getenv("KVGRID_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  return fallback;
-}
+using kvgrid::testing::seed_or;
 
 // A tree with FULL, SWA (window W) and MAMBA (checkpoint grid `chunk`), page size 4.
 struct Hybrid {
