@@ -155,7 +155,7 @@ void Scheduler::kv_arrived(RequestId id, std::uint64_t now_ns, std::uint64_t wal
   r->generated = 1;  // the prefill's first token
   r->first_token_ns = now_ns;
   r->first_token_wall_ns = wall_ns;
-  if (!r->finished()) r->tokens.push_back(kernels::next_token(r->ph, cfg_.vocab));
+  if (!r->finished()) r->tokens.push_back(next_token(r->ph));
 }
 
 void Scheduler::accept_draft(RequestId id, std::uint32_t n) {
@@ -165,7 +165,7 @@ void Scheduler::accept_draft(RequestId id, std::uint32_t n) {
                  "request ", id, " cannot accept ", n, " draft tokens (", r->generated, " of ", r->spec.output_len, " generated)");
     for (std::uint32_t i = 0; i < n; ++i) {  // the draft proposed exactly what the target generates
       for (; r->ph_len < r->tokens.size(); ++r->ph_len) r->ph = kernels::prefix_hash_step(r->ph, r->tokens[r->ph_len]);
-      r->tokens.push_back(kernels::next_token(r->ph, cfg_.vocab));
+      r->tokens.push_back(next_token(r->ph));
       r->generated += 1;
     }
     return;
@@ -212,7 +212,7 @@ std::vector<std::unique_ptr<ServeRequest>> Scheduler::complete_step(const std::v
       r.ph_len = r.computed;
     }
     for (; r.ph_len < r.computed; ++r.ph_len) r.ph = kernels::prefix_hash_step(r.ph, r.tokens[r.ph_len]);
-    const auto t = static_cast<TokenId>(vocab_.mod(kernels::next_token_hash(r.ph)));  // kernels::next_token(r.ph, cfg_.vocab)
+    const TokenId t = next_token(r.ph);
     r.generated += 1;
     if (r.generated == 1) {
       r.first_token_ns = now_ns;

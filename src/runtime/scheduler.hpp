@@ -25,6 +25,7 @@
 
 #include "cache/device_cache.hpp"
 #include "core/fast_mod.hpp"
+#include "kernels/kv_math.hpp"
 #include "runtime/model.hpp"
 #include "runtime/serve_workload.hpp"
 
@@ -145,8 +146,11 @@ class Scheduler {
   const std::vector<PageId>& fresh_pages() const { return fresh_pages_; }
 
  private:
+  // kernels::next_token(ph, cfg_.vocab), the same token without a division (once per decode step).
+  TokenId next_token(std::uint64_t ph) const { return static_cast<TokenId>(vocab_.mod(kernels::next_token_hash(ph))); }
+
   SchedulerConfig cfg_;
-  FastMod64 vocab_;  // cfg_.vocab: a decode step's token without a division
+  FastMod64 vocab_;  // cfg_.vocab, for next_token
   cache::DeviceCache& cache_;
   std::deque<std::unique_ptr<ServeRequest>> waiting_;
   std::vector<std::unique_ptr<ServeRequest>> running_;  // admission order
