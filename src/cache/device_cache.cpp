@@ -331,9 +331,9 @@ std::vector<PageId> DeviceCache::cached_pages() const {
   return out;
 }
 
-void DeviceCache::verify() const {
+void DeviceCache::verify(VerifyDepth depth) const {
   if (hybrid_) return hybrid_->verify();
-  tree_.verify();
+  tree_.verify(depth);
   pool_.verify();
   KVGRID_CHECK(tree_.total_pages() + reserved_ == pool_.used_pages(), "tree holds ", tree_.total_pages(), " pages and ",
                reserved_, " are reserved, but the pool has ", pool_.used_pages(), " allocated (leak or double ownership)");

@@ -223,8 +223,9 @@ class DeviceCache {
   const DevicePool& pool() const { return pool_; }
   Pages reserved_pages() const { return hybrid_ ? hybrid_->reserved_pages() : reserved_; }
   // Tree and pool invariants, plus "every allocated page is in the tree or reserved by a running
-  // request": tree pages + reserved pages == allocated pages. Throws InternalError.
-  void verify() const;
+  // request": tree pages + reserved pages == allocated pages. Throws InternalError. `depth`: the
+  // radix tree's (a hybrid tree's verify is always full).
+  void verify(VerifyDepth depth = VerifyDepth::Full) const;
   std::uint64_t digest() const { return hybrid_ ? hybrid_->digest() : tree_.digest(); }
 
  private:

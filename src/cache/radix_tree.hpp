@@ -77,11 +77,22 @@ struct TreeNode {
   bool in_host_evictable = false;  // a host-eviction candidate
   // digest()'s hash of each page of `key`, kept between digests (a split divides it).
   mutable std::vector<std::uint64_t> page_digests;
+  // verify()'s: the key length when it last re-hashed the first page (0: not yet). Keys change only
+  // by insert (a new node) and split (a new prefix node; the rest's key shortens).
+  mutable std::size_t key_rehashed = 0;
 
   Pages pages() const { return Pages(static_cast<std::int64_t>(device.size())); }  // device pages
   Pages key_pages(std::size_t page_size) const { return Pages(static_cast<std::int64_t>(key.size() / page_size)); }
   bool is_leaf() const { return children.empty(); }
 };
+
+// How much of the tree verify() re-reads. Full: every invariant on every node, each node's first page
+// re-hashed against the hash it is filed under. Rolling (the periodic check): the same, but a node's
+// first page is re-hashed only where its key is new or changed since verify last re-hashed it, and
+// for the nodes of one id slice in kVerifySlices, a different slice each call — a key changed in
+// place behind the tree's back is caught within kVerifySlices rolling calls, not at the next.
+enum class VerifyDepth { Full, Rolling };
+inline constexpr std::uint64_t kVerifySlices = 8;
 
 // One node of a candidate match path, with the token offset where its key starts.
 struct PathStep {
@@ -191,7 +202,7 @@ class RadixTree {
   TreeNode* root() { return root_.get(); }
 
   // Throws InternalError naming the first broken invariant.
-  void verify() const;
+  void verify(VerifyDepth depth = VerifyDepth::Full) const;
   // Digest of the logical content: the set of cached page prefixes with their lock counts.
   // Independent of split points, node ids and child order.
   std::uint64_t digest() const;
@@ -226,6 +237,7 @@ class RadixTree {
   std::vector<std::unique_ptr<TreeComponent>> components_;
   std::set<EvictKey> evictable_, host_evictable_;
   std::uint64_t clock_ = 0, next_id_ = 1;
+  mutable std::uint64_t rolling_verifies_ = 0;  // (picks each rolling verify's slice)
   std::size_t node_count_ = 0;
   Pages evictable_pages_{0}, protected_pages_{0};  // device pages, by lock state
   Pages host_pages_{0};

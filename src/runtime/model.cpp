@@ -167,6 +167,13 @@ void SyntheticModel::forward(ModelRequestState& st, std::span<const TokenId> tok
     st.hashed = 0;
     st.primed = true;
   }
+  if (st.mark_stride != 0) {  // (the chain over a cached prefix, from the marks made with the prompt)
+    const std::size_t k = std::min(start / st.mark_stride, st.marks.size());
+    if (k * st.mark_stride > st.hashed) {
+      st.ph = st.marks[k - 1];
+      st.hashed = k * st.mark_stride;
+    }
+  }
   for (; st.hashed < start; ++st.hashed) st.ph = prefix_hash_step(st.ph, tokens[st.hashed]);
   KVGRID_CHECK(st.hashed == start, "forward of [", start, ", ", end, ") after ", st.hashed, " positions");
 

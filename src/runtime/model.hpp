@@ -77,6 +77,11 @@ struct ModelRequestState {
   std::size_t hashed = 0;
   std::vector<std::uint64_t> run;    // [local layer][local KV head]: fold of positions < computed
   std::vector<std::uint64_t> sidecar_run;  // per FULL-source sidecar: fold of positions < computed
+  // The prompt's prefix hash at every mark_stride tokens, where the workload made them with it
+  // (RequestSpec::prefix_marks; empty: none): forward() takes a chunk's chain from the last one at
+  // or below its start instead of hashing the cached prefix again.
+  std::vector<std::uint64_t> marks;
+  std::size_t mark_stride = 0;
 };
 
 class SyntheticModel {

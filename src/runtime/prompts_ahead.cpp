@@ -17,7 +17,7 @@ PromptsAhead::~PromptsAhead() {
   worker_.join();
 }
 
-std::vector<TokenId> PromptsAhead::take(std::size_t i) {
+MadePrompt PromptsAhead::take(std::size_t i) {
   std::unique_lock lk(mu_);
   KVGRID_CHECK(i == taken_ && i < end_, "prompt ", i, " taken out of order (next: ", taken_, " of ", end_, ")");
   ready_.wait(lk, [this] { return !made_.empty() || error_; });
@@ -38,7 +38,7 @@ void PromptsAhead::work() {
     if (stop_) return;
     const std::size_t i = next_;
     lk.unlock();
-    std::vector<TokenId> p;
+    MadePrompt p;
     std::exception_ptr error;
     try {
       p = make_(i);

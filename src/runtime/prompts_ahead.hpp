@@ -17,9 +17,16 @@
 
 namespace kvgrid {
 
+// A prompt as a workload makes it: its tokens and, where it made them, the prefix hash of its first
+// (k + 1) · stride tokens at marks[k] (RequestSpec::prefix_marks).
+struct MadePrompt {
+  std::vector<TokenId> tokens;
+  std::vector<std::uint64_t> marks;
+};
+
 class PromptsAhead {
  public:
-  using Make = std::function<std::vector<TokenId>(std::size_t)>;
+  using Make = std::function<MadePrompt(std::size_t)>;
   // Makes prompts first, first + 1, … < end, at most `depth` of them made and not yet taken.
   PromptsAhead(std::size_t first, std::size_t end, std::size_t depth, Make make);
   ~PromptsAhead();  // stops the thread after the prompt it is making
@@ -27,7 +34,7 @@ class PromptsAhead {
   PromptsAhead& operator=(const PromptsAhead&) = delete;
 
   // Prompt i, the next in order (waits until it is made); a failure of make(i) is rethrown here.
-  std::vector<TokenId> take(std::size_t i);
+  MadePrompt take(std::size_t i);
 
  private:
   void work();
@@ -36,7 +43,7 @@ class PromptsAhead {
   const std::size_t end_, depth_;
   std::mutex mu_;
   std::condition_variable room_, ready_;
-  std::deque<std::vector<TokenId>> made_;  // prompts taken_, taken_ + 1, …
+  std::deque<MadePrompt> made_;  // prompts taken_, taken_ + 1, …
   std::size_t taken_, next_;               // the next to take, the next to make
   std::exception_ptr error_;               // make(next_) failed
   bool stop_ = false;

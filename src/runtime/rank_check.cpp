@@ -128,9 +128,9 @@ void finish_summary(const RankGrid& grid, LoopResult& res) {
 
 CheckOutcome periodic_check(const RankGrid& grid, const cache::DeviceCache& dc, const DecisionLog& log,
                             std::int64_t& local_failures, std::int64_t local_mismatches, std::int64_t step, LoopResult& res,
-                            bool print) {
+                            bool print, bool last) {
   try {
-    dc.verify();
+    dc.verify(last ? cache::VerifyDepth::Full : cache::VerifyDepth::Rolling);
   } catch (const InternalError& e) {
     ++local_failures;
     log_all("verify failed at step " + std::to_string(step) + ": " + e.what());

@@ -48,12 +48,12 @@ void finish_summary(const RankGrid& grid, LoopResult& res);
 void add_tier_stats(RankSummaryRow& m, const cache::DeviceCache& dc);
 
 // The periodic check of both loops: verify this rank's cache (a failure is counted in
-// `local_failures` and logged, not thrown), cross_check (with this rank's oracle mismatches so
-// far), update `res`, print the ranks that differ (rank 0, when `print`). Collective over
-// grid.world().
+// `local_failures` and logged, not thrown; a rolling verify but at the run's `last` check),
+// cross_check (with this rank's oracle mismatches so far), update `res`, print the ranks that
+// differ (rank 0, when `print`). Collective over grid.world().
 CheckOutcome periodic_check(const RankGrid& grid, const cache::DeviceCache& dc, const DecisionLog& log,
                             std::int64_t& local_failures, std::int64_t local_mismatches, std::int64_t step, LoopResult& res,
-                            bool print);
+                            bool print, bool last);
 
 // debug.plant_divergence_*: a divergence planted in the decision log at `step`, for testing the
 // checkers. The planted ranks are debug.plant_divergence_rank and every rank of

@@ -16,6 +16,8 @@ void Scheduler::enqueue(RequestSpec spec, std::uint64_t wall_ns) {
   r->prompt_len_ = spec.prompt.size();
   r->tokens = std::move(spec.prompt);  // the prompt's only copy (a workload may have reserved room for the output)
   r->tokens.reserve(r->prompt_len_ + spec.output_len);  // (its generated tokens append without a move)
+  r->model.marks = std::move(spec.prefix_marks);
+  r->model.mark_stride = spec.mark_stride;
   r->spec = std::move(spec);
   r->spec.prompt.clear();
   r->ph = kernels::kPrefixSeed;

@@ -456,17 +456,23 @@ class MooncakeWorkload : public ServeWorkload {
       r.output_len = std::max<std::uint32_t>(l.output_length, 1);
       r.session = l.session;
       if (l.session && opened_.insert(l.session).second) events_.push_back(SessionEvent{SessionEvent::Open, l.session});
-      r.prompt = ahead_ ? ahead_->take(next_) : prompt(next_);
+      MadePrompt p = ahead_ ? ahead_->take(next_) : prompt(next_);
+      r.prompt = std::move(p.tokens);
+      r.prefix_marks = std::move(p.marks);
+      r.mark_stride = r.prefix_marks.empty() ? 0 : static_cast<std::uint32_t>(kBlock);
       out.push_back(std::move(r));
       ++next_;
     }
     return out;
   }
   // engine.helper_thread: the prompts are made on a thread of their own, a few ahead of their
-  // arrival (from here on only that thread makes blocks).
+  // arrival (from here on only that thread makes blocks), with their prefix marks: the hash chain
+  // over a prompt's cached prefix moves off the serving thread.
   void make_ahead() override {
-    if (!ahead_ && next_ < lines_.size())
+    if (!ahead_ && next_ < lines_.size()) {
+      marks_ = true;
       ahead_ = std::make_unique<PromptsAhead>(next_, lines_.size(), kAhead, [this](std::size_t i) { return prompt(i); });
+    }
   }
   std::optional<std::uint64_t> next_arrival_ns() const override {
     if (next_ >= lines_.size()) return std::nullopt;
@@ -484,17 +490,35 @@ class MooncakeWorkload : public ServeWorkload {
   static constexpr std::size_t kBlock = 512;
 
  private:
-  // Line i's prompt (room for its output too: the scheduler keeps this vector as the request's tokens).
-  std::vector<TokenId> prompt(std::size_t i) {
+  // Line i's prompt (room for its output too: the scheduler keeps this vector as the request's
+  // tokens) and, with marks_, the prefix hash at the end of each whole block.
+  MadePrompt prompt(std::size_t i) {
     const Line& l = lines_[i];
-    std::vector<TokenId> p;
+    MadePrompt m;
+    std::vector<TokenId>& p = m.tokens;
     p.reserve(std::max<std::size_t>(l.hash_ids.size() * kBlock, std::size_t{l.input_length} + std::max<std::uint32_t>(l.output_length, 1)));
     for (const std::uint64_t id : l.hash_ids) {  // (appended: never zeroed first)
       const TokenId* t = block(id);
       p.insert(p.end(), t, t + kBlock);
     }
+    if (marks_) {
+      const std::size_t whole = std::min<std::size_t>(l.hash_ids.size(), l.input_length / kBlock);
+      std::uint64_t ph = kernels::kPrefixSeed;
+      for (std::size_t k = 0; k < whole; ++k) m.marks.push_back(ph = block_end_hash(ph, l.hash_ids[k], p.data() + k * kBlock));
+    }
     p.resize(l.input_length);
-    return p;
+    return m;
+  }
+  // The prefix hash after block `hash_id` (its tokens at `t`) that follows a prefix hashed `before`:
+  // remembered (direct-mapped by both), as later turns resend their history.
+  std::uint64_t block_end_hash(std::uint64_t before, std::uint64_t hash_id, const TokenId* t) {
+    if (end_hash_.empty()) end_hash_.resize(kCached);
+    EndHash& e = end_hash_[static_cast<std::size_t>(mix64(hash_combine(before, hash_id)) % kCached)];
+    if (e.filled && e.before == before && e.hash_id == hash_id) return e.after;
+    std::uint64_t ph = before;
+    for (std::size_t j = 0; j < kBlock; ++j) ph = kernels::prefix_hash_step(ph, t[j]);
+    e = EndHash{before, hash_id, ph, true};
+    return ph;
   }
   // A block's kBlock tokens: later turns resend their history, so the blocks made recently are kept
   // (direct-mapped by hash id; the tokens are the same either way). Valid until the next call.
@@ -513,7 +537,13 @@ class MooncakeWorkload : public ServeWorkload {
     }
     return kept;
   }
-  static constexpr std::size_t kCached = 4096;  // blocks (8 MiB of tokens)
+  static constexpr std::size_t kCached = 4096;  // blocks (8 MiB of tokens), block end hashes
+  struct EndHash {
+    std::uint64_t before = 0, hash_id = 0, after = 0;
+    bool filled = false;
+  };
+  std::vector<EndHash> end_hash_;
+  bool marks_ = false;  // (set before the helper thread starts; read only by it after)
   std::vector<std::uint64_t> cached_id_;
   std::vector<std::uint8_t> filled_;
   std::vector<TokenId> cached_;

@@ -55,6 +55,12 @@ struct RequestSpec {
   std::uint32_t round = 0;       // conversation turn (0 for single-turn workloads)
   std::uint32_t output_len = 1;  // tokens to generate (>= 1)
   std::vector<TokenId> prompt;
+  // Where the workload made them with the prompt (a trace's prompts on the helper thread; not sent
+  // to other ranks): prefix_marks[k] is the prefix hash (kernels::prefix_hash_step from kPrefixSeed)
+  // of the prompt's first (k + 1) · mark_stride tokens. The model starts a chunk's hash chain from
+  // the last mark at or below its start; the oracle never reads them.
+  std::vector<std::uint64_t> prefix_marks;
+  std::uint32_t mark_stride = 0;
 };
 
 class ServeWorkload {

@@ -67,8 +67,8 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
   auto flush = [&] {
     if (trace) trace->flush_all(log, faults);
   };
-  auto check = [&](std::int64_t step) {
-    CheckOutcome c = periodic_check(grid, dc, log, local_failures, 0, step, res, print);
+  auto check = [&](std::int64_t step, bool last) {
+    CheckOutcome c = periodic_check(grid, dc, log, local_failures, 0, step, res, print, last);
     emit(step, 0, "check", static_cast<std::int64_t>(c.tree_differs.size()),
          static_cast<std::int64_t>(c.decisions_differ.size()), c.verify_failures, c.agree() ? 0 : 1);
   };
@@ -123,7 +123,7 @@ TreeRunResult run_tree_workload(const ExperimentConfig& exp, const RankGrid& gri
     }
 
     const bool last = step + 1 == exp.workload.tree.steps;
-    if ((step + 1) % exp.engine.check_every == 0 || last) check(step);
+    if ((step + 1) % exp.engine.check_every == 0 || last) check(step, last);
     if (print && ((step + 1) % exp.output.report_every == 0 || last)) {
       char row[160];
       std::snprintf(row, sizeof(row), "%7lld %7lld %7lld %7lld %7.2f %9lld %7lld %7zu", static_cast<long long>(step + 1),

@@ -113,6 +113,25 @@ TEST_P(ModelGrid, ChecksumsMatchTheOracleAndCatchACorruptPage) {
   const std::uint64_t want_b = g.oracle->expected(ob, RequestId(2), b, 32, 52);
   EXPECT_EQ(g.forward(sb, RequestId(2), b, 32, 52, pages_b), want_b);
 
+  // With the prompt's prefix marks (RequestSpec::prefix_marks, here every 12 tokens) the chain starts
+  // from the mark at 24, not from the first token: the same checksum. A wrong mark feeds the new
+  // tokens' features, so it is caught.
+  std::vector<std::uint64_t> marks;
+  std::uint64_t ph = kernels::kPrefixSeed;
+  for (std::size_t q = 0; q < b.size(); ++q)
+    if (ph = kernels::prefix_hash_step(ph, b[q]); (q + 1) % 12 == 0) marks.push_back(ph);
+  for (const bool wrong : {false, true}) {
+    std::vector<ModelRequestState> sm(g.ranks.size());
+    for (auto& s : sm) {
+      s.marks = marks;
+      s.mark_stride = 12;
+      if (wrong) s.marks[1] ^= 1;  // (the mark at 24, the one the chain starts from)
+    }
+    const std::uint64_t got = g.forward(sm, RequestId(2), b, 32, 52, pages_b);
+    EXPECT_EQ(got == want_b, !wrong) << (wrong ? "a wrong prefix mark went unnoticed" : "marks changed the checksum");
+    EXPECT_EQ(sm[0].hashed, 52u);
+  }
+
   // The same, after flipping a bit of page 2 on the last rank (any rank's page feeds the sum).
   Rng flip(3);
   g.ranks.back().pool->corrupt(PageId(2), flip);

@@ -216,6 +216,38 @@ TEST_F(RadixTreeTest, VerifyCatchesCorruptedCounters) {
   EXPECT_THROW(tree.verify(), InternalError);
 }
 
+TEST_F(RadixTreeTest, RollingVerifyRehashesNewAndChangedKeysAtOnceAndEveryKeyWithinOneSliceCycle) {
+  // verify(Rolling) re-hashes a node's first page where its key is new or changed since it last did,
+  // and for the ids of one slice per call (call k: id % kVerifySlices == k % kVerifySlices).
+  static_assert(kVerifySlices == 8);
+  std::vector<TreeNode*> nodes;  // ids 1..16, one leaf each under the root
+  for (std::uint32_t t = 1; t <= 16; ++t) nodes.push_back(tree.insert(seq({t, 100 + t}), page_ids({2 * t - 1, 2 * t})).last_node);
+  ASSERT_EQ(nodes[4]->id, 5u);
+  tree.verify(VerifyDepth::Rolling);  // call 0: every key is new
+  nodes[4]->key[0] ^= 1;              // a key changed in place, behind the tree's back
+  EXPECT_THROW(tree.verify(), InternalError);  // (full: at once)
+  for (int call = 1; call < 5; ++call) EXPECT_NO_THROW(tree.verify(VerifyDepth::Rolling)) << "call " << call;
+  EXPECT_THROW(tree.verify(VerifyDepth::Rolling), InternalError);  // call 5: id 5's slice
+  nodes[4]->key[0] ^= 1;
+  tree.verify(VerifyDepth::Rolling);  // call 6
+
+  // A split shortens the rest's key (id 9, slice 1): re-hashed at the next call (7), whatever its slice.
+  tree.insert(seq({9, 50}), page_ids({40, 41}));  // [9 109] -> [9] -> {[109], [50]}
+  ASSERT_EQ(nodes[8]->key, seq({109}));
+  nodes[8]->key[0] ^= 1;
+  EXPECT_THROW(tree.verify(VerifyDepth::Rolling), InternalError);
+  nodes[8]->key[0] ^= 1;
+  tree.verify(VerifyDepth::Rolling);  // call 8
+  // A new node (id 19, slice 3) is re-hashed at the next call (9).
+  TreeNode* fresh = tree.insert(seq({60, 61}), page_ids({50, 51})).last_node;
+  ASSERT_EQ(fresh->id, 19u);
+  fresh->key[0] ^= 1;
+  EXPECT_THROW(tree.verify(VerifyDepth::Rolling), InternalError);
+  fresh->key[0] ^= 1;
+  tree.verify(VerifyDepth::Rolling);
+  tree.verify();
+}
+
 TEST_F(RadixTreeTest, UnlockWithoutLockIsABug) {
   auto r = tree.insert(seq({1}), page_ids({1}));
   EXPECT_THROW(tree.unlock(r.last_node), InternalError);

@@ -8,6 +8,7 @@
 #include "core/check.hpp"
 #include "core/hash.hpp"
 #include "core/rng.hpp"
+#include "kernels/kv_math.hpp"
 #include "runtime/cost.hpp"
 #include "runtime/prompts_ahead.hpp"
 #include "runtime/serve_workload.hpp"
@@ -213,6 +214,18 @@ TEST(MooncakeWorkload, PromptsMadeAheadOnTheHelperThreadAreThePromptsMadeOnArriv
       EXPECT_EQ(a[i].output_len, b[i].output_len);
       EXPECT_EQ(a[i].session, b[i].session);
       EXPECT_EQ(a[i].prompt, b[i].prompt) << "request " << a[i].id.value() << " (seed " << seed << ")";
+      // Marks only with the helper: the prefix hash at the end of each whole block of the prompt
+      // (blocks repeat after different prefixes, so the remembered block ends are exercised).
+      EXPECT_TRUE(a[i].prefix_marks.empty() && a[i].mark_stride == 0);
+      ASSERT_EQ(b[i].prefix_marks.size(), b[i].prompt.size() / 512) << "request " << b[i].id.value();
+      EXPECT_EQ(b[i].mark_stride, b[i].prefix_marks.empty() ? 0u : 512u);
+      std::uint64_t ph = kernels::kPrefixSeed;
+      for (std::size_t q = 0; q < b[i].prefix_marks.size() * 512; ++q) {
+        ph = kernels::prefix_hash_step(ph, b[i].prompt[q]);
+        if ((q + 1) % 512 == 0) {
+          ASSERT_EQ(b[i].prefix_marks[q / 512], ph) << "request " << b[i].id.value() << " block " << q / 512;
+        }
+      }
     }
     const auto ea = on_arrival->take_session_events(), eb = ahead->take_session_events();
     ASSERT_EQ(ea.size(), eb.size());
@@ -227,16 +240,20 @@ TEST(PromptsAhead, MakesEachPromptOnceInOrderAndRethrowsAFailureAtItsTurn) {
     PromptsAhead p(3, 20, 2, [&made](std::size_t i) {
       made.push_back(i);
       if (i == 9) throw InputError("prompt 9 cannot be made");
-      return std::vector<TokenId>(i, static_cast<TokenId>(i));
+      return MadePrompt{std::vector<TokenId>(i, static_cast<TokenId>(i)), {i}};
     });
-    for (std::size_t i = 3; i < 9; ++i) EXPECT_EQ(p.take(i), std::vector<TokenId>(i, static_cast<TokenId>(i)));
+    for (std::size_t i = 3; i < 9; ++i) {
+      const MadePrompt m = p.take(i);
+      EXPECT_EQ(m.tokens, std::vector<TokenId>(i, static_cast<TokenId>(i)));
+      EXPECT_EQ(m.marks, std::vector<std::uint64_t>{i});
+    }
     EXPECT_THROW(p.take(10), InternalError);  // out of order
     EXPECT_THROW(p.take(9), InputError);      // its failure, at its turn
   }
   EXPECT_EQ(made, (std::vector<std::size_t>{3, 4, 5, 6, 7, 8, 9}));  // once each, in order, none after the failure
   {
-    PromptsAhead stopped(0, 1000, 4, [](std::size_t i) { return std::vector<TokenId>(i); });
-    EXPECT_TRUE(stopped.take(0).empty());
+    PromptsAhead stopped(0, 1000, 4, [](std::size_t i) { return MadePrompt{std::vector<TokenId>(i), {}}; });
+    EXPECT_TRUE(stopped.take(0).tokens.empty());
   }  // (destroyed with prompts made and not taken: the helper stops, nothing hangs)
 }
 

@@ -30,7 +30,7 @@ void ServeLoop::report(Step& s) {
     for (auto& p : plugins_) p->after_step(s);  // P/D decode's answers, the drafts' counts back to PP0
   if (trace_) trace_->set_completed_step(static_cast<std::uint64_t>(step));
   if ((step + 1) % exp_.engine.check_every == 0 || done_) {
-    CheckOutcome co = periodic_check(grid_, dc_, log_, local_failures_, local_mismatches_, step, res_, print_);
+    CheckOutcome co = periodic_check(grid_, dc_, log_, local_failures_, local_mismatches_, step, res_, print_, done_);
     // A store shared with other jobs: its capacity is the store's, kept by one rank of each job.
     if (exp_.cache.storage_shared && grid_.world_rank() == 0 && dc_.storage_tier()) dc_.storage_tier()->sweep_store();
     wrong_ = co.oracle_mismatches;
