@@ -563,18 +563,24 @@ std::uint64_t RadixTree::digest() const {
   while (!stack.empty()) {
     auto [n, chain] = stack.back();
     stack.pop_back();
+    const std::size_t pages = n->key.size() / p;
     const std::uint64_t tiers = (n->device.empty() ? 0 : 1) | (n->host.empty() ? 0 : 2);
-    auto& pd = n->page_digests;
-    if (pd.size() != n->key.size() / p) {  // (new since the last digest)
-      pd.resize(n->key.size() / p);
-      for (std::size_t i = 0; i < pd.size(); ++i) pd[i] = hash_u32(std::span<const TokenId>(n->key.data() + i * p, p));
+    const std::uint64_t state = mix64(static_cast<std::uint64_t>(n->lock_ref) + 0x5bd1e995ULL + (tiers << 40));
+    TreeNode::DigestMemo& m = n->digest_memo;
+    if (m.pages != pages || m.chain_in != chain || m.state != state) {  // (new, split, locked, moved tiers)
+      auto& pd = n->page_digests;
+      if (pd.size() != pages) {  // (new since the last digest)
+        pd.resize(pages);
+        for (std::size_t i = 0; i < pd.size(); ++i) pd[i] = hash_u32(std::span<const TokenId>(n->key.data() + i * p, p));
+      }
+      m = TreeNode::DigestMemo{pages, chain, state, 0, chain};
+      for (std::size_t i = 0; i < pages; ++i) {
+        m.chain_out = hash_combine(m.chain_out, pd[i]);
+        m.sum += mix64(m.chain_out ^ state);
+      }
     }
-    for (std::size_t i = 0; i < n->key.size() / p; ++i) {
-      chain = hash_combine(chain, pd[i]);
-      // wrapping sum: independent of traversal order and of where nodes are split
-      acc += mix64(chain ^ mix64(static_cast<std::uint64_t>(n->lock_ref) + 0x5bd1e995ULL + (tiers << 40)));
-    }
-    for (const auto& [h, c] : n->children) stack.push_back({c.get(), chain});
+    acc += m.sum;  // wrapping sum: independent of traversal order and of where nodes are split
+    for (const auto& [h, c] : n->children) stack.push_back({c.get(), m.chain_out});
   }
   return acc;
 }

@@ -77,6 +77,14 @@ struct TreeNode {
   bool in_host_evictable = false;  // a host-eviction candidate
   // digest()'s hash of each page of `key`, kept between digests (a split divides it).
   mutable std::vector<std::uint64_t> page_digests;
+  // digest()'s sum over this node's pages, with what it was summed from (the page count, the chain
+  // before the first page, the node's lock and tier state) and the chain after the last page: a node
+  // whose inputs are the same adds the same sum, so a digest re-sums only the nodes that changed.
+  struct DigestMemo {
+    std::size_t pages = static_cast<std::size_t>(-1);
+    std::uint64_t chain_in = 0, state = 0, sum = 0, chain_out = 0;
+  };
+  mutable DigestMemo digest_memo;
   // verify()'s: the key length when it last re-hashed the first page (0: not yet). Keys change only
   // by insert (a new node) and split (a new prefix node; the rest's key shortens).
   mutable std::size_t key_rehashed = 0;
