@@ -81,7 +81,7 @@ struct ModelRequestState {
   // (RequestSpec::prefix_marks; empty: none): forward() takes a chunk's chain from the last one at
   // or below its start instead of hashing the cached prefix again.
   std::vector<std::uint64_t> marks;
-  std::size_t mark_stride = 0;
+  std::uint32_t mark_stride = 0;
 };
 
 class SyntheticModel {

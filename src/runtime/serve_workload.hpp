@@ -80,7 +80,7 @@ class ServeWorkload {
   // it knows more. `now_ns`: the leader's modelled clock.
   virtual void wait_for_arrival(std::uint64_t /*now_ns*/) {}
   // engine.helper_thread: a workload that makes its prompts from a trace may make them on a thread
-  // of its own, ahead of their arrival (the same prompts).
+  // of its own, ahead of their arrival (the same prompts), with their prefix marks.
   virtual void make_ahead() {}
   // Session opens and closes since the last call, in order (applied before that step's arrivals).
   std::vector<SessionEvent> take_session_events() { return std::exchange(events_, {}); }

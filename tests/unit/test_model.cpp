@@ -129,7 +129,6 @@ TEST_P(ModelGrid, ChecksumsMatchTheOracleAndCatchACorruptPage) {
     }
     const std::uint64_t got = g.forward(sm, RequestId(2), b, 32, 52, pages_b);
     EXPECT_EQ(got == want_b, !wrong) << (wrong ? "a wrong prefix mark went unnoticed" : "marks changed the checksum");
-    EXPECT_EQ(sm[0].hashed, 52u);
   }
 
   // The same, after flipping a bit of page 2 on the last rank (any rank's page feeds the sum).
