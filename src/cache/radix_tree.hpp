@@ -96,10 +96,10 @@ struct TreeNode {
 
 // How much of the tree verify() re-reads. Full: every invariant on every node, each node's first page
 // re-hashed against the hash it is filed under. Rolling (the periodic check): the same, but a node's
-// first page is re-hashed only where its key is new or shortened by a split since verify last re-hashed it, and
-// for the nodes of one id slice in kVerifySlices, a different slice each call — a key changed in
-// place behind the tree's back is caught within kVerifySlices rolling calls (while the node stays in
-// the tree), not at the next.
+// first page is re-hashed only where its key is new or shortened by a split since verify last
+// re-hashed it, and for the nodes of one id slice in kVerifySlices, a different slice each call — a
+// key changed in place behind the tree's back is caught within kVerifySlices rolling calls (while the
+// node stays in the tree), not at the next.
 enum class VerifyDepth { Full, Rolling };
 inline constexpr std::uint64_t kVerifySlices = 8;
 

@@ -274,8 +274,8 @@ void add_engine_and_cost_keys(Schema& s) {
              "helper threads on each rank: the oracle's check of a chunk of 4,096 positions or more runs on one while the "
              "model computes the chunk, compared at the same point, and a Mooncake trace's prompts are made on another "
              "ahead of their arrival, with the prefix hash at each whole block's end (the model's chain over a cached "
-             "prefix starts there; the oracle hashes every token) — the same run, faster where a core is idle (one rank on two or more cores), slower "
-             "where none is"));
+             "prefix starts there; the oracle hashes every token) — the same run, faster where a core is idle (one "
+             "rank on two or more cores), slower where none is"));
   s.add(skey({"engine", "transfer"}, {"simulated", "threaded", "cuda"},
              "transfer engine: simulated (modelled time, seeded jitter, deterministic), threaded (real copies) or cuda "
              "(CUDA streams and events; device pools in GPU memory, host pools pinned; a build with -DKVGRID_CUDA=ON and "

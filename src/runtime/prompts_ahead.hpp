@@ -44,8 +44,8 @@ class PromptsAhead {
   std::mutex mu_;
   std::condition_variable room_, ready_;
   std::deque<MadePrompt> made_;  // prompts taken_, taken_ + 1, …
-  std::size_t taken_, next_;               // the next to take, the next to make
-  std::exception_ptr error_;               // make(next_) failed
+  std::size_t taken_, next_;     // the next to take, the next to make
+  std::exception_ptr error_;     // make(next_) failed
   bool stop_ = false;
   std::thread worker_;  // (last: started once the rest is built)
 };
