@@ -153,7 +153,7 @@ void Scheduler::kv_arrived(RequestId id, std::uint64_t now_ns, std::uint64_t wal
   KVGRID_CHECK(r != nullptr && r->awaiting_kv, "request ", id, " is not waiting for its KV");
   r->awaiting_kv = false;
   r->computed = r->prompt_len();
-  for (; r->ph_len < r->computed; ++r->ph_len) r->ph = kernels::prefix_hash_step(r->ph, r->tokens[r->ph_len]);
+  hash_through(*r, r->computed);
   r->generated = 1;  // the prefill's first token
   r->first_token_ns = now_ns;
   r->first_token_wall_ns = wall_ns;
@@ -166,7 +166,7 @@ void Scheduler::accept_draft(RequestId id, std::uint32_t n) {
     KVGRID_CHECK(r->prefill_done() && r->generated + n < r->spec.output_len && r->tokens.size() == r->computed + 1,
                  "request ", id, " cannot accept ", n, " draft tokens (", r->generated, " of ", r->spec.output_len, " generated)");
     for (std::uint32_t i = 0; i < n; ++i) {  // the draft proposed exactly what the target generates
-      for (; r->ph_len < r->tokens.size(); ++r->ph_len) r->ph = kernels::prefix_hash_step(r->ph, r->tokens[r->ph_len]);
+      hash_through(*r, r->tokens.size());
       r->tokens.push_back(next_token(r->ph));
       r->generated += 1;
     }
@@ -213,7 +213,7 @@ std::vector<std::unique_ptr<ServeRequest>> Scheduler::complete_step(const std::v
       r.ph = r.model.ph;
       r.ph_len = r.computed;
     }
-    for (; r.ph_len < r.computed; ++r.ph_len) r.ph = kernels::prefix_hash_step(r.ph, r.tokens[r.ph_len]);
+    hash_through(r, r.computed);
     const TokenId t = next_token(r.ph);
     r.generated += 1;
     if (r.generated == 1) {

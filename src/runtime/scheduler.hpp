@@ -148,6 +148,10 @@ class Scheduler {
  private:
   // kernels::next_token(ph, cfg_.vocab), the same token without a division (once per decode step).
   TokenId next_token(std::uint64_t ph) const { return static_cast<TokenId>(vocab_.mod(kernels::next_token_hash(ph))); }
+  // r.ph continued over r.tokens up to position n (from r.ph_len).
+  static void hash_through(ServeRequest& r, std::size_t n) {
+    for (; r.ph_len < n; ++r.ph_len) r.ph = kernels::prefix_hash_step(r.ph, r.tokens[r.ph_len]);
+  }
 
   SchedulerConfig cfg_;
   FastMod64 vocab_;  // cfg_.vocab, for next_token
